@@ -37,7 +37,7 @@ def test_speculation_rates_land_near_parameters():
 def test_zipf_slope_lands_near_alpha(alpha):
     # No reuse and no gradient: the fit sees the generator's slope, but top-k selection caps
     # the head at one pick per position, which reads a little flat (measured about -5%).
-    t = _trace("k3", tokens=400, alpha=alpha, gradient=0.0, reuse=0.0, layers=8)
+    t = _trace("k3", tokens=400, alpha=alpha, head=0.0, gradient=0.0, reuse=0.0, layers=8)
     fit = trace_stats(t)["zipf_alpha"]
     assert abs(fit - alpha) <= 0.12 * alpha, fit
 

@@ -1,0 +1,120 @@
+"""The CLI: every command has help, JSON output carries the documented fields, bad input
+gives one clear message (file and line, no traceback) and a non-zero exit."""
+
+import json
+
+import pytest
+import typer.main
+
+from bench.cli import app, main
+from tests.conftest import header, rec
+
+
+def _commands(group, prefix=()):
+    for name, cmd in group.commands.items():
+        path = prefix + (name,)
+        yield path, cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, path)
+
+
+ALL = list(_commands(typer.main.get_command(app)))
+
+
+def test_command_tree_is_complete():
+    names = {" ".join(p) for p, _ in ALL}
+    for expected in ("trace parse", "trace check", "trace synth", "trace stats", "trace recall",
+                     "sim", "demand", "plan", "pool make", "pool check", "demo", "version"):
+        assert expected in names
+
+
+@pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
+def test_every_command_has_help(path, cmd, capsys):
+    assert (cmd.help or "").strip(), f"bench {' '.join(path)} has no help text"
+    for param in cmd.params:
+        if param.param_type_name == "option" and param.name != "help":
+            assert (param.help or "").strip(), f"option {param.name} of {path} has no help"
+    assert main([*path, "--help"]) == 0
+    assert "Usage" in capsys.readouterr().out
+
+
+def run(capsys, *argv):
+    rc = main(list(map(str, argv)))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_parse_json(capsys, write_trace):
+    path = write_trace([header(), rec(0, [1, 2], 0), rec(1, [3, 4], 0), rec(2, [5, 6], 0),
+                        rec(0, [1, 2, 3, 4], 1), rec(1, [1, 2, 3, 4], 1), rec(2, [1, 2, 5, 6], 1)])
+    rc, out, _ = run(capsys, "trace", "parse", path, "--json")
+    assert rc == 0
+    s = json.loads(out)
+    assert {k: s[k] for k in ("iterations", "normal", "spec_accept", "spec_fallback",
+                              "accepted_tokens", "passes", "reads")} == {
+        "iterations": 2, "normal": 1, "spec_accept": 1, "spec_fallback": 0,
+        "accepted_tokens": 3, "passes": 6, "reads": 6 + 12}
+
+
+def test_malformed_trace_is_one_clear_message(capsys, write_trace):
+    path = write_trace([header(), rec(0, [1, 2], 0), rec(1, [1, 1], 0)])
+    rc, out, err = run(capsys, "trace", "parse", path)
+    assert rc == 2 and out == ""
+    assert f"{path}:3: expert 1 selected twice" in err.replace("\n", "")
+    assert "Traceback" not in err
+
+
+def test_missing_file_and_bad_options(capsys, tmp_path):
+    rc, _, err = run(capsys, "trace", "parse", tmp_path / "nope.jsonl")
+    assert rc == 2 and "no such trace file" in err
+    rc, _, err = run(capsys, "trace", "synth", tmp_path / "x", "--preset", "gpt")
+    assert rc == 2 and "choose one of k3, qwen3, dsv3, tiny" in err
+
+
+def test_synth_stats_check_pipeline(capsys, tmp_path):
+    paths = []
+    for d in range(2):
+        p = tmp_path / f"d{d}.jsonl"
+        assert run(capsys, "trace", "synth", p, "--preset", "tiny", "--domain", d, "--tokens", 80)[0] == 0
+        paths.append(p)
+    rc, out, _ = run(capsys, "trace", "stats", *paths, "--json")
+    stats = json.loads(out)
+    assert rc == 0 and len(stats["traces"]) == 2 and len(stats["jaccard"]) == 1
+    assert set(stats["traces"][0]["reuse"]) == {"w1", "w8", "w64"}
+    assert run(capsys, "trace", "check", *paths)[0] == 0
+    dry = []
+    for d in range(2):
+        p = tmp_path / f"dry{d}.jsonl"
+        run(capsys, "trace", "synth", p, "--domain", d, "--dry-run-pass")
+        dry.append(p)
+    rc, out, _ = run(capsys, "trace", "check", *dry, "--json")
+    assert rc == 1 and json.loads(out)["suspicious_first_pass"] == [[str(dry[0]), str(dry[1])]]
+
+
+def test_plan_recall_demand_pool(capsys, tmp_path):
+    t = tmp_path / "t.jsonl"
+    run(capsys, "trace", "synth", t, "--preset", "tiny", "--tokens", 40)
+    plan = tmp_path / "p.bin"
+    rc, out, _ = run(capsys, "plan", t, "-o", plan, "--hints", "oracle", "--freq-out",
+                     tmp_path / "f.txt", "--json")
+    info = json.loads(out)
+    assert rc == 0 and plan.exists() and info["hints_provenance"] == {"source": "oracle"}
+    assert (tmp_path / "p.hints.bin").exists()
+    rc, out, _ = run(capsys, "trace", "recall", t, "--hints", "oracle", "--json")
+    assert rc == 0 and json.loads(out)["hints"]["recall"] == 1.0
+    rc, out, _ = run(capsys, "trace", "recall", t, "--hints", tmp_path / "p.hints.bin", "--json")
+    assert json.loads(out)["hints"]["provenance"]["file"] == str(tmp_path / "p.hints.bin")
+    rc, out, _ = run(capsys, "demand", t, "--capacity", "1M,64K", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["capacity_experts"] for r in rows] == [16, 1]
+    assert rows[0]["nominal_miss_gb_per_iteration"] <= rows[1]["nominal_miss_gb_per_iteration"]
+    rc, _, err = run(capsys, "demand", t, "--capacity", "lots")
+    assert rc == 2 and "is not a size" in err
+    rc, out, _ = run(capsys, "pool", "make", tmp_path / "pool", "--layers", 2, "--experts", 3,
+                     "--expert-bytes", 4096, "--json")
+    assert rc == 0 and json.loads(out)["written"] == 6
+    rc, out, _ = run(capsys, "pool", "check", tmp_path / "pool", "--json")
+    assert rc == 0 and json.loads(out)["complete"] is True
+    rc, _, err = run(capsys, "pool", "make", tmp_path / "pool", "--layers", 2, "--experts", 3,
+                     "--expert-bytes", 8192)
+    assert rc == 1 and "refusing to overwrite" in err
