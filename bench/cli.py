@@ -346,6 +346,23 @@ def pool_check(directory: Annotated[Path, typer.Argument(help="Pool directory.")
                   f"{spec.expert_bytes} B, complete")
 
 
+def _register_areas() -> None:
+    """Command groups that live in their own cli_<area> modules (hosts and labs, results...):
+    each has register(app). A module not written yet is skipped; any other import error is real."""
+    import importlib
+    for name in ("cli_hosts", "cli_lab", "cli_results", "cli_run"):
+        try:
+            module = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{__package__}.{name}":
+                continue
+            raise
+        module.register(app)
+
+
+_register_areas()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns library errors into one message and an exit code."""
     from rich.markup import escape

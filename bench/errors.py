@@ -39,3 +39,47 @@ class FormatError(InputError):
 
 class PoolError(BenchError):
     """A pool directory that cannot be created, resumed or used."""
+
+
+class HostError(BenchError):
+    """Something went wrong on or on the way to a host; carries the host's name."""
+
+    def __init__(self, host: str, message: str, hint: str | None = None):
+        super().__init__(f"{host}: {message}", hint)
+        self.host = host
+
+
+class Unreachable(HostError):
+    """No connection (refused, no route, DNS, banner timeout)."""
+
+
+class AuthError(HostError):
+    """The host refused our credentials."""
+
+
+class HostKeyError(HostError):
+    """The host's key is unknown or does not match known_hosts."""
+
+
+class CommandTimeout(HostError):
+    """A remote or local command ran past its timeout."""
+
+
+class CommandFailed(HostError):
+    """A command exited non-zero; carries argv, exit code and stderr."""
+
+    def __init__(self, host: str, argv: list[str], rc: int, stderr: str, hint: str | None = None):
+        tail = stderr.strip().splitlines()[-5:] if stderr else []
+        detail = (": " + " | ".join(tail)) if tail else ""
+        super().__init__(host, f"`{' '.join(argv)}` exited {rc}{detail}", hint)
+        self.argv = argv
+        self.rc = rc
+        self.stderr = stderr
+
+
+class InventoryError(InputError):
+    """A hosts/*.toml file that does not validate; names file, key and allowed values."""
+
+
+class SafetyError(BenchError):
+    """A refused destructive step (reboot of a non-rebootable host, mem= below the floor...)."""
