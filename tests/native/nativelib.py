@@ -1,0 +1,177 @@
+"""Helpers for the native agent's tests and its benchmark: build, loop devices, counters.
+
+Plain functions (no pytest) so that tests/perf/agent_vs_fio.py can use them standalone.
+Everything that creates a kernel object (loop device, mount) has a matching teardown that is
+safe to call on a half-built setup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NATIVE = REPO / "native"
+AGENT = NATIVE / "bench-agent"
+SECTOR = 512  # /proc/diskstats sectors are always 512 bytes
+
+
+def source_hash(native_dir: Path = NATIVE) -> str:
+    """The recipe documented in native/README.md: sha256 over Makefile, *.c, *.h of native/
+    (not recursive), concatenated in byte order of their names."""
+    names = sorted([p.name for p in native_dir.iterdir()
+                    if p.is_file() and (p.name == "Makefile" or p.suffix in (".c", ".h"))],
+                   key=lambda n: n.encode())
+    h = hashlib.sha256()
+    for n in names:
+        h.update((native_dir / n).read_bytes())
+    return h.hexdigest()
+
+
+def build_agent() -> Path:
+    r = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"make failed:\n{r.stdout}\n{r.stderr}")
+    return AGENT
+
+
+def run(cmd, check=True, **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def diskstats_sectors_read(dev: str, text: str | None = None) -> int:
+    """Sectors read (field 3 after the name) of block device `dev` (e.g. 'loop3')."""
+    if text is None:
+        text = Path("/proc/diskstats").read_text()
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) > 5 and f[2] == dev:
+            return int(f[5])
+    raise KeyError(f"{dev} not in /proc/diskstats")
+
+
+def device_bytes_read(dev: str) -> int:
+    return diskstats_sectors_read(dev) * SECTOR
+
+
+def meminfo_kb(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+@dataclass
+class LoopFs:
+    """An ext4 file system on a loop device with direct I/O (no double caching)."""
+
+    root: Path
+    image: Path
+    mnt: Path
+    dev: str = ""          # 'loop3'
+    mounted: bool = False
+
+    @property
+    def devpath(self) -> str:
+        return f"/dev/{self.dev}"
+
+
+def make_loopfs(size_bytes: int, prefix: str = "bench-native-") -> LoopFs:
+    """Create image, attach with --direct-io=on, mkfs.ext4, mount. Raises OSError/RuntimeError;
+    on failure, everything created so far is removed before raising."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    fs = LoopFs(root=root, image=root / "disk.img", mnt=root / "mnt")
+    try:
+        with open(fs.image, "wb") as f:
+            f.truncate(size_bytes)
+        out = run(["losetup", "--find", "--show", "--direct-io=on", fs.image]).stdout.strip()
+        fs.dev = os.path.basename(out)
+        dio = Path(f"/sys/block/{fs.dev}/loop/dio")
+        if dio.exists() and dio.read_text().strip() != "1":
+            raise RuntimeError(f"{fs.dev}: direct I/O did not turn on (backing file system?)")
+        # no lazy init: a background ext4lazyinit thread would touch the device mid-test
+        run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
+             fs.devpath])
+        fs.mnt.mkdir()
+        run(["mount", "-o", "noatime", fs.devpath, fs.mnt])
+        fs.mounted = True
+        return fs
+    except BaseException:
+        destroy_loopfs(fs)
+        raise
+
+
+def destroy_loopfs(fs: LoopFs) -> None:
+    if fs.mounted:
+        for _ in range(10):
+            if run(["umount", fs.mnt], check=False).returncode == 0:
+                fs.mounted = False
+                break
+            time.sleep(0.5)
+        if fs.mounted:
+            # something still holds a file open: detach now, the kernel finishes when it closes
+            if run(["umount", "-l", fs.mnt], check=False).returncode == 0:
+                fs.mounted = False
+    if fs.dev:
+        # on a busy device this sets autoclear: it detaches when the last user goes
+        run(["losetup", "-d", fs.devpath], check=False)
+        fs.dev = ""
+    if fs.mounted:
+        # never recurse into a file system that is still mounted
+        fs.image.unlink(missing_ok=True)
+        return
+    shutil.rmtree(fs.root, ignore_errors=True)
+
+
+@dataclass
+class AgentResult:
+    rc: int
+    records: list = field(default_factory=list)
+    summary: dict | None = None
+    stderr: str = ""
+    stdout: str = ""
+
+    def passes(self, p: int) -> list:
+        return [r for r in self.records if r.get("pass") == p]
+
+
+def run_agent(args, timeout: float = 300, **kw) -> AgentResult:
+    r = subprocess.run([str(AGENT)] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=timeout, **kw)
+    recs, summary = [], None
+    for line in r.stdout.splitlines():
+        obj = json.loads(line)
+        if obj.get("summary"):
+            summary = obj
+        else:
+            recs.append(obj)
+    return AgentResult(r.returncode, recs, summary, r.stderr, r.stdout)
+
+
+def snapshot_device_bytes(snap_dir: Path, p: int, dev: str) -> int:
+    """Device bytes read during replay pass p, from the agent's own pass-boundary snapshots."""
+    start = (snap_dir / f"pass{p}-start" / "proc_diskstats").read_text()
+    end = (snap_dir / f"pass{p}-end" / "proc_diskstats").read_text()
+    return (diskstats_sectors_read(dev, end) - diskstats_sectors_read(dev, start)) * SECTOR
