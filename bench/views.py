@@ -129,3 +129,227 @@ def print_table(table: Table) -> None:
 
 def say(message: str) -> None:
     err_console.print(message)
+
+
+# hosts and labs (fleet) ---------------------------------------------------------------------------
+
+def hosts_table(hosts: Sequence[dict]) -> Table:
+    t = Table(title="Inventory")
+    for col in ("host", "transport", "address", "tags", "memory", "mem floor", "reboot",
+                "work dir"):
+        t.add_column(col)
+    for h in hosts:
+        r = h["reboot"]
+        addr = "-" if h["transport"] == "local" else f"{h['user']}@{h['address']}:{h['port']}"
+        t.add_row(h["name"], h["transport"], addr,
+                  " ".join(f"{k}={v}" for k, v in h["tags"].items()) or "-",
+                  _size(h.get("mem_total")), _size(h.get("mem_floor")),
+                  r["method"] if r["allowed"] else "never", h["work_dir"])
+    return t
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    from .units import format_size
+    return format_size(n)
+
+
+def inventory_check_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="Inventory check")
+    for col in ("file", "ok", "problem"):
+        t.add_column(col)
+    for r in rows:
+        problem = "-" if r["ok"] else r["error"] + (f" (fix: {r['hint']})" if r.get("hint") else "")
+        t.add_row(r["file"], "yes" if r["ok"] else "[red]no[/]", problem)
+    return t
+
+
+def probe_table(results: Sequence[dict]) -> Table:
+    t = Table(title="Host facts")
+    for col in ("host", "kernel", "arch", "page", "MemTotal", "MemAvail", "swap", "mglru",
+                "cgroup", "systemd", "pool device", "python", "agent", "boot_id / error"):
+        t.add_column(col)
+    for r in results:
+        f = r["facts"]
+        if r["error"]:
+            t.add_row(r["host"], *["-"] * 12, f"[red]{r['error']['type']}: {r['error']['message']}[/]")
+            continue
+        dev = f.get("pool_device")
+        devs = "-" if not dev else f"{dev['name']} ({dev['devno']})" + (
+            f" on {','.join(dev['leaves'])}" if dev["leaves"] != [dev["name"]] else "")
+        agent = f.get("agent")
+        t.add_row(r["host"], str(f.get("kernel", "-")), str(f.get("arch", "-")),
+                  str(f.get("page_size", "-")), _gib(f.get("mem_total_bytes")),
+                  _gib(f.get("mem_available_bytes")), _gib(f.get("swap_total_bytes")),
+                  f.get("mglru") or "absent",
+                  (f.get("cgroup") or {}).get("backend", "-"),
+                  "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
+                  agent["source_sha256"][:12] if agent else "-",
+                  str(f.get("boot_id", "-")) + ("" if not r["fact_errors"] else
+                                                 f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
+    return t
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / (1 << 30):.1f}G"
+
+
+def deploy_table(results: Sequence[dict]) -> Table:
+    t = Table(title="Deploy")
+    for col in ("host", "status", "agent source_sha256", "seconds", "error"):
+        t.add_column(col)
+    for r in results:
+        err = r.get("error")
+        t.add_row(r["host"], r["status"], (r.get("source_sha256") or "-")[:16],
+                  str(r.get("seconds", "-")),
+                  "-" if not err else f"[red]{err['type']}: {err['message']}[/]")
+    return t
+
+
+def lab_table(status: dict) -> Table:
+    t = Table(title=f"Lab ({status['kind']}) in {status['state_dir']}"
+                    + ("" if status["up"] else ": down"))
+    for col in ("host", "address", "netns", "sshd", "boot_id", "cmdline"):
+        t.add_column(col)
+    for h in status["hosts"]:
+        t.add_row(h["name"], h["address"], h["netns"] + ("" if h["netns_exists"] else " (gone)"),
+                  f"up (pid {h['sshd_pid']})" if h["sshd"] else "[red]down[/]", h["boot_id"],
+                  h["cmdline"])
+    if status["up"]:
+        t.caption = f"inventory: {status['hosts_dir']} (use --hosts-dir or BENCH_HOSTS)"
+    return t
+
+
+# results store (bench results, runs, compare, sizing) -------------------------------------------
+
+def _gbx(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _cap(n: int) -> str:
+    from .units import format_size
+    return format_size(n)
+
+
+def runs_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="Runs")
+    for col in ("run", "campaign", "host", "cell", "rep", "verdict", "median s", "GB/it",
+                "failed rules"):
+        t.add_column(col, justify="right" if col in ("rep", "median s", "GB/it") else "left")
+    for r in rows:
+        verdict = {True: "retained", False: "rejected", None: "pending"}[r["retained"]]
+        t.add_row(r["run_id"], r["campaign"] or "-", r["host"], r["cell"],
+                  "-" if r["repetition"] is None else str(r["repetition"]), verdict,
+                  _num(r["iteration_median_s"]), _num(r["device_gb_per_iteration"], ".4f"),
+                  ", ".join(r["failed"]) or "-")
+    return t
+
+
+def cell_result_table(res: dict) -> Table:
+    t = Table(title=f"{res['cell']}" + (f" on {res['host']}" if res.get("host") else "")
+              + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    rows = [("runs retained / rejected", f"{res['n_retained']} / {res['n_rejected']}"),
+            ("median iteration s", _num(res["median_s"], ".4f")),
+            ("min / max s", f"{_num(res['min_s'], '.4f')} / {_num(res['max_s'], '.4f')}"),
+            ("spread", _pct(res["spread"])),
+            ("device GB/iteration", _gbx(res["device_gb_per_iteration"], ".4f")),
+            ("nominal miss GB/iteration", _gbx(res["nominal_miss_gb_per_iteration"], ".4f")),
+            ("amplification", "-" if res["amplification"] is None
+             else f"{res['amplification']:.2f}x"),
+            ("kswapd scan/steal", _num(res["scan_steal"], ".2f")),
+            ("cgroup scan/steal", _num(res["cgroup_scan_steal"], ".2f")),
+            ("served without device reads", _pct(res["served_fraction"])),
+            ("locked fraction", _pct(res["locked_fraction"])),
+            ("MGLRU", res["mglru"] or "-")]
+    for k, v in rows:
+        t.add_row(k, v)
+    if res.get("warnings"):
+        t.caption = "\n".join(f"warning: {w}" for w in res["warnings"])
+    return t
+
+
+def verdict_table(run: dict) -> Table:
+    t = Table(title=f"{run['run_id']}: {'retained' if run['retained'] else 'rejected'}")
+    for col in ("rule", "v", "verdict", "reason"):
+        t.add_column(col)
+    for v in run.get("verdicts", []):
+        t.add_row(v["rule"], str(v["version"]), "pass" if v["passed"] else "FAIL", v["reason"])
+    return t
+
+
+def matrix_table(m: dict) -> Table:
+    kind = m["matrix"]
+    t = Table(title=f"{kind} matrix" + (f" on {m['host']}" if m.get("host") else "")
+              + (f", campaign {m['campaign']}" if m.get("campaign") else ""))
+    if kind == "capacity":
+        for col in ("C", "reclaim", "n", "med s", "spread", "GB/it", "a/C dev", "miss GB",
+                    "amp"):
+            t.add_column(col, justify="left" if col == "reclaim" else "right")
+        for r in m["rows"]:
+            t.add_row(_cap(r["capacity_bytes"]), r["reclaim"],
+                      f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
+                      _num(r["median_s"], ".3f"), _pct(r["spread"]),
+                      _gbx(r["device_gb_per_iteration"], ".4f"), _pct(r["a_over_c_dev"]),
+                      _gbx(r["nominal_miss_gb_per_iteration"], ".4f"),
+                      "-" if r["amplification"] is None else f"{r['amplification']:.2f}x")
+    elif kind == "reclaim":
+        for col in ("C", "mechanism", "GB/it mglru", "GB/it classic", "on/off",
+                    "s mglru", "s classic", "scan/steal mglru", "scan/steal classic", "locked"):
+            t.add_column(col, justify="left" if col == "mechanism" else "right")
+        for r in m["rows"]:
+            a, b = r.get("mglru") or {}, r.get("classic") or {}
+            t.add_row(_cap(r["capacity_bytes"]), r["mechanism"],
+                      _gbx(a.get("device_gb_per_iteration"), ".4f"),
+                      _gbx(b.get("device_gb_per_iteration"), ".4f"),
+                      _num(r["mglru_over_classic"], ".2f"), _num(a.get("median_s")),
+                      _num(b.get("median_s")), _num(a.get("scan_steal"), ".2f"),
+                      _num(b.get("scan_steal"), ".2f"), _pct(a.get("locked_fraction")))
+    else:
+        keys = m["modes"] if kind == "equal-memory" else m["prefetch"]
+        t.add_column("C", justify="right")
+        if kind == "prefetch":
+            t.add_column("mechanism")
+        for k in keys:
+            t.add_column(f"{k} s", justify="right")
+        if kind == "equal-memory":
+            for k in ("pagecache", "pinned"):
+                t.add_column(f"{k} GB/it", justify="right")
+                t.add_column(f"{k} served", justify="right")
+        for r in m["rows"]:
+            cells = [_cap(r["capacity_bytes"])] + ([r["mechanism"]] if kind == "prefetch" else [])
+            cells += [_num((r.get(k) or {}).get("median_s")) for k in keys]
+            if kind == "equal-memory":
+                for k in ("pagecache", "pinned"):
+                    s = r.get(k) or {}
+                    cells += [_gbx(s.get("device_gb_per_iteration"), ".4f"),
+                              _pct(s.get("served_fraction"))]
+            t.add_row(*cells)
+    return t
+
+
+def compare_table(c: dict) -> Table:
+    t = Table(title=f"{c['a']} vs {c['b']} (retained runs {c['n_a']} / {c['n_b']})")
+    for col in ("quantity", "ratio of medians", "median of pair ratios", "pairs"):
+        t.add_column(col, justify="left" if col == "quantity" else "right")
+    for k, label in (("time", "iteration time"), ("device", "device bytes/iteration")):
+        t.add_row(label, _num(c[f"{k}_ratio_of_medians"]), _num(c[f"{k}_median_pair_ratio"]),
+                  str(c[f"{k}_pairs"]))
+    if c.get("mechanism_agreement") is not None:
+        t.caption = f"mechanisms agree within {100 * c['mechanism_agreement']:.1f}% in median time"
+    return t
+
+
+def recheck_table(changes: Sequence[dict]) -> Table:
+    t = Table(title=f"Retention recheck: {len(changes)} verdict(s) changed")
+    for col in ("run", "rule", "was", "now", "reason"):
+        t.add_column(col)
+    for ch in changes:
+        old = ch["old"]
+        t.add_row(ch["run_id"], ch["rule"],
+                  "-" if old is None else f"v{old['version']} {'pass' if old['passed'] else 'FAIL'}",
+                  f"v{ch['new']['version']} {'pass' if ch['new']['passed'] else 'FAIL'}",
+                  ch["reason"])
+    return t

@@ -1,0 +1,78 @@
+"""`bench lab ...`: test fleets on this machine (the netns lab)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .errors import InputError
+
+lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: network "
+                                                 "namespaces running real sshd (root).")
+
+KindOpt = Annotated[str, typer.Option("--kind", help="Lab kind: netns.")]
+StateOpt = Annotated[Optional[Path], typer.Option(
+    "--state-dir", help="Lab state directory (default $BENCH_LAB_DIR or /run/bench-lab).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _lab(kind: str, state_dir: Path | None):
+    if kind != "netns":
+        raise InputError(f"--kind {kind!r} is not available", "allowed values: netns")
+    from .lab_netns import Lab
+    return Lab(state_dir)
+
+
+@lab_app.command("up")
+def lab_up(kind: KindOpt = "netns",
+           count: Annotated[int, typer.Option("--count", help="Number of hosts.")] = 2,
+           state_dir: StateOpt = None,
+           prefix: Annotated[str, typer.Option("--prefix", help="Short prefix of namespace and "
+                                               "link names.")] = "blab",
+           subnet: Annotated[str, typer.Option("--subnet", help="Lab /24 inside 10.200.0.0/16, "
+                                               "as 10.200.N.")] = "10.200.0",
+           json_out: JsonOpt = False) -> None:
+    """Bring up COUNT hosts and write their inventory (<state-dir>/hosts) and known_hosts."""
+    import time
+
+    from . import views
+    t0 = time.monotonic()
+    lab = _lab(kind, state_dir)
+    lab.up(count, prefix=prefix, subnet=subnet)
+    status = dict(lab.status(), seconds=round(time.monotonic() - t0, 3))
+    if json_out:
+        views.emit_json(status)
+    else:
+        views.print_table(views.lab_table(status))
+        views.say(f"up in {status['seconds']}s; try: bench hosts probe --hosts-dir "
+                  f"{status['hosts_dir']}")
+
+
+@lab_app.command("down")
+def lab_down(kind: KindOpt = "netns", state_dir: StateOpt = None,
+             json_out: JsonOpt = False) -> None:
+    """Tear down exactly what `lab up` made (processes, namespaces, links, route, files)."""
+    from . import views
+    removed = _lab(kind, state_dir).down()
+    if json_out:
+        views.emit_json({"removed": removed})
+    else:
+        views.say("\n".join(removed) if removed else "no lab to tear down")
+
+
+@lab_app.command("status")
+def lab_status(kind: KindOpt = "netns", state_dir: StateOpt = None,
+               json_out: JsonOpt = False) -> None:
+    """Show the lab's hosts, their sshd and boot ids."""
+    from . import views
+    status = _lab(kind, state_dir).status()
+    if json_out:
+        views.emit_json(status)
+    else:
+        views.print_table(views.lab_table(status))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app, name="lab")

@@ -1,0 +1,44 @@
+"""The SSH fleet tier: a 2-host netns lab (real sshd in network namespaces), brought up once per
+session and torn down at the end, whatever happens in between."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.lab_netns import Lab, missing_capabilities
+
+
+def lab_skip_reason() -> str | None:
+    missing = missing_capabilities()
+    return ("netns lab unavailable: missing " + ", ".join(missing)) if missing else None
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    reason = lab_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("bench-lab")
+    lab = Lab(state)
+    lab.up(2, prefix="bft", subnet="10.200.77")
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="session")
+def lab_inventory(lab):
+    from bench.inventory import load_inventory
+    inv = load_inventory(lab.hosts_dir)
+    assert sorted(inv) == ["lab-netns-1", "lab-netns-2"]
+    return inv
+
+
+@pytest.fixture
+def lab_host_up(lab):
+    """Yields the lab; afterwards makes sure every lab host's sshd runs again (fault tests)."""
+    yield lab
+    for h in lab.status()["hosts"]:
+        if not h["sshd"]:
+            lab.start_sshd(h["name"])
