@@ -52,3 +52,18 @@ def test_the_check_would_catch_an_offender(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nfrom rich.table import Table\n")
     assert _imports(bad) & UI_LIBS == {"rich"}
+
+
+@pytest.mark.parametrize("libs, owners", [
+    ({"fabric", "paramiko", "invoke"}, {"ssh"}),
+    ({"sqlalchemy", "alembic"}, {"store"}),
+])
+def test_one_module_owns_each_io_library(libs, owners):
+    """Only bench/ssh.py imports fabric and paramiko; only bench/store/ imports SQLAlchemy."""
+    offenders = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        owner = rel.parts[0].removesuffix(".py")
+        if owner not in owners and _imports(path) & libs:
+            offenders.append(str(rel))
+    assert offenders == []
