@@ -373,9 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except BenchError as exc:
-        views.err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False)
+        views.err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False,
+                                soft_wrap=True)
         if exc.hint:
-            views.err_console.print(f"[bold]fix:[/] {escape(exc.hint)}", highlight=False)
+            views.err_console.print(f"[bold]fix:[/] {escape(exc.hint)}", highlight=False,
+                                    soft_wrap=True)
         return exc.exit_code
     return 0
 

@@ -234,8 +234,12 @@ def test_simulate_properties(trace, regime, window):
     by = rows_by(rows)
     for r in rows:
         assert 0.0 <= r["hit_rate"] <= 1.0 and 0 <= r["hits"] <= r["accesses"]
-    for b in (1, 2, 3, 5):
-        assert by[("belady", b)]["hits"] >= by[("lru", b)]["hits"]
-        assert by[("belady", b)]["hits"] >= by[("lfu", b)]["hits"]
+    # MIN minimizes misses over the whole stream, not inside a scoring window: on
+    # 1 1 2 0 2 | 1 1 1 1 with B=2 it evicts 1 for 2 (next use sooner) and misses once more in
+    # the window than LFU, with the same total. So dominance is checked unwindowed only.
+    if window == 0.0:
+        for b in (1, 2, 3, 5):
+            assert by[("belady", b)]["hits"] >= by[("lru", b)]["hits"]
+            assert by[("belady", b)]["hits"] >= by[("lfu", b)]["hits"]
     lru = [by[("lru", b)]["hits"] for b in (1, 2, 3, 5)]
     assert lru == sorted(lru)

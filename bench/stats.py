@@ -1,0 +1,138 @@
+"""Statistics over runs (DESIGN.md "Statistics"). Pure; inputs are plain numbers and dicts.
+
+A cell's iteration time is the true median of its retained runs' per-run medians (even counts
+average the middle two); min and max are over the same per-run values; spread =
+(max - min) / median. Device GB per iteration, served and locked fractions are medians over
+retained runs. Amplification = median device bytes per iteration / nominal miss bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+GB = 1e9
+SCAN_STEAL_LIMIT = 2.0
+AMPLIFICATION_LIMIT = 1.05   # above nominal, with 5% for counting noise
+
+
+def median(xs: Iterable[float]) -> float:
+    v = sorted(xs)
+    if not v:
+        raise ValueError("median of no values")
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
+
+
+def _median_or_none(xs: Iterable[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return median(v) if v else None
+
+
+def spread(xs: Sequence[float]) -> float | None:
+    """(max - min) / median; None for no values or a zero median."""
+    if not xs:
+        return None
+    m = median(xs)
+    return None if m == 0 else (max(xs) - min(xs)) / m
+
+
+def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> float | None:
+    if not a or not b:
+        return None
+    mb = median(b)
+    return None if mb == 0 else median(a) / mb
+
+
+def median_pair_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
+    """Median of a/b over paired runs (pairs with b == 0 are skipped)."""
+    ratios = [a / b for a, b in pairs if b]
+    return median(ratios) if ratios else None
+
+
+def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> dict:
+    """One cell's statistics; runs carry `retained` and the per-run metrics of runfacts."""
+    kept = [r for r in runs if r.get("retained")]
+    times = [r["iteration_median_s"] for r in kept if r.get("iteration_median_s") is not None]
+    dev = _median_or_none(r.get("device_bytes_per_iteration") for r in kept)
+    nominal = nominal_miss_bytes
+    if nominal is None:
+        nominal = _median_or_none(r.get("nominal_miss_bytes_per_iteration") for r in kept)
+    return {
+        "n_retained": len(kept),
+        "n_rejected": sum(1 for r in runs if r.get("retained") is False),
+        "n_pending": sum(1 for r in runs if r.get("retained") is None),
+        "median_s": median(times) if times else None,
+        "min_s": min(times) if times else None,
+        "max_s": max(times) if times else None,
+        "spread": spread(times),
+        "device_gb_per_iteration": None if dev is None else dev / GB,
+        "device_gb_runs": [r["device_bytes_per_iteration"] / GB for r in kept
+                           if r.get("device_bytes_per_iteration") is not None],
+        "nominal_miss_gb_per_iteration": None if nominal is None else nominal / GB,
+        "amplification": None if dev is None or not nominal else dev / nominal,
+        "scan_steal": _median_or_none(r.get("scan_steal") for r in kept),
+        "cgroup_scan_steal": _median_or_none(r.get("cgroup_scan_steal") for r in kept),
+        "served_fraction": _median_or_none(r.get("served_fraction") for r in kept),
+        "locked_fraction": _median_or_none(r.get("locked_fraction") for r in kept),
+        "mglru": _mglru(kept),
+    }
+
+
+def _mglru(runs: Sequence[dict]) -> str | None:
+    states = {(r.get("mglru_loop_entry"), r.get("mglru_end")) for r in runs}
+    if not states:
+        return None
+    if len(states) > 1:
+        return "mixed"
+    entry, end = states.pop()
+    if entry is None and end is None:
+        return "absent"
+    return "on" if entry and end else "off" if not entry and not end else "changed"
+
+
+def a_over_c(points: Sequence[tuple[int, float]]) -> dict[int, tuple[float, float]]:
+    """Inverse-capacity reference anchored at the largest capacity: {C: (reference GB, dev)}
+    with dev = measured / reference - 1."""
+    pts = [(c, g) for c, g in points if g is not None]
+    if not pts:
+        return {}
+    anchor_c, anchor_g = max(pts)
+    out = {}
+    for c, g in pts:
+        ref = anchor_g * anchor_c / c
+        out[c] = (ref, g / ref - 1 if ref else None)
+    return out
+
+
+def interpolate_capacity(curve: Sequence[tuple[int, float]], target_s: float) -> dict:
+    """The smallest capacity whose iteration time reaches target_s, linear between measured
+    points of (capacity bytes, median s). `status`: interpolated, measured, below_range (every
+    measured point is already fast enough: the smallest measured capacity suffices) or
+    unreachable (even the largest is slower)."""
+    pts = sorted((c, t) for c, t in curve if t is not None)
+    if not pts:
+        return {"status": "no_data", "capacity_bytes": None}
+    if pts[0][1] <= target_s:
+        return {"status": "below_range", "capacity_bytes": pts[0][0]}
+    for (c0, t0), (c1, t1) in zip(pts, pts[1:]):
+        if t1 <= target_s < t0 or t1 == target_s:
+            if t0 == t1:
+                return {"status": "measured", "capacity_bytes": c1}
+            frac = (t0 - target_s) / (t0 - t1)
+            return {"status": "interpolated" if t1 != target_s else "measured",
+                    "capacity_bytes": round(c0 + frac * (c1 - c0)), "between": [c0, c1]}
+    return {"status": "unreachable", "capacity_bytes": None, "largest": pts[-1][0]}
+
+
+def indicators(summary: dict) -> list[str]:
+    """The paper's operator indicators for one cell, as warning lines."""
+    out = []
+    amp = summary.get("amplification")
+    if amp is not None and amp > AMPLIFICATION_LIMIT:
+        out.append(f"device bytes above nominal misses: amplification {amp:.2f}x")
+    for key, what in (("scan_steal", "kswapd scan/steal"), ("cgroup_scan_steal",
+                                                            "cgroup scan/steal")):
+        v = summary.get(key)
+        if v is not None and v > SCAN_STEAL_LIMIT:
+            out.append(f"{what} {v:.2f} above {SCAN_STEAL_LIMIT:g}")
+    return out

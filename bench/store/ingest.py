@@ -1,0 +1,233 @@
+"""Ingest run bundles: one bundle -> rows in one transaction; the same bundle twice changes
+nothing; a damaged or incomplete bundle is refused (naming the part) and moved aside to a
+`rejected/` directory next to it, never half-written. Also re-evaluates stored runs under the
+current rule versions (`recheck`), rebuilding each bundle from its stored raw files."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import zlib
+from pathlib import Path
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from .. import retention, runfacts
+from ..bundle import Bundle, BundleError, load, read_dir
+from ..cells import parse_cell
+from ..errors import BenchError, FormatError
+from .db import Store, StoreError
+from .models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
+                     Fingerprint, Host, Iteration, JournalEntry, RawFile, Run, TimelineSample,
+                     Verdict, now)
+
+METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
+                  "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
+                  "served_fraction", "scan_steal", "cgroup_scan_steal", "locked_fraction",
+                  "mem_total_bytes", "mglru_loop_entry", "mglru_end")
+
+
+def move_aside(path: Path) -> Path:
+    """Move a refused bundle to rejected/ next to it (a numbered name if taken)."""
+    dest_dir = path.parent / "rejected"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / path.name
+    n = 1
+    while dest.exists():
+        dest, n = dest_dir / f"{path.name}.{n}", n + 1
+    shutil.move(str(path), str(dest))
+    return dest
+
+
+def nominal_from_plan(plan_path: Path, capacity_bytes: int, _cache: dict = {}) -> float:
+    """Nominal miss bytes per iteration of the demand model for one capacity."""
+    from ..demand import demand
+    from ..planfile import read_plan
+    key = (str(plan_path), capacity_bytes)
+    if key not in _cache:
+        _cache[key] = demand(read_plan(plan_path), [capacity_bytes])[0][
+            "nominal_miss_bytes_per_iteration"]
+    return _cache[key]
+
+
+def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float | None = None,
+                  plan: str | Path | None = None) -> dict:
+    """Returns {"run_id", "status": ingested|unchanged, "retained", "failed": [rule...]}."""
+    path = Path(path)
+    files = read_dir(path)
+    try:
+        b = load(files, where=str(path))
+        cell = _cell(b, path)
+        metrics = runfacts.metrics(b)
+        nominal, source = _nominal(b, path, nominal_miss_bytes, plan)
+    except (BundleError, FormatError) as exc:
+        dest = move_aside(path)
+        raise BundleError(str(path), getattr(exc, "part", "bundle"),
+                          f"{exc.message.split(': ', 1)[-1] if isinstance(exc, BundleError) else exc}"
+                          f" (moved to {dest})") from None
+    with store.session() as s, s.begin():
+        existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
+        if existing is not None and existing.bundle_digest == b.digest:
+            return {"run_id": b.run_id, "status": "unchanged", "retained": existing.retained}
+        if existing is not None and existing.bundle_digest:
+            raise StoreError(f"run {b.run_id} is already stored from a different bundle",
+                             hint="run ids are unique; re-run under a new run id")
+        return _write(s, b, cell, metrics, nominal, source, existing)
+
+
+def _cell(b: Bundle, path: Path):
+    try:
+        cell = parse_cell(b.spec.get("cell", ""))
+    except BenchError as exc:
+        raise BundleError(str(path), "spec.json", f"cell: {exc.message}") from None
+    for attr in ("mechanism", "reclaim", "capacity_bytes"):
+        if attr in b.spec and b.spec[attr] != getattr(cell, attr):
+            raise BundleError(str(path), "spec.json", f"{attr} {b.spec[attr]!r} contradicts "
+                              f"the cell name {cell.name}")
+    return cell
+
+
+def _nominal(b: Bundle, path: Path, given: float | None, plan) -> tuple[float | None, str | None]:
+    if given is not None:
+        return given, "given"
+    candidates = [Path(plan)] if plan else []
+    if b.spec.get("plan"):
+        candidates += [path / b.spec["plan"], Path(b.spec["plan"])]
+    for p in candidates:
+        if p.is_file():
+            return nominal_from_plan(p, b.spec["capacity_bytes"]), f"demand:{p.name}"
+    return None, None
+
+
+def _get(s: Session, model, defaults: dict | None = None, **key):
+    obj = s.scalar(select(model).filter_by(**key))
+    if obj is None:
+        obj = model(**key, **(defaults or {}))
+        s.add(obj)
+        s.flush()
+    return obj
+
+
+def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int) -> dict | None:
+    if not campaign_id:
+        return None
+    ch = s.get(CampaignHost, (campaign_id, host_id))
+    if ch is None or ch.fingerprint_id is None:
+        return None
+    return s.get(Fingerprint, ch.fingerprint_id).data
+
+
+def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run | None) -> dict:
+    spec = b.spec
+    host = _get(s, Host, name=spec.get("host") or b.host.get("hostname") or "unknown")
+    cell_row = _get(s, Cell, dict(capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism,
+                                  reclaim=cell.reclaim, mode=cell.mode, hints=cell.hints,
+                                  delivery=cell.delivery), name=cell.name)
+    fp = runfacts.fingerprint(b)
+    fp_row = _get(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
+    boot = _get(s, Boot, dict(cmdline=b.host.get("cmdline", ""),
+                              mem_total_bytes=b.host.get("mem_total_bytes"),
+                              mglru_mask=b.host.get("mglru")),
+                host_id=host.id, boot_id=b.host.get("boot_id") or "unknown")
+    campaign_id = spec.get("campaign")
+    ref = None
+    if campaign_id:
+        _get(s, Campaign, {"matrix": None, "state": "running"}, id=campaign_id)
+        ref = reference_fingerprint(s, campaign_id, host.id)
+        if ref is None:
+            ch = _get(s, CampaignHost, campaign_id=campaign_id, host_id=host.id)
+            ch.fingerprint_id = fp_row.id
+    verdicts = retention.evaluate(b, {"campaign_fingerprint": ref})
+    keep = retention.retained(verdicts)
+    if run is None:
+        run = Run(run_id=b.run_id)
+        s.add(run)
+    run.campaign_id, run.host_id, run.cell_id = campaign_id, host.id, cell_row.id
+    run.boot_ref, run.fingerprint_id = boot.id, fp_row.id
+    run.position, run.repetition = spec.get("position"), spec.get("repetition")
+    run.state, run.spec, run.bundle_digest = "ingested", spec, b.digest
+    run.runner_ok, run.runner_reason = b.status.get("ok"), b.status.get("reason")
+    run.retained, run.ingested_at = keep, now()
+    for col in METRIC_COLUMNS:
+        setattr(run, col, metrics[col])
+    run.nominal_miss_bytes_per_iteration, run.nominal_source = nominal, source
+    s.flush()
+    rid = run.id
+    _rows(s, RawFile, [{"run_id": rid, "path": p, "size": len(d), "codec": "zlib",
+                        "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
+                       for p, d in b.files.items()])
+    _rows(s, CounterDelta, [dict(r, run_id=rid, interval=name)
+                            for name in ("measured", "run") for r in runfacts.interval(b, name)])
+    _rows(s, Iteration, [{"run_id": rid, "pass_no": r["pass"], "iter_no": r["iter"],
+                          "wall_ns": r["wall_ns"], "bytes": r["bytes"], "reads": r["reads"],
+                          "arena_hits": r.get("arena_hits")} for r in b.records])
+    _rows(s, TimelineSample, [dict(r, run_id=rid, seq=i) for i, r in enumerate(b.timeline)])
+    sm, hints = b.summary, b.summary.get("hints") or {}
+    s.add(AgentSummary(run_id=rid, ok=sm.get("ok"), mode=sm.get("mode"),
+                       arena_bytes=sm.get("arena_bytes"), preload_bytes=sm.get("preload_bytes"),
+                       vmlck_bytes=sm.get("vmlck_bytes"), vmlck_end_bytes=sm.get("vmlck_end_bytes"),
+                       hints_submitted=hints.get("submitted"),
+                       hints_overwritten=hints.get("overwritten"),
+                       hints_completed=hints.get("completed"), data=sm))
+    _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
+                        "reason": v.reason, "current": True, "evaluated_at": now()}
+                       for v in verdicts])
+    failed = [v.rule for v in verdicts if not v.passed]
+    s.add(JournalEntry(campaign_id=campaign_id, run_ref=rid, kind="ingest",
+                       message=f"ingested {b.run_id}: " + ("retained" if keep else
+                                                          "rejected by " + ", ".join(failed)),
+                       data={"digest": b.digest}))
+    return {"run_id": b.run_id, "status": "ingested", "retained": keep, "failed": failed}
+
+
+def _rows(s: Session, model, rows: list[dict]) -> None:
+    if rows:
+        s.execute(insert(model), rows)
+
+
+def stored_bundle(s: Session, run: Run) -> Bundle:
+    files = {rf.path: zlib.decompress(rf.data) if rf.codec == "zlib" else rf.data
+             for rf in s.scalars(select(RawFile).where(RawFile.run_id == run.id))}
+    return load(files, where=f"stored run {run.run_id}")
+
+
+def recheck(store: Store) -> list[dict]:
+    """Re-evaluate every stored run under the current rules; returns the changes."""
+    changes = []
+    with store.session() as s, s.begin():
+        for run in s.scalars(select(Run).where(Run.bundle_digest.is_not(None)).order_by(Run.id)):
+            b = stored_bundle(s, run)
+            ref = reference_fingerprint(s, run.campaign_id, run.host_id)
+            old = {v.rule: v for v in s.scalars(select(Verdict).where(
+                Verdict.run_id == run.id, Verdict.current.is_(True)))}
+            new = retention.evaluate(b, {"campaign_fingerprint": ref})
+            for v in new:
+                o = old.get(v.rule)
+                if o is not None and (o.version, o.passed) == (v.version, v.passed):
+                    continue
+                changes.append({"run_id": run.run_id, "rule": v.rule,
+                                "old": None if o is None else {"version": o.version,
+                                                               "passed": o.passed},
+                                "new": {"version": v.version, "passed": v.passed},
+                                "reason": v.reason})
+                if o is not None:
+                    o.current = False
+                s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
+                              reason=v.reason, current=True))
+            keep = retention.retained(new)
+            if keep != run.retained:
+                s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="recheck",
+                                   message=f"{run.run_id}: {'retained' if keep else 'rejected'} "
+                                           "under the current rules"))
+                run.retained = keep
+    return changes
+
+
+def set_nominal(store: Store, cell: str, nominal_miss_bytes: float, source: str = "given") -> int:
+    """Let a caller supply the demand model's figure for every stored run of a cell."""
+    with store.session() as s, s.begin():
+        cell_id = s.scalar(select(Cell.id).where(Cell.name == cell))
+        res = s.execute(update(Run).where(Run.cell_id == cell_id).values(
+            nominal_miss_bytes_per_iteration=nominal_miss_bytes, nominal_source=source))
+        return res.rowcount

@@ -1,0 +1,208 @@
+"""SQLAlchemy 2 models of the results database. migrations/ must match them exactly (a test
+runs alembic's compare_metadata against a database built by the migrations)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index,
+                        Integer, LargeBinary, MetaData, String, Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
+          "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+          "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+          "pk": "pk_%(table_name)s"}
+
+RUN_STATES = ("planned", "running", "done", "failed", "ingested", "skipped")
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Campaign(Base):
+    __tablename__ = "campaigns"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    matrix: Mapped[str | None] = mapped_column(String(64))
+    workload: Mapped[dict | None] = mapped_column(JSON)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(16), default="planned")
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    note: Mapped[str | None] = mapped_column(Text)
+
+
+class Host(Base):
+    __tablename__ = "hosts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+
+
+class Fingerprint(Base):
+    __tablename__ = "fingerprints"
+    __table_args__ = (UniqueConstraint("host_id", "digest"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    digest: Mapped[str] = mapped_column(String(64))
+    data: Mapped[dict] = mapped_column(JSON)
+
+
+class CampaignHost(Base):
+    """The reference fingerprint of a host inside a campaign (its first run's, or set by the
+    executor before the first run)."""
+    __tablename__ = "campaign_hosts"
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaigns.id"), primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"), primary_key=True)
+    fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprints.id"))
+
+
+class Boot(Base):
+    __tablename__ = "boots"
+    __table_args__ = (UniqueConstraint("host_id", "boot_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    boot_id: Mapped[str] = mapped_column(String(64))
+    cmdline: Mapped[str] = mapped_column(Text)
+    mem_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    mglru_mask: Mapped[str | None] = mapped_column(String(16))
+
+
+class Cell(Base):
+    __tablename__ = "cells"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(96), unique=True)
+    capacity_bytes: Mapped[int] = mapped_column(BigInteger)
+    mechanism: Mapped[str] = mapped_column(String(16))
+    reclaim: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    hints: Mapped[str | None] = mapped_column(String(32))
+    delivery: Mapped[str | None] = mapped_column(String(16))
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index("ix_runs_cell_retained", "cell_id", "retained"),
+                      Index("ix_runs_campaign_position", "campaign_id", "position"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), unique=True)
+    campaign_id: Mapped[str | None] = mapped_column(ForeignKey("campaigns.id"))
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id"))
+    boot_ref: Mapped[int | None] = mapped_column(ForeignKey("boots.id"))
+    fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprints.id"))
+    position: Mapped[int | None] = mapped_column(Integer)
+    repetition: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16), default="planned")
+    spec: Mapped[dict | None] = mapped_column(JSON)
+    bundle_digest: Mapped[str | None] = mapped_column(String(64))
+    runner_ok: Mapped[bool | None] = mapped_column(Boolean)
+    runner_reason: Mapped[str | None] = mapped_column(Text)
+    retained: Mapped[bool | None] = mapped_column(Boolean)
+    ingested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # per-run metrics (bench.runfacts.metrics), denormalised so results need no joins
+    iterations: Mapped[int | None] = mapped_column(Integer)
+    iteration_median_s: Mapped[float | None] = mapped_column(Float)
+    iteration_min_s: Mapped[float | None] = mapped_column(Float)
+    iteration_max_s: Mapped[float | None] = mapped_column(Float)
+    device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    device_bytes_per_iteration: Mapped[float | None] = mapped_column(Float)
+    logical_bytes_per_iteration: Mapped[float | None] = mapped_column(Float)
+    nominal_miss_bytes_per_iteration: Mapped[float | None] = mapped_column(Float)
+    nominal_source: Mapped[str | None] = mapped_column(String(256))
+    served_fraction: Mapped[float | None] = mapped_column(Float)
+    scan_steal: Mapped[float | None] = mapped_column(Float)
+    cgroup_scan_steal: Mapped[float | None] = mapped_column(Float)
+    locked_fraction: Mapped[float | None] = mapped_column(Float)
+    mem_total_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    mglru_loop_entry: Mapped[bool | None] = mapped_column(Boolean)
+    mglru_end: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class RawFile(Base):
+    __tablename__ = "raw_files"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    path: Mapped[str] = mapped_column(String(512), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    codec: Mapped[str] = mapped_column(String(8))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class CounterDelta(Base):
+    __tablename__ = "counter_deltas"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    interval: Mapped[str] = mapped_column(String(16), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger)
+    end: Mapped[int] = mapped_column(BigInteger)
+    delta: Mapped[int] = mapped_column(BigInteger)
+
+
+class Iteration(Base):
+    __tablename__ = "iterations"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    pass_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    iter_no: Mapped[int] = mapped_column(Integer, primary_key=True)
+    wall_ns: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    reads: Mapped[int] = mapped_column(Integer)
+    arena_hits: Mapped[int | None] = mapped_column(Integer)
+
+
+class TimelineSample(Base):
+    __tablename__ = "timeline"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    mono_ns: Mapped[int] = mapped_column(BigInteger)
+    phase: Mapped[str] = mapped_column(String(16))
+    memory_current: Mapped[int | None] = mapped_column(BigInteger)
+    cached: Mapped[int | None] = mapped_column(BigInteger)
+    mem_available: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class AgentSummary(Base):
+    __tablename__ = "agent_summaries"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    ok: Mapped[bool | None] = mapped_column(Boolean)
+    mode: Mapped[str | None] = mapped_column(String(16))
+    arena_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    preload_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    vmlck_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    vmlck_end_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    hints_submitted: Mapped[int | None] = mapped_column(BigInteger)
+    hints_overwritten: Mapped[int | None] = mapped_column(BigInteger)
+    hints_completed: Mapped[int | None] = mapped_column(BigInteger)
+    data: Mapped[dict] = mapped_column(JSON)
+
+
+class Verdict(Base):
+    __tablename__ = "verdicts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    rule: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    passed: Mapped[bool] = mapped_column(Boolean)
+    reason: Mapped[str] = mapped_column(Text)
+    current: Mapped[bool] = mapped_column(Boolean, default=True)
+    evaluated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+
+
+class JournalEntry(Base):
+    __tablename__ = "journal"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    t: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    campaign_id: Mapped[str | None] = mapped_column(ForeignKey("campaigns.id"), index=True)
+    run_ref: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict | None] = mapped_column(JSON)

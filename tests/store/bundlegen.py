@@ -1,0 +1,163 @@
+"""Assemble complete run bundles (docs/bundle.md) from the real /proc and cgroup-v1 captures
+in tests/fixtures/bundles/captured/ (made by capture.sh on this machine: a real 192 MiB read,
+twice, inside a real 96 MiB memory cgroup) plus agent.jsonl records in the agent's format.
+
+The test host is scaled down: pool 192 MiB on vda, capacities like 64M, cgroup wall = C + 32M.
+lru_gen/enabled is written by the generator (this kernel has no MGLRU). `edit(parts)` may
+change any part before the manifest is written, which is how tests inject one fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+
+from bench.cells import parse_cell
+from bench.procfs import parse_meminfo
+
+CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "captured"
+POOL_BYTES = 192 << 20
+HEADROOM = 32 << 20
+ITERATIONS = 12
+AGENT_SHA = "a" * 64
+
+
+def _captured_snapshots() -> dict[str, dict[str, str]]:
+    out = {}
+    for d in sorted((CAPTURED / "snapshots").iterdir()):
+        out[d.name] = {f.name: f.read_text() for f in sorted(d.iterdir())}
+    return out
+
+
+def _with_vmlck(status_text: str, nbytes: int) -> str:
+    return re.sub(r"^VmLck:.*$", f"VmLck:\t{nbytes // 1024:>8} kB", status_text, flags=re.M)
+
+
+def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: int = 0,
+              repetition: int = 0, host: str = "fixture-a", speed: float = 1.0,
+              seed: int = 0, prefetch_provenance: dict | None = None) -> dict:
+    c = parse_cell(cell)
+    snaps = _captured_snapshots()
+    pre = snaps["pre"]
+    mem = parse_meminfo(pre["proc_meminfo"])
+    lru = "0x0007" if c.reclaim == "mglru" else "0x0000"
+    for phase in snaps.values():
+        phase["sys_kernel_mm_lru_gen_enabled"] = lru + "\n"
+    balloon_bytes = max(mem["MemAvailable"] - c.capacity_bytes, 0)
+    arena = c.capacity_bytes if c.mode == "pinned" else c.capacity_bytes // 2 \
+        if c.mode == "hybrid" else 0
+    for name, phase in snaps.items():
+        if c.mechanism == "balloon" and name != "pre":
+            phase["balloon_status"] = _with_vmlck(pre["proc_self_status"], balloon_bytes)
+        if arena and name.startswith("pass1"):
+            phase["proc_self_status"] = _with_vmlck(phase["proc_self_status"], arena)
+    hints = None if c.hints is None else "hints/h.bin"
+    spec = {
+        "format": 1, "run_id": run_id, "campaign": campaign, "position": position,
+        "repetition": repetition, "host": host, "cell": c.name,
+        "capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism, "reclaim": c.reclaim,
+        "mode": c.mode, "prefetch": c.hints or "none", "delivery": c.delivery,
+        "workload": {"trace": "prose.jsonl", "trace_sha256": "b" * 64, "batch": 1},
+        "plan": "plans/prose.bin", "plan_sha256": "c" * 64, "hints": hints,
+        "hints_sha256": None if hints is None else "d" * 64,
+        "hints_provenance": None if hints is None else (prefetch_provenance or {
+            "kind": "oracle" if c.hints == "oracle" else "predictor", "source": c.hints}),
+        "pool": "/var/tmp/pool", "pool_bytes": POOL_BYTES,
+        "agent": {"path": "bench-agent", "source_sha256": AGENT_SHA, "threads": 2,
+                  "passes": 2, "arena_bytes": arena, "nocache": None, "freq": None},
+        "cgroup_headroom_bytes": HEADROOM,
+        "expect_boot": {"boot_id": None, "mem": None, "lru_gen": "on" if lru != "0x0000" else "off"},
+        "mglru_runtime_toggle": True, "timeline_interval_ms": 20,
+        "controller_version": "0.1.0", "created": "2026-11-29T19:00:00Z"}
+    rng = random.Random(seed)
+    per_iter = 2 * POOL_BYTES // ITERATIONS
+    records = [{"pass": p, "iter": i, "wall_ns": int(speed * rng.uniform(0.9, 1.1) * 5e7),
+                "bytes": per_iter, "reads": 96} for p in (0, 1) for i in range(ITERATIONS)]
+    summary = {"summary": True, "version": "1", "source_sha256": AGENT_SHA, "mode": c.mode,
+               "threads": 2, "passes": 2, "passes_done": 2, "iterations": ITERATIONS,
+               "arena_bytes": arena, "preload_bytes": arena, "vmlck_bytes": arena,
+               "vmlck_end_bytes": arena, "prefetch": c.delivery or "none",
+               "hints": {"submitted": 10, "overwritten": 0, "completed": 10, "left": 0}
+               if hints else {}, "errors": 0, "ok": True, "reason": None}
+    phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
+              "capacity_applied", "warmup", "measuring", "collecting", "done"]
+    timeline = (CAPTURED / "timeline.csv").read_text()
+    if c.mechanism != "cgroup":
+        lines = timeline.splitlines()
+        timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),[^,]*,", r"\1,,", ln)
+                                           for ln in lines[1:]]) + "\n"
+    capacity = {"mechanism": c.mechanism}
+    if c.mechanism == "cgroup":
+        capacity.update(backend="v1", path="/sys/fs/cgroup/memory/bench-fixture",
+                        limit_bytes=c.capacity_bytes + HEADROOM,
+                        limit_read_back=int(snaps["pass1-end"]["memory.limit_in_bytes"]),
+                        swap_limit_read_back=None)
+    elif c.mechanism == "balloon":
+        capacity.update(requested_bytes=balloon_bytes, pid=4242,
+                        ready={"ready": True, "pid": 4242, "bytes": balloon_bytes,
+                               "vmlck_bytes": balloon_bytes, "ok": True})
+    parts = {
+        "spec.json": spec,
+        "status.json": {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True,
+                        "reason": None, "updated": "2026-11-29T19:05:00Z",
+                        "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
+                                    for i, ph in enumerate(phases)]},
+        "host.json": {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
+                      "arch": "x86_64", "page_size": 4096,
+                      "cmdline": pre["proc_cmdline"].strip(),
+                      "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
+                      "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
+                      "mglru": lru, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
+                      "agent_source_sha256": AGENT_SHA,
+                      "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}},
+        "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
+        "mglru.json": {"requested": "on" if c.reclaim == "mglru" else "off",
+                       "method": "runtime", "pre": lru, "after_set": lru, "post": lru},
+        "capacity.json": capacity,
+        "agent.jsonl": records + [summary],
+        "agent.stderr": "",
+        "timeline.csv": timeline,
+        "kmsg.txt": "",
+        "snapshots": snaps,
+    }
+    if c.mechanism == "balloon":
+        parts["balloon.json"] = {"pid": 4242, "alive_at_loop_entry": True, "alive_at_end": True,
+                                 "exit_code": 0, "signal": None}
+        parts["balloon.jsonl"] = json.dumps(capacity["ready"]) + "\n"
+    return parts
+
+
+def write_bundle(dest: Path, parts: dict, *, manifest: bool = True) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {}
+    for name, value in parts.items():
+        if name == "snapshots":
+            for phase, snap in value.items():
+                for fname, text in snap.items():
+                    files[f"snapshots/{phase}/{fname}"] = text.encode()
+        elif name == "agent.jsonl":
+            files[name] = "".join(json.dumps(r) + "\n" for r in value).encode()
+        elif isinstance(value, (dict, list)):
+            files[name] = json.dumps(value, indent=1).encode()
+        else:
+            files[name] = value.encode() if isinstance(value, str) else value
+    for rel, data in files.items():
+        p = dest / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    if manifest:
+        m = {"run_id": parts["spec.json"]["run_id"], "complete": True,
+             "files": {rel: {"bytes": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                       for rel, d in sorted(files.items())}}
+        (dest / "manifest.json").write_text(json.dumps(m, indent=1))
+    return dest
+
+
+def make_bundle(root: Path, run_id: str, cell: str, edit=None, **kw) -> Path:
+    parts = parts_for(run_id, cell, **kw)
+    if edit is not None:
+        edit(parts)
+    return write_bundle(Path(root) / run_id, parts)

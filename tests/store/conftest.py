@@ -1,0 +1,106 @@
+"""Store fixtures: a real database built by the migrations, parametrized over SQLite and a
+throwaway PostgreSQL server (initdb + pg_ctl as the postgres user, unix socket, random port,
+stopped by its PID). PostgreSQL skips with the missing capability named."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.store.bundlegen import make_bundle
+
+
+def _pg_bin() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("postgresql server binaries not installed (apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg (the PostgreSQL driver) not installed: pip install 'psycopg[binary]'")
+    if os.geteuid() != 0:
+        pytest.skip("starting a throwaway PostgreSQL server needs root (to run as postgres)")
+    try:
+        pw = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres system user")
+    base = Path(tempfile.mkdtemp(prefix="bench-pg-"))
+    os.chown(base, pw.pw_uid, pw.pw_gid)
+    data, sock, port = base / "data", base, _free_port()
+
+    def as_pg(*argv):
+        return subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True,
+                              capture_output=True, text=True)
+    as_pg(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    as_pg(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o",
+          f"-k {sock} -p {port} -c listen_addresses=''", "start")
+    pid = int((data / "postmaster.pid").read_text().split()[0])
+    yield {"sock": str(sock), "port": port}
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/bench.db"
+        return
+    srv = request.getfixturevalue("pg_server")
+    import psycopg
+    name = f"bench_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(host=srv["sock"], port=srv["port"], user="postgres",
+                         dbname="postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
+
+
+@pytest.fixture
+def store(db_url):
+    from bench.store.db import open_store
+    st = open_store(db_url)
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def bundles(tmp_path):
+    """make(run_id, cell, edit=None, **kw) -> a complete bundle directory."""
+    root = tmp_path / "bundles"
+
+    def make(run_id, cell="64m-cgroup-mglru", edit=None, **kw):
+        return make_bundle(root, run_id, cell, edit=edit, **kw)
+    return make

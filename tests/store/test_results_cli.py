@@ -1,0 +1,141 @@
+"""Result tables (golden, fixed width) and the CLI commands over a populated database.
+
+Golden files live in tests/store/golden/; regenerate them after an intended change with
+BENCH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/store -k golden (and review the diff)."""
+
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from bench import views
+from bench.cli import main
+from bench.store import queries
+from bench.store.ingest import ingest_bundle
+from bench.store.db import open_store
+
+GOLDEN = Path(__file__).parent / "golden"
+CELLS = [("64m-balloon-mglru", 1.6), ("128m-balloon-mglru", 1.2), ("160m-balloon-mglru", 1.0),
+         ("64m-balloon-classic", 1.1), ("64m-cgroup-mglru", 1.15), ("64m-cgroup-classic", 1.12),
+         ("64m-cgroup-mglru-pinned", 1.05), ("64m-cgroup-mglru-hybrid", 1.08),
+         ("64m-cgroup-mglru-oracle-advice", 1.1)]
+
+
+def populate(store, bundles, reps=2):
+    pos = 0
+    for rep in range(reps):
+        for cell, speed in CELLS:
+            ingest_bundle(store, bundles(f"c1-r{pos:03d}", cell, position=pos, repetition=rep,
+                                         speed=speed, seed=pos), nominal_miss_bytes=2.0e7)
+            pos += 1
+    # one rejected run (kernel I/O error), shown but not counted
+    ingest_bundle(store, bundles("c1-bad", "64m-balloon-mglru", position=pos, repetition=2,
+                                 edit=lambda p: p.update({"kmsg.txt": "Buffer I/O error on dev vda\n"})))
+
+
+@pytest.fixture
+def full(tmp_path, bundles):
+    url = f"sqlite:///{tmp_path}/full.db"
+    st = open_store(url)
+    populate(st, bundles)
+    yield st, url
+    st.close()
+
+
+def render(table) -> str:
+    con = Console(width=120, record=True, file=io.StringIO(), color_system=None)
+    con.print(table)
+    return con.export_text()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("BENCH_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"{path} missing: run with BENCH_UPDATE_GOLDEN=1 once and review it"
+    assert text == path.read_text(), f"{name} changed (BENCH_UPDATE_GOLDEN=1 to accept)"
+
+
+@pytest.mark.parametrize("kind", queries.MATRICES)
+def test_golden_matrix(full, kind):
+    check_golden(f"matrix_{kind}.txt", render(views.matrix_table(queries.matrix(full[0], kind))))
+
+
+def test_golden_cell(full):
+    res = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
+    text = render(views.cell_result_table(res)) + render(views.verdict_table(res["runs"][-1]))
+    check_golden("cell_64m-balloon-mglru.txt", text)
+
+
+def test_golden_detects_a_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "GOLDEN", tmp_path)
+    monkeypatch.delenv("BENCH_UPDATE_GOLDEN", raising=False)
+    (tmp_path / "x.txt").write_text("old\n")
+    with pytest.raises(AssertionError, match="changed"):
+        check_golden("x.txt", "new\n")
+
+
+def test_cell_results_count_retained_only(full):
+    res = queries.cell_results(full[0], "64m-balloon-mglru")
+    assert (res["n_retained"], res["n_rejected"]) == (2, 1)
+    assert not any("cross-check" in w for w in res["warnings"])   # 64m-cgroup exists
+
+
+def test_cross_check_warning_suggests_a_cell(tmp_path, bundles):
+    st = open_store(f"sqlite:///{tmp_path}/b.db")
+    for i, cell in enumerate(["64m-balloon-mglru", "160m-balloon-mglru"]):
+        ingest_bundle(st, bundles(f"r{i}", cell))
+    w = queries.cell_results(st, "64m-balloon-mglru")["warnings"]
+    assert any("add cell 64m-cgroup-mglru" in x for x in w), w
+
+
+def test_compare_pairs_by_campaign_and_repetition(full):
+    c = queries.compare(full[0], "64m-balloon-mglru", "64m-cgroup-mglru")
+    assert c["time_pairs"] == 2 and c["differs_in"] == ["mechanism"]
+    assert c["mechanism_agreement"] == pytest.approx(abs(c["time_ratio_of_medians"] - 1))
+
+
+def _cli(capsys, url, *argv):
+    rc = main([*argv, "--db", url])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_commands(full, capsys, tmp_path):
+    _, url = full
+    rc, out, _ = _cli(capsys, url, "runs", "--rejected", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["run_id"] for r in rows] == ["c1-bad"]
+    assert rows[0]["failed"] == ["kernel_log_clean"]
+    rc, out, _ = _cli(capsys, url, "results", "--cell", "64m-balloon-mglru", "--json")
+    assert rc == 0 and json.loads(out)["n_retained"] == 2
+    rc, out, _ = _cli(capsys, url, "results", "--matrix", "reclaim", "--json")
+    assert rc == 0 and {r["mechanism"] for r in json.loads(out)["rows"]} == {"balloon", "cgroup"}
+    assert _cli(capsys, url, "results", "--matrix", "capacity")[0] == 0
+    rc, out, _ = _cli(capsys, url, "compare", "64m-balloon-mglru", "64m-balloon-classic")
+    assert rc == 0 and "ratio of medians" in out
+    rc, out, _ = _cli(capsys, url, "sizing", "--target-seconds", "0.06")
+    assert rc == 0 and "target 0.06 s/iteration" in out
+    rc, out, _ = _cli(capsys, url, "export", "--format", "csv")
+    assert rc == 0 and out.count("\n") == 1 + 2 * len(CELLS) + 1
+    rc, out, _ = _cli(capsys, url, "retention", "recheck", "--json")
+    assert rc == 0 and json.loads(out) == []
+    rc, out, _ = _cli(capsys, url, "db", "current")
+    assert rc == 0 and out.startswith("0001 (head 0001)")
+    for kind in ("capacity", "reclaim", "equal-memory"):
+        png = tmp_path / f"{kind}.png"
+        assert _cli(capsys, url, "plot", kind, "-o", str(png))[0] == 0
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    rc, _, err = _cli(capsys, url, "results", "--cell", "64m-bogus-mglru")
+    assert rc == 2 and "unknown mechanism" in err
+
+
+def test_cli_ingest_refuses_with_the_part_named(tmp_path, bundles, capsys):
+    p = bundles("r9")
+    (p / "kmsg.txt").write_text("tampered\n")
+    rc, _, err = _cli(capsys, f"sqlite:///{tmp_path}/i.db", "ingest", str(p))
+    assert rc == 1 and "kmsg.txt" in err and "rejected" in err

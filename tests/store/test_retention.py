@@ -1,0 +1,106 @@
+"""Each retention rule: a clean run passes it; one injected fault fails it (and only it)."""
+
+import re
+
+import pytest
+
+from bench import retention
+from bench.bundle import load, read_dir
+from bench.store.ingest import ingest_bundle
+from bench.store.queries import list_runs
+
+
+def _sub(parts, phase, name, pattern, repl):
+    snap = parts["snapshots"][phase]
+    snap[name] = re.sub(pattern, repl, snap[name], flags=re.M)
+
+
+def _vmstat_bump(key, by):
+    def edit(p):
+        _sub(p, "post", "proc_vmstat", rf"^{key} (\d+)$", lambda m: f"{key} {int(m[1]) + by}")
+    return edit
+
+
+def _drop_last_measured(p):
+    p["agent.jsonl"] = [r for r in p["agent.jsonl"] if not (r.get("pass") == 1 and r["iter"] == 11)]
+
+
+def _low_timeline(p):
+    lines = p["timeline.csv"].splitlines()
+    p["timeline.csv"] = "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),(\d+),",
+                                                       lambda m: f"{m[1]},{int(m[2]) // 4},", ln)
+                                                for ln in lines[1:]]) + "\n"
+
+
+FAULTS = {
+    "vmlck_held": ("64m-balloon-mglru", lambda p: _sub(p, "post", "balloon_status",
+                                                       r"^VmLck:.*$", "VmLck:\t 1024 kB")),
+    "no_oom": ("64m-cgroup-mglru", lambda p: _sub(p, "post", "memory.oom_control",
+                                                  r"^oom_kill \d+$", "oom_kill 1")),
+    "alive_throughout": ("64m-balloon-mglru",
+                         lambda p: p["balloon.json"].update(alive_at_end=False, signal=9)),
+    "mglru_as_requested": ("64m-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
+        sys_kernel_mm_lru_gen_enabled="0x0000\n")),
+    "boot_matches": ("64m-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
+        proc_sys_kernel_random_boot_id="00000000-0000-0000-0000-000000000000\n")),
+    "caches_dropped": ("64m-cgroup-mglru",
+                       lambda p: p["drop.json"].update(cached_after_bytes=8 << 30)),
+    "no_swap": ("64m-cgroup-mglru", _vmstat_bump("pswpin", 7)),
+    "measured_pass_complete": ("64m-cgroup-mglru", _drop_last_measured),
+    "timeline_reaches_wall": ("64m-cgroup-mglru", _low_timeline),
+    "kernel_log_clean": ("64m-cgroup-mglru", lambda p: p.update(
+        {"kmsg.txt": "[ 12.3] blk_update_request: I/O error, dev vda, sector 2048\n"})),
+    "preload_outside": ("64m-cgroup-mglru-pinned", lambda p: _sub(
+        p, "pass1-start", "proc_self_status", r"^VmLck:.*$", "VmLck:\t       0 kB")),
+    "hint_provenance": ("64m-cgroup-mglru-oracle-advice",
+                        lambda p: p["spec.json"].update(hints_provenance=None)),
+}
+CLEAN_CELLS = ["64m-cgroup-mglru", "64m-balloon-mglru", "64m-balloon-classic",
+               "64m-cgroup-mglru-pinned", "64m-cgroup-mglru-hybrid",
+               "64m-cgroup-mglru-oracle-advice", "64m-none-mglru"]
+
+
+def test_every_rule_has_a_fault_test():
+    assert {r.name for r in retention.RULES} == set(FAULTS) | {"fingerprint_matches"}
+
+
+@pytest.mark.parametrize("cell", CLEAN_CELLS)
+def test_clean_run_passes_every_rule(bundles, cell):
+    b = load(read_dir(bundles("r1", cell)))
+    bad = [v for v in retention.evaluate(b) if not v.passed]
+    assert bad == []
+
+
+@pytest.mark.parametrize("rule", sorted(FAULTS))
+def test_fault_fails_its_rule(bundles, rule):
+    cell, edit = FAULTS[rule]
+    b = load(read_dir(bundles("r1", cell, edit=edit)))
+    failed = {v.rule: v.reason for v in retention.evaluate(b) if not v.passed}
+    assert rule in failed, failed
+    assert failed[rule]                       # a human reason
+    if rule not in ("no_oom",):               # the OOM fault is also the only failure
+        assert set(failed) == {rule}, failed
+
+
+def test_fingerprint_must_match_the_campaign(store, bundles):
+    assert ingest_bundle(store, bundles("r1"))["retained"]
+    other = bundles("r2", edit=lambda p: p["spec.json"]["agent"].update(source_sha256="e" * 64))
+    res = ingest_bundle(store, other)
+    assert res["failed"] == ["fingerprint_matches"]
+    run = [r for r in list_runs(store) if r["run_id"] == "r2"][0]
+    v = [x for x in run["verdicts"] if x["rule"] == "fingerprint_matches"][0]
+    assert "agent_sha256" in v["reason"] and v["version"] == 1
+
+
+def test_recheck_reports_changes_under_new_rule_versions(store, bundles, monkeypatch):
+    from bench.store.ingest import recheck
+    ingest_bundle(store, bundles("r1"))
+    assert recheck(store) == []
+    old = next(r for r in retention.RULES if r.name == "caches_dropped")
+    strict = retention.Rule("caches_dropped", 2, lambda b, ctx: (False, "stricter"), old.doc)
+    monkeypatch.setattr(retention, "RULES", [strict if r is old else r for r in retention.RULES])
+    changes = recheck(store)
+    assert [(c["run_id"], c["rule"], c["old"]["version"], c["new"]["passed"]) for c in changes] \
+        == [("r1", "caches_dropped", 1, False)]
+    assert list_runs(store, rejected=True)[0]["failed"] == ["caches_dropped"]
+    assert recheck(store) == []
