@@ -1,0 +1,83 @@
+"""Fixtures for the host-side cell runner (agents/runner.py) against the real kernel: the agent
+build, an ext4 pool on a direct-I/O loop device, plans written by bench.planfile from synthetic
+traces, a work dir, and a spec builder. Loop device, pool and mount helpers come from
+tests/native/nativelib.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "native"))
+sys.path.insert(0, str(HERE))
+
+import nativelib as nl  # noqa: E402
+from runner_helpers import (EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES,  # noqa: E402
+                            make_plan_file)
+
+
+def _need(cond, why):
+    if not cond:
+        pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _root_marker(request):
+    if request.node.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.skip("needs root (drop_caches, cgroups, loop devices, mlock)")
+
+
+@pytest.fixture(scope="session")
+def agent() -> Path:
+    for tool in ("make", "cc"):
+        _need(shutil.which(tool), f"{tool} not installed (build-essential): cannot build the agent")
+    return nl.build_agent()
+
+
+@pytest.fixture(scope="session")
+def loopfs():
+    _need(os.geteuid() == 0, "needs root for a loop device")
+    for tool in ("losetup", "mkfs.ext4", "mount"):
+        _need(shutil.which(tool), f"{tool} not installed")
+    _need(Path("/proc/sys/vm/drop_caches").exists(), "no /proc/sys/vm/drop_caches")
+    try:
+        fs = nl.make_loopfs(LOOP_BYTES, prefix="bench-runner-")
+    except (OSError, RuntimeError) as exc:
+        pytest.skip(f"no loop device support: {exc}")
+    try:
+        yield fs
+    finally:
+        nl.destroy_loopfs(fs)
+
+
+@pytest.fixture(scope="session")
+def pool(loopfs) -> Path:
+    from bench.pool import PoolSpec, make_pool
+    d = loopfs.mnt / "pool"
+    make_pool(d, PoolSpec(LAYERS, EXPERTS, EXPERT_BYTES))
+    os.sync()
+    return d
+
+
+@pytest.fixture(scope="session")
+def plans(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("plans")
+    # short: ~2.4 GB logical per pass (a fraction of a second warm); long: a measured pass of
+    # a few seconds, so a test can act while it runs
+    return {"short": make_plan_file(d / "short.bpln", tokens=150),
+            "long": make_plan_file(d / "long.bpln", tokens=700)}
+
+
+@pytest.fixture
+def work_dir():
+    d = Path(tempfile.mkdtemp(prefix="bench-runner-wd-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,312 @@
+"""The host-side cell runner against the real kernel: detached runs on a direct-I/O loop device,
+the memory wall through the host's cgroup backend, the balloon, re-attach, bad specs."""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_helpers import (POOL_BYTES, RUNNER, measured_device_bytes, read_json, runner,
+                            start, timeline, verify_manifest, wait, wait_phase, write_spec,
+                            make_spec)
+
+# a warm pass may read a stray metadata block (journal superblock, an inode): not experts
+WARM_SLACK = 256 << 10
+BUNDLE_FILES = {"spec.json", "status.json", "host.json", "drop.json", "mglru.json",
+                "capacity.json", "agent.jsonl", "agent.stderr", "timeline.csv", "kmsg.txt",
+                "runner.json", "runner.log", "manifest.json"}
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("bench_runner_agent", RUNNER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_cgroups() -> set[str]:
+    out = set()
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"):
+        if os.path.isdir(root):
+            out |= {f"{root}/{n}" for n in os.listdir(root) if n.startswith("bench-")}
+    return out
+
+
+def gone(pid: int) -> bool:
+    """Exited: no /proc entry, or a zombie its (new) parent has not reaped yet."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def memory_cgroup_backend() -> str:
+    return _load_runner().cgroup_backend()[0]
+
+
+def check_common(bundle: Path, st: dict, passes=2):
+    assert st["phase"] == "done" and st["ok"] is True, st
+    phases = [h["phase"] for h in st["history"]]
+    assert phases == ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
+                      "capacity_applied", "warmup", "measuring", "collecting", "done"]
+    assert BUNDLE_FILES <= {p.name for p in bundle.iterdir()}
+    m = verify_manifest(bundle)
+    for d in ("pre", "post", "pass0-start", "pass0-end", "pass1-start", "pass1-end"):
+        assert f"snapshots/{d}/proc_diskstats" in m["files"], d
+    drop = read_json(bundle / "drop.json")
+    assert drop["cached_after_bytes"] < drop["cached_before_bytes"] or drop["cached_after_bytes"] < 512 << 20
+    summary = [json.loads(l) for l in (bundle / "agent.jsonl").read_text().splitlines()][-1]
+    assert summary["summary"] and summary["ok"] and summary["passes_done"] == passes
+    host = read_json(bundle / "host.json")
+    assert host["cgroup_backend"] in ("v1", "v2") and host["pool_device"]["name"]
+    tl = timeline(bundle)
+    assert {r["phase"] for r in tl} == {"warmup", "measuring"}
+    return summary
+
+
+# --------------------------------------------------------------------------- pure / no kernel
+
+def test_cell_grammar_matches_bench_cells():
+    from bench.cells import parse_cell
+    from bench.errors import InputError
+    r = _load_runner()
+    good = ["64g-balloon-mglru", "64g-cgroup-classic", "93g-memboot-mglru",
+            "256g-cgroup-mglru-pinned", "256g-cgroup-mglru-pilot-advice", "448g-none-mglru",
+            "768m-cgroup-classic-hybrid-oracle-block", "1536m-none-classic-random"]
+    for name in good:
+        c = parse_cell(name)
+        got = r.parse_cell(name)
+        assert got == {"capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism,
+                       "reclaim": c.reclaim, "mode": c.mode, "prefetch": c.hints or "none",
+                       "delivery": c.delivery}
+    for bad in ["64G-balloon-mglru", "64g-swap-mglru", "64g-none", "1024m-none-mglru",
+                "64g-none-mglru-pagecache", "64g-none-mglru-pilot", "0-none-mglru"]:
+        with pytest.raises(InputError):
+            parse_cell(bad)
+        with pytest.raises(r.SpecError):
+            r.parse_cell(bad)
+
+
+def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
+    from bench.pool import PoolSpec, make_pool
+    from runner_helpers import make_plan_file
+    pool = tmp_path / "pool"
+    make_pool(pool, PoolSpec(8, 64, 4096))
+    plan = make_plan_file(tmp_path / "p.bpln", tokens=4)
+    wd = tmp_path / "wd"
+    before = bench_cgroups()
+    mem_total = int(Path("/proc/meminfo").read_text().split()[1]) * 1024
+    over = ((mem_total >> 30) + 1) << 30
+    cases = [
+        ({"run_id": "a/b"}, "run_id"),
+        ({"run_id": ".."}, "run_id"),
+        ({"cell": "1g-swap-classic", "mechanism": "swap"}, "unknown mechanism 'swap'"),
+        ({"mechanism": "balloon"}, "does not match cell"),
+        ({"cell": f"{over >> 30}g-none-classic", "capacity_bytes": over}, "above this host's MemTotal"),
+        ({"plan": str(tmp_path / "missing.bpln")}, "does not exist"),
+        ({"plan_sha256": "0" * 64}, "plan_sha256"),
+        ({"cell": "1g-none-classic-pinned", "mode": "pinned"}, "arena_bytes"),
+    ]
+    for change, why in cases:
+        spec = make_spec("ok-id", "1g-none-classic", pool=pool, plan=plan, agent=agent)
+        spec.update(change)
+        rc, res = start(spec, wd)
+        assert rc == 2 and res["ok"] is False, (change, res)
+        assert res["reason"].startswith("bad spec") and why in res["reason"], (change, res)
+        assert not wd.exists(), "a refused spec must not create anything"
+    assert bench_cgroups() == before
+
+
+# --------------------------------------------------------------------------- real runs
+
+@pytest.mark.root
+def test_none_run_survives_its_caller_and_never_runs_twice(agent, loopfs, pool, plans, work_dir):
+    """A `none` run started from a shell session that is then hung up and killed completes;
+    starting it again reports the finished run and runs nothing."""
+    spec = make_spec("none-1", "1g-none-classic", pool=pool, plan=plans["short"], agent=agent)
+    sp = write_spec(spec, work_dir)
+    caller = subprocess.Popen(
+        ["bash", "-c", f"'{sys.executable}' '{RUNNER}' start --spec '{sp}' --work-dir "
+                       f"'{work_dir}'; sleep 120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    res = json.loads(caller.stdout.readline())
+    assert res["ok"] and res["state"] == "started" and res["pid"] > 0
+    os.killpg(caller.pid, signal.SIGHUP)
+    os.killpg(caller.pid, signal.SIGKILL)
+    # the daemon kept none of the caller's stdio: the pipes close once the caller is gone
+    caller.communicate(timeout=10)
+    sp.unlink()
+    assert Path(f"/proc/{res['pid']}").exists() or \
+        read_json(Path(res["bundle"]) / "status.json")["phase"] in ("done", "failed")
+    st = wait("none-1", work_dir)
+    bundle = Path(res["bundle"])
+    check_common(bundle, st)
+    assert st["pid"] == res["pid"]
+    # pool (256 MiB) far below memory: the measured pass is served from the cache
+    warm = measured_device_bytes(bundle, loopfs.dev)
+    assert warm <= WARM_SLACK, (warm, [(bundle / "snapshots" / d / "proc_diskstats").read_text()
+                                       for d in ("pass1-start", "pass1-end")])
+    assert read_json(bundle / "capacity.json")["mechanism"] == "none"
+    assert read_json(bundle / "runner.json")["kmsg"]["method"] in ("/dev/kmsg", "dmesg-diff")
+
+    manifest = (bundle / "manifest.json").read_bytes()
+    rc, again = start(spec, work_dir)
+    assert rc == 0 and again["state"] == "ended" and again["pid"] == res["pid"]
+    assert again["status"]["phase"] == "done"
+    assert (bundle / "manifest.json").read_bytes() == manifest
+    rc, st2 = runner("status", "none-1", "--work-dir", work_dir)
+    assert rc == 0 and st2["history"] == st["history"] and st2["live"] is False
+
+
+@pytest.mark.root
+def test_cgroup_wall(agent, loopfs, pool, plans, work_dir):
+    backend = memory_cgroup_backend()
+    if backend == "none":
+        pytest.skip("no memory cgroup controller (neither cgroup2 nor v1 memory)")
+    cap = 64 << 20
+    spec = make_spec("cg-1", "64m-cgroup-classic", pool=pool, plan=plans["short"], agent=agent)
+    rc, res = start(spec, work_dir)
+    assert rc == 0 and res["state"] == "started", res
+    bundle = Path(res["bundle"])
+    # a second start while it runs attaches to the same runner
+    rc, again = start(spec, work_dir)
+    assert rc == 0 and again["state"] == "running" and again["pid"] == res["pid"], again
+    st = wait_phase(bundle, ("warmup", "measuring"))
+    agent_pid = st.get("children", {}).get("agent")
+    try:                      # seen from outside while it runs: the agent is in the wall
+        cg_seen = Path(f"/proc/{agent_pid}/cgroup").read_text()
+        assert "bench-cg-1" in cg_seen, cg_seen
+    except FileNotFoundError:
+        pass                  # already finished: runner.json's own check below
+    st = wait("cg-1", work_dir)
+    check_common(bundle, st)
+    c = read_json(bundle / "capacity.json")
+    assert c["backend"] == backend and c["limit_bytes"] == cap and c["limit_read_back"] == cap
+    assert c["path"].endswith("/bench-cg-1") and not os.path.exists(c["path"]), "cgroup removed"
+    assert read_json(bundle / "runner.json")["agent"]["in_cgroup"] is True
+    # the wall is reached and holds
+    cur = [int(r["memory_current"]) for r in timeline(bundle) if r["memory_current"]]
+    assert max(cur) >= 0.9 * cap and max(cur) <= cap
+    peak_name = "memory.max_usage_in_bytes" if backend == "v1" else "memory.peak"
+    peak = [p for p in (bundle / "snapshots" / "post").iterdir() if p.name.endswith(peak_name)]
+    assert peak and 0.9 * cap <= int(peak[0].read_text()) <= cap
+    # 64 MiB cannot hold the ~230 MiB the plan touches: the measured pass reads the device
+    assert measured_device_bytes(bundle, loopfs.dev) > 32 << 20
+    assert not (work_dir / "active" / "cg-1.json").exists()
+
+
+def _balloon_spec(run_id, pool, plan, agent, target=512 << 20):
+    avail = int([l for l in Path("/proc/meminfo").read_text().splitlines()
+                 if l.startswith("MemAvailable:")][0].split()[1]) * 1024
+    cap = ((avail - target) >> 20) << 20
+    from bench.units import format_size
+    return make_spec(run_id, f"{format_size(cap).lower()}-balloon-classic", pool=pool,
+                     plan=plan, agent=agent, balloon_max_bytes=1 << 30)
+
+
+@pytest.mark.root
+def test_balloon_run(agent, loopfs, pool, plans, work_dir):
+    spec = _balloon_spec("bal-1", pool, plans["short"], agent)
+    rc, res = start(spec, work_dir)
+    assert rc == 0, res
+    st = wait("bal-1", work_dir)
+    bundle = Path(res["bundle"])
+    check_common(bundle, st)
+    c = read_json(bundle / "capacity.json")
+    assert 256 << 20 <= c["requested_bytes"] <= 1 << 30
+    assert c["vmlck_verified"] and c["vmlck_bytes"] >= c["requested_bytes"]
+    assert c["ready"]["ready"] is True
+    b = read_json(bundle / "balloon.json")
+    assert b["pid"] == c["pid"] and b["alive_at_loop_entry"] is True and b["alive_at_end"] is True
+    assert b["exit_code"] == 0 and b["signal"] is None        # released by the teardown
+    assert b["vmlck_at_loop_entry_bytes"] >= c["requested_bytes"]
+    assert '"released":true' in (bundle / "balloon.jsonl").read_text().replace(" ", "")
+    assert (bundle / "snapshots" / "post" / "balloon_status").exists()
+    assert not Path(f"/proc/{c['pid']}").exists()
+
+
+@pytest.mark.root
+def test_balloon_killed_during_measured_pass(agent, loopfs, pool, plans, work_dir):
+    spec = _balloon_spec("bal-kill", pool, plans["long"], agent)
+    rc, res = start(spec, work_dir)
+    assert rc == 0, res
+    bundle = Path(res["bundle"])
+    st = wait_phase(bundle, ("measuring",))
+    assert st["phase"] == "measuring", st
+    bpid = read_json(bundle / "capacity.json")["pid"]
+    os.kill(bpid, signal.SIGKILL)
+    st = wait("bal-kill", work_dir)
+    assert st["phase"] == "done", st      # the run executed; retention rejects it
+    b = read_json(bundle / "balloon.json")
+    assert b["alive_at_end"] is False and b["signal"] == signal.SIGKILL
+    assert b["exited_before_teardown"] is True
+    verify_manifest(bundle)
+
+
+@pytest.mark.root
+def test_host_lock_and_stop(agent, loopfs, pool, plans, work_dir):
+    """A second runner waits for the host lock and fails with a reason at its timeout; `stop`
+    ends a running run as failed, torn down, with a manifest."""
+    work_dir.mkdir(exist_ok=True)
+    fd = os.open(work_dir / "host.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        spec = make_spec("locked-1", "1g-none-classic", pool=pool, plan=plans["short"],
+                         agent=agent, host_lock_timeout_s=1)
+        rc, res = start(spec, work_dir)
+        assert rc == 0
+        st = wait("locked-1", work_dir)
+        assert st["phase"] == "failed" and "host lock" in st["reason"], st
+        verify_manifest(Path(res["bundle"]))
+    finally:
+        os.close(fd)
+    if memory_cgroup_backend() == "none":
+        return
+    spec = make_spec("stop-1", "64m-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
+    rc, res = start(spec, work_dir)
+    bundle = Path(res["bundle"])
+    wait_phase(bundle, ("warmup",))
+    time.sleep(0.3)
+    rc, st = runner("stop", "stop-1", "--work-dir", work_dir)
+    assert st.get("stop_sent") is True, st
+    st = wait("stop-1", work_dir)
+    assert st["phase"] == "failed" and "stopped by request" in st["reason"], st
+    verify_manifest(bundle)
+    assert not os.path.exists(read_json(bundle / "capacity.json")["path"])
+    assert not (work_dir / "active" / "stop-1.json").exists()
+    assert gone(st["children"]["agent"])
+
+
+@pytest.mark.root
+def test_runner_killed_is_settled_as_failed(agent, loopfs, pool, plans, work_dir):
+    """The runner itself dies (SIGKILL) mid-run: the next `status` finds the run lock free,
+    stops the agent it recorded, removes its cgroup and seals the bundle as failed."""
+    if memory_cgroup_backend() == "none":
+        pytest.skip("no memory cgroup controller (neither cgroup2 nor v1 memory)")
+    spec = make_spec("dead-1", "64m-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
+    rc, res = start(spec, work_dir)
+    bundle = Path(res["bundle"])
+    st = wait_phase(bundle, ("warmup",))
+    agent_pid = st["children"]["agent"]
+    cg = read_json(bundle / "capacity.json")["path"]
+    os.kill(res["pid"], signal.SIGKILL)
+    end = time.monotonic() + 10
+    while Path(f"/proc/{res['pid']}").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    rc, st = runner("status", "dead-1", "--work-dir", work_dir)
+    assert st["phase"] == "failed" and st["live"] is False and "died" in st["reason"], st
+    assert "killed 1 process" in st["reason"] and "removed 1 cgroup" in st["reason"], st
+    assert gone(agent_pid)
+    assert not os.path.exists(cg)
+    verify_manifest(bundle)
+    rc, again = start(spec, work_dir)
+    assert again["state"] == "ended" and again["status"]["phase"] == "failed"
