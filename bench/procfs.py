@@ -30,16 +30,6 @@ def parse_meminfo(text: str) -> dict[str, int]:
     return out
 
 
-def parse_vmstat(text: str) -> dict[str, int]:
-    """/proc/vmstat -> {counter: value} (pages or events; pgpgin/pgpgout are KiB)."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            out[parts[0]] = int(parts[1])
-    return out
-
-
 @dataclass(frozen=True)
 class DiskStat:
     major: int
@@ -98,13 +88,17 @@ def parse_psi(text: str) -> dict[str, dict[str, float]]:
 
 
 def parse_flat_keyed(text: str) -> dict[str, int]:
-    """cgroup flat-keyed files (memory.stat, memory.events, memory.oom_control) -> {key: int}."""
+    """'key value' lines -> {key: int}: /proc/vmstat (pages or events; pgpgin/pgpgout are KiB)
+    and cgroup flat-keyed files (memory.stat, memory.events, memory.oom_control)."""
     out = {}
     for line in text.splitlines():
         parts = line.split()
         if len(parts) == 2:
             out[parts[0]] = int(parts[1])
     return out
+
+
+parse_vmstat = parse_flat_keyed
 
 
 def parse_cgroup_value(text: str) -> int | None:

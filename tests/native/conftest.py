@@ -36,21 +36,8 @@ def agent() -> Path:
 
 @pytest.fixture(scope="session")
 def loopfs():
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    for tool in ("losetup", "mkfs.ext4", "mount"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed")
-    if not Path("/proc/sys/vm/drop_caches").exists():
-        pytest.skip("no /proc/sys/vm/drop_caches")
-    try:
-        fs = nl.make_loopfs(LOOP_BYTES)
-    except (OSError, RuntimeError) as exc:
-        pytest.skip(f"no loop device support: {exc}")
-    try:
+    with nl.loopfs_or_skip(LOOP_BYTES, "bench-native-") as fs:
         yield fs
-    finally:
-        nl.destroy_loopfs(fs)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ safe to call on a half-built setup.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -175,3 +176,25 @@ def snapshot_device_bytes(snap_dir: Path, p: int, dev: str) -> int:
     start = (snap_dir / f"pass{p}-start" / "proc_diskstats").read_text()
     end = (snap_dir / f"pass{p}-end" / "proc_diskstats").read_text()
     return (diskstats_sectors_read(dev, end) - diskstats_sectors_read(dev, start)) * SECTOR
+
+
+@contextlib.contextmanager
+def loopfs_or_skip(size_bytes: int, prefix: str):
+    """An ext4 file system on a direct-I/O loop device for one test session, or a pytest skip
+    naming the missing capability; always torn down."""
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a loop device")
+    for tool in ("losetup", "mkfs.ext4", "mount"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed")
+    if not Path("/proc/sys/vm/drop_caches").exists():
+        pytest.skip("no /proc/sys/vm/drop_caches")
+    try:
+        fs = make_loopfs(size_bytes, prefix=prefix)
+    except (OSError, RuntimeError) as exc:
+        pytest.skip(f"no loop device support: {exc}")
+    try:
+        yield fs
+    finally:
+        destroy_loopfs(fs)

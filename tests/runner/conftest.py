@@ -42,18 +42,8 @@ def agent() -> Path:
 
 @pytest.fixture(scope="session")
 def loopfs():
-    _need(os.geteuid() == 0, "needs root for a loop device")
-    for tool in ("losetup", "mkfs.ext4", "mount"):
-        _need(shutil.which(tool), f"{tool} not installed")
-    _need(Path("/proc/sys/vm/drop_caches").exists(), "no /proc/sys/vm/drop_caches")
-    try:
-        fs = nl.make_loopfs(LOOP_BYTES, prefix="bench-runner-")
-    except (OSError, RuntimeError) as exc:
-        pytest.skip(f"no loop device support: {exc}")
-    try:
+    with nl.loopfs_or_skip(LOOP_BYTES, "bench-runner-") as fs:
         yield fs
-    finally:
-        nl.destroy_loopfs(fs)
 
 
 @pytest.fixture(scope="session")
