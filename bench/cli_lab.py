@@ -1,4 +1,5 @@
-"""`bench lab ...`: test fleets on this machine (the netns lab)."""
+"""`bench lab ...`: test fleets on this machine: the netns lab (real sshd in network namespaces)
+and the vm lab (qemu guests with real reboots)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,38 @@ import typer
 from .errors import InputError
 
 lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: network "
-                                                 "namespaces running real sshd (root).")
+                                                 "namespaces running real sshd, or qemu guests "
+                                                 "with real reboots (root).")
 
-KindOpt = Annotated[str, typer.Option("--kind", help="Lab kind: netns.")]
+KindOpt = Annotated[str, typer.Option("--kind", help="Lab kind: netns or vm.")]
 StateOpt = Annotated[Optional[Path], typer.Option(
     "--state-dir", help="Lab state directory (default $BENCH_LAB_DIR or /run/bench-lab).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _lab(kind: str, state_dir: Path | None):
-    if kind != "netns":
-        raise InputError(f"--kind {kind!r} is not available", "allowed values: netns")
+    if kind not in ("netns", "vm"):
+        raise InputError(f"--kind {kind!r} is not available", "allowed values: netns, vm")
+    if kind == "vm":
+        return None
     from .lab_netns import Lab
     return Lab(state_dir)
+
+
+def _vm_state_dir(state_dir: Path | None) -> None:
+    if state_dir is not None:
+        import os
+        os.environ["BENCH_LAB_DIR"] = str(state_dir)
+
+
+def _vm_status(json_out: bool) -> None:
+    from . import views
+    from .lab_vm import lab_status
+    rows = lab_status()
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.vm_lab_table(rows))
 
 
 @lab_app.command("up")
@@ -40,6 +60,13 @@ def lab_up(kind: KindOpt = "netns",
     from . import views
     t0 = time.monotonic()
     lab = _lab(kind, state_dir)
+    if lab is None:
+        from .lab_vm import lab_up as vm_up
+        _vm_state_dir(state_dir)
+        st = vm_up(count, log=views.say)
+        views.say(f"up in {time.monotonic() - t0:.0f}s; inventory in {st['hosts_dir']}")
+        _vm_status(json_out)
+        return
     lab.up(count, prefix=prefix, subnet=subnet)
     status = dict(lab.status(), seconds=round(time.monotonic() - t0, 3))
     if json_out:
@@ -55,7 +82,13 @@ def lab_down(kind: KindOpt = "netns", state_dir: StateOpt = None,
              json_out: JsonOpt = False) -> None:
     """Tear down exactly what `lab up` made (processes, namespaces, links, route, files)."""
     from . import views
-    removed = _lab(kind, state_dir).down()
+    lab = _lab(kind, state_dir)
+    if lab is None:
+        from .lab_vm import lab_down as vm_down
+        _vm_state_dir(state_dir)
+        removed = vm_down(log=views.say)
+    else:
+        removed = lab.down()
     if json_out:
         views.emit_json({"removed": removed})
     else:
@@ -67,7 +100,12 @@ def lab_status(kind: KindOpt = "netns", state_dir: StateOpt = None,
                json_out: JsonOpt = False) -> None:
     """Show the lab's hosts, their sshd and boot ids."""
     from . import views
-    status = _lab(kind, state_dir).status()
+    lab = _lab(kind, state_dir)
+    if lab is None:
+        _vm_state_dir(state_dir)
+        _vm_status(json_out)
+        return
+    status = lab.status()
     if json_out:
         views.emit_json(status)
     else:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import logging
 import os
 import socket
 import threading
@@ -36,6 +37,11 @@ from .errors import (AuthError, CommandFailed, CommandTimeout, HostError, HostKe
                      InputError, Unreachable)
 from .inventory import Host
 from .transport import LocalTransport, Result, Transport, quote_argv
+
+
+# paramiko logs every failed banner read (a rebooting host) as a traceback on stderr; its
+# errors reach the caller as typed HostErrors, so its log stays quiet.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class _UnknownHostKey(paramiko.SSHException):

@@ -221,6 +221,16 @@ def lab_table(status: dict) -> Table:
     return t
 
 
+def vm_lab_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="Lab (vm: qemu guests)" + ("" if rows else ": down"))
+    for col in ("host", "qemu", "ssh port", "ssh", "boot_id / cmdline", "inventory"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], f"pid {r['pid']}" if r["running"] else "[red]stopped[/]",
+                  str(r["port"]), r.get("ssh", "-"), r.get("detail", "-"), str(r["inventory"]))
+    return t
+
+
 # results store (bench results, runs, compare, sizing) -------------------------------------------
 
 def _gbx(x: float | None, fmt: str = ".2f") -> str:
