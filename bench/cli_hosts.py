@@ -128,5 +128,76 @@ def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inv
                                                     else "already in ") + h.known_hosts_path)
 
 
+@hosts_app.command("collect")
+def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+                  run_id: Annotated[str, typer.Argument(help="Run id on that host.")],
+                  hosts_dir: HostsDirOpt = None,
+                  data_dir: Annotated[Optional[Path], typer.Option(
+                      "--data-dir", help="Where bundles go (default $BENCH_DATA_DIR, else "
+                      "~/.local/share/bench).")] = None,
+                  json_out: JsonOpt = False) -> None:
+    """Collect a run's bundle from a host (after a quarantine or a lost controller): the
+    runner's status, then, if the run ended, the bundle into <data_dir>/bundles/<host>/<run_id>/
+    with its manifest verified. Exit 1 while the run is still going."""
+    from . import views
+    from .runctl import collect_run
+    (h,) = _hosts(hosts_dir, [host])
+    res = collect_run(h, run_id, data_dir=data_dir)
+    if json_out:
+        views.emit_json(res)
+    else:
+        st = res["status"] or {}
+        views.say(f"{h.name} run {run_id}: phase {st.get('phase')}, ok {st.get('ok')}"
+                  + (f", reason: {st.get('reason')}" if st.get("reason") else ""))
+        if res["collected"]:
+            f = res["figures"] or {}
+            med, dev = f.get("iteration_median_s"), f.get("device_gb_per_iteration")
+            views.say(f"bundle {res['bundle']} (manifest verified); median iteration "
+                      + ("-" if med is None else f"{med * 1e3:.3f} ms")
+                      + ", device " + ("-" if dev is None else f"{dev:.4f} GB") + "/iteration")
+        else:
+            views.say("the run has not ended yet: collect again later")
+    if not res["collected"]:
+        raise typer.Exit(1)
+
+
+@hosts_app.command("bandwidth")
+def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+                    hosts_dir: HostsDirOpt = None,
+                    threads: Annotated[int, typer.Option("--threads", help="Agent threads.")] = 8,
+                    max_bytes: Annotated[str, typer.Option(
+                        "--max-bytes", help="Read at most about this much of the pool per pass "
+                        "(0 = all of it), e.g. 64G.")] = "0",
+                    db: Annotated[Optional[str], typer.Option(
+                        "--db", help="Database URL (default $BENCH_DB, else the local SQLite).")]
+                    = None,
+                    json_out: JsonOpt = False) -> None:
+    """Raw read bandwidth of the host's pool device with the agent: drop_caches, then every
+    pool file read once cold (pass 0) and once warm (pass 1); device bytes from the pool
+    device's diskstats around each pass. Stored with the host's boot_id and fingerprint."""
+    from . import views
+    from .runctl import measure_bandwidth
+    from .store.bandwidth import store_bandwidth
+    from .store.db import open_store
+    from .units import parse_size
+    (h,) = _hosts(hosts_dir, [host])
+    m = measure_bandwidth(h, threads=threads, max_bytes=parse_size(max_bytes, "--max-bytes"))
+    store = open_store(db)
+    try:
+        m["id"] = store_bandwidth(store, m)
+    finally:
+        store.close()
+    if json_out:
+        views.emit_json(m)
+    else:
+        for p in ("cold", "warm"):
+            x = m[p]
+            dev = x["device_bytes"]
+            views.say(f"{h.name} (boot {m['boot_id']}, device {m['device']}): {p}: "
+                      f"{x['bytes'] / 1e9:.3f} GB in {x['seconds']:.3f} s = "
+                      f"{(x['gb_per_s'] or 0):.3f} GB/s; device read "
+                      + ("-" if dev is None else f"{dev / 1e9:.3f} GB"))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(hosts_app, name="hosts")

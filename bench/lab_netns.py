@@ -258,11 +258,17 @@ class Lab:
         if h.sshd_pid and _alive(h.sshd_pid):
             raise LabError(f"{name}: sshd already running (pid {h.sshd_pid})")
         d = Path(h.dir)
+        # A lab host is a clean machine: the controller's own shell start-up files (here root's
+        # .bashrc runs `pyenv rehash`, whose lock a killed session leaves behind) are hidden
+        # behind an empty file in the host's mount namespace.
+        (d / "empty-rc").write_text("")
         script = ('hostname "$1" && mount --bind "$2" /proc/cmdline && '
-                  'mount --bind "$3" /proc/sys/kernel/random/boot_id && exec "$4" -D -e -f "$5"')
+                  'mount --bind "$3" /proc/sys/kernel/random/boot_id && '
+                  'for f in "$HOME/.bashrc" "$HOME/.profile" "$HOME/.bash_profile"; do '
+                  '[ -e "$f" ] && mount --bind "$6" "$f"; done; exec "$4" -D -e -f "$5"')
         argv = ["ip", "netns", "exec", h.netns, "unshare", "-m", "-u", "--propagation", "private",
                 "sh", "-c", script, "lab-sshd", h.name, str(d / "cmdline"), str(d / "boot_id"),
-                _sshd() or "sshd", str(d / "sshd_config")]
+                _sshd() or "sshd", str(d / "sshd_config"), str(d / "empty-rc")]
         with open(d / "sshd.log", "ab") as log:
             p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  start_new_session=True)

@@ -363,3 +363,117 @@ def recheck_table(changes: Sequence[dict]) -> Table:
                   f"v{ch['new']['version']} {'pass' if ch['new']['passed'] else 'FAIL'}",
                   ch["reason"])
     return t
+
+
+# matrices and campaign plans (plain fixed-width text: the dry-run plan is golden-tested) ----------
+
+def duration(seconds: float) -> str:
+    """12345 -> '3h 25m'; under an hour '12m 30s'."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 60}m {s % 60:02d}s"
+
+
+def _tags_text(tags) -> str:
+    if tags == "any":
+        return "any host"
+    return ", ".join(f"{k} in {'|'.join(v)}" for k, v in tags.items())
+
+
+def matrix_list_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="Shipped matrices (bench matrix show NAME)")
+    for col in ("name", "cells", "reps", "hosts", "description"):
+        t.add_column(col, justify="right" if col in ("cells", "reps") else "left")
+    for r in rows:
+        t.add_row(r["name"], str(r["points"]), str(r["repetitions"]),
+                  f"{_tags_text(r['hosts']['tags'])} ({r['hosts']['placement']})",
+                  r["description"])
+    return t
+
+
+def _workload_text(w: dict) -> str:
+    parts = [f"trace {w['trace']}"]
+    if w.get("domain"):
+        parts.append(f"domain {w['domain']}")
+    parts.append(f"batch {w['batch']}")
+    if w.get("passes", 2) != 2:
+        parts.append(f"{w['passes']} passes")
+    if w.get("fixed_set_bytes"):
+        parts.append(f"fixed set {w['fixed_set_bytes'] / 1e9:g} GB")
+    return ", ".join(parts)
+
+
+def matrix_text(m: dict) -> str:
+    o = m["order"]
+    pool = m.get("pool_bytes")
+    lines = [f"matrix {m['name']}: {m['description']}",
+             f"  source       {m['source']}"]
+    if m.get("reference"):
+        lines.append(f"  reference    {m['reference']}")
+    lines += [
+        f"  workload     {_workload_text(m['workload'])}"
+        + (f" (pool {pool / 1e12:.3g} TB)" if pool and pool >= 1e12 else
+           f" (pool {pool} bytes)" if pool else ""),
+        f"  repetitions  {m['repetitions']}; order: "
+        + ("randomized" if o["randomize"] else "as written")
+        + (", repetitions interleaved" if o["interleave_reps"] else ", repetitions back to back"),
+        f"  hosts        {_tags_text(m['hosts']['tags'])}, placement {m['hosts']['placement']}",
+        f"  boot         memboot mem = C + {m['memboot_overhead']}; MGLRU "
+        + ("at boot (bench.lru_gen=)" if m["mglru_at_boot"] else "toggled at run time"),
+        f"  estimate     {duration(m['estimate']['run_seconds'])} per run, "
+        f"{duration(m['estimate']['reboot_seconds'])} per reboot",
+        f"  cells ({len(m['points'])}):"]
+    w = max(len(p["point"]) for p in m["points"])
+    for p in m["points"]:
+        extra = []
+        if p["repetitions"] != m["repetitions"]:
+            extra.append(f"{p['repetitions']} reps")
+        if p["placement"] != m["hosts"]["placement"]:
+            extra.append(f"placement {p['placement']}")
+        if p["tags"] != m["hosts"]["tags"]:
+            extra.append(_tags_text(p["tags"]))
+        lines.append((f"    {p['point']:<{w}}" + (f"  ({'; '.join(extra)})" if extra else "")).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def plan_text(m: dict, plan: dict, expansion: dict) -> str:
+    """The dry-run plan: per host its ordered runs by boot group, reboots, estimate."""
+    o = m["order"]
+    lines = [f"campaign {plan['campaign']}: matrix {m['name']}, seed {plan['seed']}",
+             f"workload {_workload_text(m['workload'])}; "
+             + ("randomized" if o["randomize"] else "as written")
+             + (", repetitions interleaved" if o["interleave_reps"] else "")
+             + f"; estimate {duration(plan['estimates']['run_seconds'])} per run, "
+               f"{duration(plan['estimates']['reboot_seconds'])} per reboot",
+             ""]
+    for h in plan["hosts"]:
+        runs = h["runs"]
+        lines.append(f"host {h['host']}: {len(runs)} runs, {h['reboots']} reboots "
+                     f"(lower bound {h['reboot_lower_bound']}), estimate "
+                     f"{duration(h['estimate_s'])}")
+        if not runs:
+            lines.append("  (no runs)")
+            lines.append("")
+            continue
+        wid = max(len(r["run_id"]) for r in runs)
+        for gi, b in enumerate(h["boot_groups"], 1):
+            group = [r for r in runs if r["boot"]["label"] == b["label"]]
+            how = "reboot" if group[0]["reboot_before"] else "current boot, no reboot"
+            lines.append(f"  boot {gi}/{len(h['boot_groups'])}: {b['label']} ({how}), "
+                         f"{len(group)} runs")
+            lines.append(f"    {'pos':>4}  {'run id':<{wid}}  {'rep':>3}  cell")
+            for r in group:
+                lines.append(f"    {r['position']:>4}  {r['run_id']:<{wid}}  {r['rep']:>3}  "
+                             f"{r['cell']}")
+        lines.append("")
+    if expansion["skipped"]:
+        lines.append(f"skipped ({len(expansion['skipped'])}):")
+        for s in expansion["skipped"]:
+            lines.append(f"  {s['point']} on {s['host'] or '(no host)'}: {s['reason']}")
+        lines.append("")
+    for wmsg in expansion["warnings"]:
+        lines.append(f"warning: {wmsg}")
+    lines.append(f"total: {plan['runs']} runs, {plan['reboots']} reboots, estimate "
+                 f"{duration(plan['estimate_s'])} (hosts in parallel)")
+    return "\n".join(lines) + "\n"

@@ -206,3 +206,25 @@ class JournalEntry(Base):
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict | None] = mapped_column(JSON)
+
+
+class Bandwidth(Base):
+    """Raw read bandwidth of a host's pool device, cold (after drop_caches) and warm (the same
+    files again, from the page cache), measured by the agent (`bench hosts bandwidth`). Always
+    tied to the host and the boot it was measured in, never carried to another machine."""
+    __tablename__ = "bandwidth"
+    __table_args__ = (Index("ix_bandwidth_host_boot", "host_id", "boot_ref"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    boot_ref: Mapped[int] = mapped_column(ForeignKey("boots.id"))
+    fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprints.id"))
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
+    device: Mapped[str | None] = mapped_column(String(64))
+    pool_dir: Mapped[str] = mapped_column(Text)
+    threads: Mapped[int] = mapped_column(Integer)
+    bytes_per_pass: Mapped[int] = mapped_column(BigInteger)
+    cold_seconds: Mapped[float] = mapped_column(Float)
+    cold_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    warm_seconds: Mapped[float] = mapped_column(Float)
+    warm_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    data: Mapped[dict] = mapped_column(JSON)
