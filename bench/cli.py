@@ -350,7 +350,7 @@ def _register_areas() -> None:
     """Command groups that live in their own cli_<area> modules (hosts and labs, results...):
     each has register(app). A module not written yet is skipped; any other import error is real."""
     import importlib
-    for name in ("cli_hosts", "cli_reboot", "cli_lab", "cli_results", "cli_run"):
+    for name in ("cli_hosts", "cli_reboot", "cli_lab", "cli_results", "cli_run", "cli_campaign"):
         try:
             module = importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError as exc:

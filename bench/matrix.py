@@ -1,0 +1,643 @@
+"""Matrices: a named set of cells with repetitions, ordering rules and host constraints (TOML).
+
+Pure except for reading the file. `load_matrix(ref)` takes a shipped name (bench/data/matrices/
+NAME.toml: capacity, reclaim, equal-memory, prefetch, admission, smoke) or a path to a user file,
+and validates every key: a missing or unknown key, a wrong type or a value outside its allowed set
+is a MatrixError naming the file, the dotted key and the allowed values. `expand(matrix, hosts)`
+turns it, for a set of inventory hosts, into run requests for `bench.schedule.schedule` plus the
+cells it had to skip on some host, each with its reason (never silently dropped).
+
+Schema (see the shipped files for commented examples):
+
+    name = "reclaim"                 # a-z, 0-9, '-'; equals the file stem for shipped matrices
+    description = "..."
+    reference = "paper §5, Fig. 3"   # optional, free text
+    repetitions = 3                  # runs per cell and host (>= 1)
+    memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
+    mglru_at_boot = false            # optional: MGLRU set by a boot (bench.lru_gen=) not at run time
+    [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
+                batch = 1, pool = "1347G" (optional size; needed for `pool` capacities when the
+                trace is a file), passes = 2, fixed_set_bytes = N (optional)
+    [order]     randomize = true, interleave_reps = true
+    [hosts]     tags = "any" | { machine = ["A", "B"] }, placement = "each" | "one"
+    [estimate]  run_seconds = 900, reboot_seconds = 600
+    [cells]     capacities = ["64G", "0.044pool", "0.5mem"], mechanisms = [...], reclaims = [...],
+                modes = ["pagecache"], prefetch = ["none", "oracle-advice", ...],
+                exclude = [{ capacity = "64G", mechanism = "memboot" }, ...]
+    [[cells.extra]]  cell = "448G-cgroup-mglru"  (or capacity/mechanism/reclaim/mode/prefetch),
+                     optional tags, placement, repetitions
+
+Capacities: absolute (`64G`, binary units as cgroups take them), relative to the pool
+(`0.044pool`: that fraction of the workload's pool bytes) or to the host's memory (`0.5mem`: of
+its inventory memory.total). They resolve per host at expansion time, rounded down to a whole
+MiB so that cell names stay exact (`768M`). Skipped, with the reason: a capacity above the
+host's memory, a relative capacity the host cannot resolve, a memboot or boot-time MGLRU cell on
+a host that may not reboot, a memboot whose mem= falls below the host's floor or above its
+memory, a cell that resolves to the same name as an earlier one on that host.
+
+Boot config of a cell (what only a reboot changes): `memboot` boots with mem = C +
+memboot_overhead (the kernel's own reservations, firmware and the non-file working set; the
+paper's 93G point was a mem= boot with 102G visible), rounded down to a MiB; every other
+mechanism keeps the default (no mem=). MGLRU is a runtime toggle unless `mglru_at_boot = true`,
+in which case the boot carries bench.lru_gen=on|off. Placement `each`: every eligible host
+(tags match) runs every cell (cross-machine reproduction); `one`: all repetitions of a cell run
+on one eligible host, chosen by the scheduler to balance load.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from .cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
+from .errors import InputError
+from .units import format_size, parse_size
+
+MIB = 1 << 20
+PLACEMENTS = ("each", "one")
+PRESET_POOLS = {  # layers x experts_per_layer x expert_bytes of bench.synth.PRESETS
+    "k3": 92 * 896 * 17_550_000, "qwen3": 48 * 128 * 2_864_583,
+    "dsv3": 58 * 256 * 44_040_192, "tiny": 4 * 32 * 65_536,
+}
+DEFAULT_MEMBOOT_OVERHEAD = 9 << 30
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_REL = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(pool|mem)\s*$")
+
+
+class MatrixError(InputError):
+    """A matrix file that does not validate; names the file, the key and the allowed values."""
+
+
+# boot configs and run requests (shared with bench.schedule) -------------------------------------
+
+@dataclass(frozen=True, order=True)
+class BootConfig:
+    """What only a reboot changes. mem=None: no mem= (the whole DRAM); lru_gen=None: MGLRU is
+    left to the running kernel (toggled at run time), else 'on'/'off' via bench.lru_gen=."""
+    mem: int | None = None
+    lru_gen: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.mem is None and self.lru_gen is None
+
+    @property
+    def label(self) -> str:
+        parts = ([f"mem={format_size(self.mem)}"] if self.mem is not None else []) + (
+            [f"bench.lru_gen={self.lru_gen}"] if self.lru_gen is not None else [])
+        return " ".join(parts) or "default"
+
+    def as_dict(self) -> dict:
+        return {"mem": None if self.mem is None else format_size(self.mem),
+                "mem_bytes": self.mem, "lru_gen": self.lru_gen, "label": self.label}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a request: on this host, as this (resolved) cell, under this boot."""
+    host: str
+    cell: str
+    boot: BootConfig
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run to schedule. Requests with the same `unit` (the repetitions of one cell) must land
+    on the same host; `candidates` are the hosts it may use (one for placement `each`)."""
+    unit: str
+    point: str      # the matrix point as written (capacity as in the file)
+    rep: int
+    candidates: tuple[Candidate, ...]
+    index: int = 0  # position of the point in the matrix (the order when not randomized)
+
+
+@dataclass(frozen=True)
+class Skip:
+    point: str
+    host: str | None
+    reason: str
+    cell: str | None = None
+
+
+# the matrix ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Capacity:
+    text: str
+    kind: str           # abs | pool | mem
+    value: float        # bytes (abs) or fraction
+
+    def resolve(self, pool_bytes: int | None, mem_total: int | None) -> tuple[int | None, str]:
+        """Bytes rounded down to a MiB, or (None, why not)."""
+        if self.kind == "abs":
+            raw = int(self.value)
+        elif self.kind == "pool":
+            if pool_bytes is None:
+                return None, "pool size unknown (set workload.pool)"
+            raw = int(self.value * pool_bytes)
+        else:
+            if mem_total is None:
+                return None, f"{self.text} needs the host's memory.total in its inventory file"
+            raw = int(self.value * mem_total)
+        b = raw // MIB * MIB
+        if b <= 0:
+            return None, f"{self.text} resolves to less than 1 MiB"
+        return b, ""
+
+
+@dataclass(frozen=True)
+class Point:
+    capacity: Capacity
+    mechanism: str
+    reclaim: str
+    mode: str = "pagecache"
+    prefetch: str = "none"
+    tags: tuple | None = None        # ((tag, (values...)), ...) override, None: the matrix's
+    placement: str | None = None
+    repetitions: int | None = None
+
+    @property
+    def key(self) -> str:
+        parts = [self.capacity.text, self.mechanism, self.reclaim]
+        if self.mode != "pagecache":
+            parts.append(self.mode)
+        if self.prefetch != "none":
+            parts.append(self.prefetch)
+        return "-".join(parts)
+
+    def cell(self, capacity_bytes: int) -> Cell:
+        hints = delivery = None
+        if self.prefetch != "none":
+            hints, delivery = self.prefetch.rsplit("-", 1)
+        return Cell(capacity_bytes, self.mechanism, self.reclaim, self.mode, hints, delivery)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    description: str
+    source: str
+    workload: dict
+    repetitions: int
+    randomize: bool
+    interleave: bool
+    tags: tuple | None               # None: any host
+    placement: str
+    memboot_overhead: int
+    mglru_at_boot: bool
+    run_seconds: float
+    reboot_seconds: float
+    points: tuple[Point, ...]
+    reference: str = ""
+
+    @property
+    def pool_bytes(self) -> int | None:
+        if self.workload.get("pool") is not None:
+            return self.workload["pool"]
+        return PRESET_POOLS.get(self.workload.get("trace"))
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name, "description": self.description, "reference": self.reference,
+            "source": self.source, "workload": dict(self.workload), "pool_bytes": self.pool_bytes,
+            "repetitions": self.repetitions,
+            "order": {"randomize": self.randomize, "interleave_reps": self.interleave},
+            "hosts": {"tags": "any" if self.tags is None else {k: list(v) for k, v in self.tags},
+                      "placement": self.placement},
+            "memboot_overhead": format_size(self.memboot_overhead),
+            "mglru_at_boot": self.mglru_at_boot,
+            "estimate": {"run_seconds": self.run_seconds, "reboot_seconds": self.reboot_seconds},
+            "points": [{"point": p.key, "capacity": p.capacity.text, "mechanism": p.mechanism,
+                        "reclaim": p.reclaim, "mode": p.mode, "prefetch": p.prefetch,
+                        "repetitions": p.repetitions or self.repetitions,
+                        "placement": p.placement or self.placement,
+                        "tags": ("any" if (p.tags if p.tags is not None else self.tags) is None
+                                 else {k: list(v) for k, v in (p.tags if p.tags is not None
+                                                                else self.tags)})}
+                       for p in self.points],
+        }
+
+
+# validation ---------------------------------------------------------------------------------------
+
+_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+          list: "a list", dict: "a table"}
+TOP = ("name", "description", "reference", "workload", "repetitions", "order", "hosts", "cells",
+       "memboot_overhead", "mglru_at_boot", "estimate")
+WORKLOAD = ("trace", "domain", "batch", "pool", "passes", "fixed_set_bytes")
+ORDER = ("randomize", "interleave_reps")
+HOSTS = ("tags", "placement")
+ESTIMATE = ("run_seconds", "reboot_seconds")
+CELLS = ("capacities", "mechanisms", "reclaims", "modes", "prefetch", "exclude", "extra")
+AXES = ("capacity", "mechanism", "reclaim", "mode", "prefetch")
+EXTRA = ("cell",) + AXES + ("tags", "placement", "repetitions")
+
+
+class _C:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, key: str, msg: str, hint: str | None = None) -> MatrixError:
+        return MatrixError(f"{self.source}: key '{key}': {msg}", hint)
+
+    def keys(self, data: dict, prefix: str, allowed: Sequence[str]) -> None:
+        for k in data:
+            if k not in allowed:
+                raise self.fail(prefix + k, "unknown key", "allowed keys: " + ", ".join(allowed))
+
+    def get(self, data: dict, key: str, full: str, kind, required=False, default=None,
+            choices: Sequence[str] | None = None):
+        if key not in data:
+            if required:
+                raise self.fail(full, "missing (required)",
+                                f"allowed values: {', '.join(choices)}" if choices else None)
+            return default
+        v = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if (isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds):
+            raise self.fail(full, f"must be {' or '.join(_TYPES[k] for k in kinds)}, "
+                                  f"got {type(v).__name__} {v!r}")
+        if choices is not None and v not in choices:
+            raise self.fail(full, f"{v!r} is not allowed", f"allowed values: {', '.join(choices)}")
+        return v
+
+    def table(self, data: dict, key: str, allowed: Sequence[str]) -> dict:
+        t = self.get(data, key, key, dict, default={})
+        self.keys(t, key + ".", allowed)
+        return t
+
+    def strlist(self, data: dict, key: str, full: str, choices=None, default=None) -> list[str]:
+        v = self.get(data, key, full, list, default=default)
+        if v is None:
+            raise self.fail(full, "missing (required)",
+                            f"allowed values: {', '.join(choices)}" if choices else None)
+        if not v:
+            raise self.fail(full, "must not be empty")
+        for i, x in enumerate(v):
+            if not isinstance(x, str):
+                raise self.fail(f"{full}[{i}]", f"must be a string, got {x!r}")
+            if choices is not None and x not in choices:
+                raise self.fail(f"{full}[{i}]", f"{x!r} is not allowed",
+                                f"allowed values: {', '.join(choices)}")
+        if len(set(v)) != len(v):
+            raise self.fail(full, "lists a value twice")
+        return v
+
+    def size(self, data: dict, key: str, full: str, default=None) -> int | None:
+        raw = self.get(data, key, full, (str, int), default=None)
+        if raw is None:
+            return default
+        try:
+            return parse_size(raw, full)
+        except InputError as exc:
+            raise self.fail(full, exc.message, exc.hint) from None
+
+    def capacity(self, text: Any, full: str) -> Capacity:
+        if not isinstance(text, str):
+            raise self.fail(full, f"must be a string like \"64G\", \"0.044pool\" or \"0.5mem\", "
+                                  f"got {text!r}")
+        m = _REL.match(text)
+        if m:
+            frac = float(m.group(1))
+            top = 1.0 if m.group(2) == "mem" else 10.0
+            if not 0 < frac <= top:
+                raise self.fail(full, f"fraction {frac} of {m.group(2)} is out of range",
+                                f"allowed: 0 < fraction <= {top:g}")
+            return Capacity(text.strip(), m.group(2), frac)
+        try:
+            b = parse_size(text, full)
+        except InputError:
+            raise self.fail(full, f"{text!r} is not a capacity",
+                            "write an absolute size (64G, 768M; binary units), a fraction of the "
+                            "pool (0.044pool) or of the host's memory (0.5mem)") from None
+        if b < MIB:
+            raise self.fail(full, f"{text!r} is below 1 MiB")
+        return Capacity(format_size(b // MIB * MIB), "abs", b // MIB * MIB)
+
+    def prefetch(self, text: str, full: str) -> str:
+        if text == "none":
+            return text
+        hints, _, delivery = text.rpartition("-")
+        try:
+            Cell(1, "none", "classic", "pagecache", hints or None, delivery or None)
+        except InputError as exc:
+            raise self.fail(full, f"{text!r}: {exc.message}",
+                            "write none or <hints>-<delivery> (oracle-advice, pilot-block ...); "
+                            f"deliveries: {', '.join(DELIVERIES)}") from None
+        return text
+
+    def tags(self, raw: Any, full: str) -> tuple | None:
+        if raw == "any":
+            return None
+        if not isinstance(raw, dict) or not raw:
+            raise self.fail(full, f"must be \"any\" or a table tag = [values], got {raw!r}",
+                            'e.g. tags = { machine = ["A", "B"] }')
+        out = []
+        for k, v in raw.items():
+            vals = [v] if isinstance(v, str) else v
+            if not isinstance(vals, list) or not vals or not all(isinstance(x, str) for x in vals):
+                raise self.fail(f"{full}.{k}", f"must be a string or a list of strings, got {v!r}")
+            out.append((k, tuple(vals)))
+        return tuple(out)
+
+
+def parse_matrix(data: dict, source: str) -> Matrix:
+    """Validate one parsed TOML document (`source` names it in messages)."""
+    c = _C(source)
+    c.keys(data, "", TOP)
+    name = c.get(data, "name", "name", str, required=True)
+    if not NAME_RE.match(name):
+        raise c.fail("name", f"{name!r} is not a valid matrix name",
+                     "use 1-32 of a-z, 0-9 and '-' (it becomes part of run ids)")
+    description = c.get(data, "description", "description", str, required=True)
+    reference = c.get(data, "reference", "reference", str, default="")
+    reps = c.get(data, "repetitions", "repetitions", int, required=True)
+    if reps < 1:
+        raise c.fail("repetitions", f"must be at least 1, got {reps}")
+    overhead = c.size(data, "memboot_overhead", "memboot_overhead", DEFAULT_MEMBOOT_OVERHEAD)
+    mglru_at_boot = c.get(data, "mglru_at_boot", "mglru_at_boot", bool, default=False)
+
+    w = c.table(data, "workload", WORKLOAD)
+    if "workload" not in data:
+        raise c.fail("workload", "missing (required)", "a table with trace, domain, batch")
+    trace = c.get(w, "trace", "workload.trace", str, required=True)
+    workload = {"trace": trace,
+                "domain": c.get(w, "domain", "workload.domain", str, default=None),
+                "batch": c.get(w, "batch", "workload.batch", int, default=1),
+                "pool": c.size(w, "pool", "workload.pool"),
+                "passes": c.get(w, "passes", "workload.passes", int, default=2),
+                "fixed_set_bytes": c.get(w, "fixed_set_bytes", "workload.fixed_set_bytes", int,
+                                         default=None)}
+    if trace not in PRESET_POOLS and not re.search(r"[/.]", trace):
+        raise c.fail("workload.trace", f"{trace!r} is neither a synth preset nor a file path",
+                     f"allowed values: {', '.join(PRESET_POOLS)}, or a path to a JSONL trace")
+    if workload["batch"] < 1:
+        raise c.fail("workload.batch", f"must be at least 1, got {workload['batch']}")
+    if workload["passes"] < 2:
+        raise c.fail("workload.passes", f"must be at least 2 (warm-up + measured), "
+                                        f"got {workload['passes']}")
+
+    o = c.table(data, "order", ORDER)
+    randomize = c.get(o, "randomize", "order.randomize", bool, default=True)
+    interleave = c.get(o, "interleave_reps", "order.interleave_reps", bool, default=True)
+
+    h = c.table(data, "hosts", HOSTS)
+    tags = c.tags(h.get("tags", "any"), "hosts.tags")
+    placement = c.get(h, "placement", "hosts.placement", str, default="each", choices=PLACEMENTS)
+
+    e = c.table(data, "estimate", ESTIMATE)
+    est = {}
+    for k, d in (("run_seconds", 900.0), ("reboot_seconds", 600.0)):
+        v = c.get(e, k, f"estimate.{k}", (int, float), default=d)
+        if v < 0:
+            raise c.fail(f"estimate.{k}", f"must not be negative, got {v}")
+        est[k] = float(v)
+
+    cells = c.table(data, "cells", CELLS)
+    if "cells" not in data:
+        raise c.fail("cells", "missing (required)", "a table with capacities, mechanisms, ...")
+    points: list[Point] = []
+    if "capacities" in cells or "mechanisms" in cells or "reclaims" in cells:
+        caps = [c.capacity(x, f"cells.capacities[{i}]")
+                for i, x in enumerate(c.strlist(cells, "capacities", "cells.capacities"))]
+        if len({x.text for x in caps}) != len(caps):
+            raise c.fail("cells.capacities", "lists the same capacity twice")
+        mechs = c.strlist(cells, "mechanisms", "cells.mechanisms", MECHANISMS)
+        recl = c.strlist(cells, "reclaims", "cells.reclaims", RECLAIMS)
+        modes = c.strlist(cells, "modes", "cells.modes", MODES, default=["pagecache"])
+        pref = [c.prefetch(x, f"cells.prefetch[{i}]") for i, x in
+                enumerate(c.strlist(cells, "prefetch", "cells.prefetch", default=["none"]))]
+        points = [Point(*t) for t in itertools.product(caps, mechs, recl, modes, pref)]
+    elif "exclude" in cells:
+        raise c.fail("cells.exclude", "without a product (capacities x mechanisms x reclaims)")
+
+    excl = c.get(cells, "exclude", "cells.exclude", list, default=[])
+    for i, x in enumerate(excl):
+        full = f"cells.exclude[{i}]"
+        if not isinstance(x, dict) or not x:
+            raise c.fail(full, "must be a non-empty table of axis = value",
+                         f"axes: {', '.join(AXES)}")
+        c.keys(x, full + ".", AXES)
+        want = {}
+        for k, v in x.items():
+            if not isinstance(v, str):
+                raise c.fail(f"{full}.{k}", f"must be a string, got {v!r}")
+            want[k] = c.capacity(v, f"{full}.{k}").text if k == "capacity" else v
+        keep = [p for p in points if not all(
+            (p.capacity.text if k == "capacity" else getattr(p, k)) == v for k, v in want.items())]
+        if len(keep) == len(points):
+            raise c.fail(full, f"matches no cell of the product: {want}",
+                         "check the spelling against cells.capacities, mechanisms, ...")
+        points = keep
+
+    extras = c.get(cells, "extra", "cells.extra", list, default=[])
+    for i, x in enumerate(extras):
+        full = f"cells.extra[{i}]"
+        if not isinstance(x, dict):
+            raise c.fail(full, "must be a table", f"keys: {', '.join(EXTRA)}")
+        c.keys(x, full + ".", EXTRA)
+        if "cell" in x:
+            if any(k in x for k in AXES):
+                raise c.fail(full, "give either cell = NAME or the axes, not both")
+            try:
+                cell = parse_cell(c.get(x, "cell", f"{full}.cell", str).lower())
+            except InputError as exc:
+                raise c.fail(f"{full}.cell", exc.message, exc.hint) from None
+            axes = {"capacity": Capacity(format_size(cell.capacity_bytes), "abs",
+                                         cell.capacity_bytes),
+                    "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
+                    "prefetch": cell.prefetch}
+        else:
+            axes = {"capacity": c.capacity(c.get(x, "capacity", f"{full}.capacity", str,
+                                                 required=True), f"{full}.capacity"),
+                    "mechanism": c.get(x, "mechanism", f"{full}.mechanism", str, required=True,
+                                       choices=MECHANISMS),
+                    "reclaim": c.get(x, "reclaim", f"{full}.reclaim", str, required=True,
+                                     choices=RECLAIMS),
+                    "mode": c.get(x, "mode", f"{full}.mode", str, default="pagecache",
+                                  choices=MODES),
+                    "prefetch": c.prefetch(c.get(x, "prefetch", f"{full}.prefetch", str,
+                                                 default="none"), f"{full}.prefetch")}
+        r = c.get(x, "repetitions", f"{full}.repetitions", int, default=None)
+        if r is not None and r < 1:
+            raise c.fail(f"{full}.repetitions", f"must be at least 1, got {r}")
+        points.append(Point(**axes,
+                            tags=c.tags(x["tags"], f"{full}.tags") if "tags" in x else None,
+                            placement=c.get(x, "placement", f"{full}.placement", str,
+                                            choices=PLACEMENTS),
+                            repetitions=r))
+    if not points:
+        raise c.fail("cells", "the matrix has no cell",
+                     "give capacities, mechanisms and reclaims, or [[cells.extra]] entries")
+    seen = {}
+    for p in points:
+        if p.key in seen:
+            raise c.fail("cells", f"cell {p.key} is listed twice (product, extra)")
+        seen[p.key] = p
+    for p in points:
+        if p.capacity.kind == "pool" and workload["pool"] is None and trace not in PRESET_POOLS:
+            raise c.fail("workload.pool", f"missing: capacity {p.capacity.text} is relative to "
+                                          "the pool and the trace is a file",
+                         'give the pool size, e.g. pool = "1347G"')
+    return Matrix(name=name, description=description, source=source, workload=workload,
+                  repetitions=reps, randomize=randomize, interleave=interleave, tags=tags,
+                  placement=placement, memboot_overhead=overhead, mglru_at_boot=mglru_at_boot,
+                  run_seconds=est["run_seconds"], reboot_seconds=est["reboot_seconds"],
+                  points=tuple(points), reference=reference)
+
+
+# loading ------------------------------------------------------------------------------------------
+
+def _shipped():
+    return resources.files("bench").joinpath("data", "matrices")
+
+
+def shipped_names() -> list[str]:
+    d = _shipped()
+    return sorted(p.name[:-5] for p in d.iterdir() if p.name.endswith(".toml"))
+
+
+def load_matrix(ref: str | Path) -> Matrix:
+    """A shipped matrix by name, or a matrix file by path."""
+    ref_s = str(ref)
+    names = shipped_names()
+    if ref_s in names:
+        f = _shipped().joinpath(f"{ref_s}.toml")
+        source, text = f"matrix {ref_s} (bench/data/matrices/{ref_s}.toml)", f.read_text()
+    else:
+        p = Path(ref_s)
+        if not p.is_file():
+            raise MatrixError(f"no matrix {ref_s!r}: neither a shipped name nor a file",
+                              f"shipped matrices: {', '.join(names)}; or give a path to a TOML file")
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise MatrixError(f"{p}: cannot read: {exc.strerror}") from None
+        source = str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(f"{source}: not valid TOML: {exc}") from None
+    m = parse_matrix(data, source)
+    if ref_s in names and m.name != ref_s:
+        raise MatrixError(f"{source}: key 'name': {m.name!r} differs from the file name")
+    return m
+
+
+def list_matrices() -> list[dict]:
+    out = []
+    for n in shipped_names():
+        m = load_matrix(n)
+        out.append({"name": m.name, "description": m.description, "reference": m.reference,
+                    "points": len(m.points), "repetitions": m.repetitions,
+                    "hosts": m.as_dict()["hosts"]})
+    return out
+
+
+# expansion ----------------------------------------------------------------------------------------
+
+def _matches(tags: tuple | None, host_tags: dict) -> bool:
+    return tags is None or all(host_tags.get(k) in vals for k, vals in tags)
+
+
+def _tags_text(tags: tuple | None) -> str:
+    if tags is None:
+        return "any"
+    return ", ".join(f"{k} in {'|'.join(v)}" for k, v in tags)
+
+
+@dataclass
+class Expansion:
+    matrix: str
+    requests: list[RunRequest] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"matrix": self.matrix, "runs": len(self.requests),
+                "skipped": [asdict(s) for s in self.skipped], "warnings": list(self.warnings)}
+
+
+def resolve(m: Matrix, p: Point, host) -> tuple[Candidate | None, str]:
+    """The cell and boot config of point p on an inventory host, or (None, why it is skipped)."""
+    cap, why = p.capacity.resolve(m.pool_bytes, host.mem_total)
+    if cap is None:
+        return None, why
+    if host.mem_total is not None and cap > host.mem_total:
+        return None, (f"capacity {format_size(cap)} is above the host's memory "
+                      f"{format_size(host.mem_total)}")
+    cell = p.cell(cap)
+    mem = None
+    if p.mechanism == "memboot":
+        mem = (cap + m.memboot_overhead) // MIB * MIB
+        if not host.reboot.allowed:
+            return None, "memboot needs a mem= boot and the host's reboot.allowed is false"
+        if host.mem_floor is not None and mem < host.mem_floor:
+            return None, (f"mem={format_size(mem)} (C + memboot_overhead "
+                          f"{format_size(m.memboot_overhead)}) is below the host's floor "
+                          f"{format_size(host.mem_floor)}")
+        if host.mem_total is not None and mem > host.mem_total:
+            return None, (f"mem={format_size(mem)} is above the host's memory "
+                          f"{format_size(host.mem_total)}")
+    lru = None
+    if m.mglru_at_boot:
+        if not host.reboot.allowed:
+            return None, "mglru_at_boot needs a reboot and the host's reboot.allowed is false"
+        lru = "on" if p.reclaim == "mglru" else "off"
+    return Candidate(host.name, cell.name, BootConfig(mem, lru)), ""
+
+
+def expand(m: Matrix, hosts: Sequence) -> Expansion:
+    """Run requests for these inventory hosts (bench.inventory.Host or anything with name, tags,
+    mem_total, mem_floor and reboot.allowed), the skipped cells with reasons, and warnings."""
+    out = Expansion(m.name)
+    used: dict[str, dict[str, str]] = {h.name: {} for h in hosts}   # host -> cell -> point
+    matched_any = set()
+    for idx, p in enumerate(m.points):
+        tags = p.tags if p.tags is not None else m.tags
+        placement = p.placement or m.placement
+        reps = p.repetitions or m.repetitions
+        eligible = [h for h in hosts if _matches(tags, h.tags)]
+        if not eligible:
+            out.skipped.append(Skip(p.key, None, f"no selected host matches tags "
+                                                 f"({_tags_text(tags)})"))
+            continue
+        cands = []
+        for h in eligible:
+            matched_any.add(h.name)
+            cand, why = resolve(m, p, h)
+            if cand is not None and cand.cell in used[h.name]:
+                cand, why = None, (f"resolves to {cand.cell}, the same cell as "
+                                   f"{used[h.name][cand.cell]} on this host")
+            if cand is None:
+                out.skipped.append(Skip(p.key, h.name, why))
+                continue
+            used[h.name][cand.cell] = p.key
+            cands.append(cand)
+        if placement == "each":
+            for cand in cands:
+                for r in range(reps):
+                    out.requests.append(RunRequest(f"{p.key}@{cand.host}", p.key, r, (cand,), idx))
+        elif cands:
+            for r in range(reps):
+                out.requests.append(RunRequest(p.key, p.key, r, tuple(cands), idx))
+    for h in hosts:
+        if h.name not in matched_any:
+            out.warnings.append(f"host {h.name} matches no cell's tags "
+                                f"({_tags_text(m.tags)}); it gets no run")
+    wanted = {}
+    for p in m.points:
+        tags = p.tags if p.tags is not None else m.tags
+        for k, vals in tags or ():
+            wanted.setdefault(k, set()).update(vals)
+    for k, vals in sorted(wanted.items()):
+        for v in sorted(vals):
+            if not any(h.tags.get(k) == v for h in hosts):
+                out.warnings.append(f"no selected host has tag {k} = {v!r}; the cells meant for "
+                                    "it do not run")
+    return out

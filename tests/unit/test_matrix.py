@@ -1,0 +1,189 @@
+"""Matrices: the shipped files validate and carry the paper's values; bad files name file, key
+and allowed values; expansion resolves capacities per host and lists skipped cells with reasons."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.errors import InputError
+from bench.inventory import Host, RebootSpec
+from bench.matrix import (MIB, BootConfig, MatrixError, expand, list_matrices, load_matrix,
+                          parse_matrix, shipped_names)
+
+ROOT = Path(__file__).resolve().parents[2]
+G = 1 << 30
+
+
+def host(name, mem="480G", floor="96G", reboot=True, **tags):
+    from bench.units import parse_size
+    return Host(name=name, address=name, transport="ssh", tags=tags,
+                mem_total=parse_size(mem) if mem else None,
+                mem_floor=parse_size(floor) if floor else None,
+                reboot=RebootSpec(allowed=reboot, method="kexec" if reboot else "none"))
+
+
+GH = [host("gh200-a", machine="A"), host("gh200-b", machine="B")]
+
+
+def doc(**over):
+    d = {"name": "t", "description": "test", "repetitions": 2,
+         "workload": {"trace": "k3", "domain": "prose"},
+         "cells": {"capacities": ["64G"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}}
+    d.update(over)
+    return d
+
+
+def cells_of(exp, host=None):
+    return sorted({c.cell for r in exp.requests for c in r.candidates
+                   if host is None or c.host == host})
+
+
+def test_six_matrices_are_shipped_and_valid():
+    assert shipped_names() == ["admission", "capacity", "equal-memory", "prefetch", "reclaim",
+                               "smoke"]
+    assert {r["name"] for r in list_matrices()} == set(shipped_names())
+
+
+def test_capacity_matrix_is_the_papers_sweep():
+    m = load_matrix("capacity")
+    exp = expand(m, GH)
+    assert cells_of(exp) == ["128g-balloon-mglru", "256g-balloon-mglru", "448g-balloon-mglru",
+                             "64g-balloon-mglru"]
+    assert m.repetitions == 3 and m.randomize and m.interleave
+    assert {c.host for r in exp.requests for c in r.candidates} == {"gh200-a"}
+
+
+def test_reclaim_matrix_runs_every_cell_on_a_and_b_with_the_93g_memboot():
+    m = load_matrix("reclaim")
+    exp = expand(m, GH)
+    want = ["339g-memboot-mglru", "448g-balloon-mglru", "448g-cgroup-mglru",
+            "64g-balloon-classic", "64g-balloon-mglru", "64g-cgroup-classic", "64g-cgroup-mglru",
+            "93g-balloon-classic", "93g-balloon-mglru", "93g-memboot-classic",
+            "93g-memboot-mglru"]
+    assert cells_of(exp, "gh200-a") == want and cells_of(exp, "gh200-b") == want
+    boots = {c.cell: c.boot for r in exp.requests for c in r.candidates}
+    assert boots["93g-memboot-mglru"] == BootConfig(102 * G)        # 102G visible, ~93G effective
+    assert boots["64g-balloon-mglru"] == BootConfig()
+    assert len(exp.requests) == 2 * 11 * 3 and not exp.skipped
+
+
+def test_equal_memory_prefetch_admission_smoke_values():
+    assert cells_of(expand(load_matrix("equal-memory"), GH)) == [
+        "128g-cgroup-mglru", "128g-cgroup-mglru-hybrid", "128g-cgroup-mglru-pinned",
+        "256g-cgroup-mglru", "256g-cgroup-mglru-hybrid", "256g-cgroup-mglru-pinned",
+        "256g-cgroup-mglru-random"]
+    assert load_matrix("equal-memory").repetitions == 2
+    assert cells_of(expand(load_matrix("prefetch"), GH)) == [
+        "256g-cgroup-mglru", "256g-cgroup-mglru-oracle-advice", "256g-cgroup-mglru-oracle-block",
+        "256g-cgroup-mglru-pilot-advice", "256g-cgroup-mglru-pilot-block"]
+    adm = load_matrix("admission")
+    assert cells_of(expand(adm, GH)) == ["448g-none-mglru", "448g-none-mglru-nocache"]
+    assert adm.workload["fixed_set_bytes"] == 11_200_000_000
+    smoke = load_matrix("smoke")
+    exp = expand(smoke, [host("lab-a", mem="3G", floor=None, reboot=False)])
+    assert cells_of(exp) == ["1536m-none-classic", "384m-balloon-classic",
+                             "384m-cgroup-classic", "768m-balloon-classic",
+                             "768m-cgroup-classic"]
+    assert all(c.boot.is_default for r in exp.requests for c in r.candidates)
+
+
+def test_relative_capacities_resolve_per_host_rounded_down_to_mib():
+    m = parse_matrix(doc(cells={"capacities": ["0.044pool", "0.3mem"], "mechanisms": ["cgroup"],
+                                "reclaims": ["classic"]}), "t.toml")
+    pool = 92 * 896 * 17_550_000
+    exp = expand(m, [host("h", mem="1000G")])
+    caps = cells_of(exp)
+    assert f"{int(0.044 * pool) // MIB}m-cgroup-classic" in caps
+    assert "300g-cgroup-classic" in caps                     # 0.3 x 1000G
+
+
+def test_skips_are_listed_with_reasons_not_dropped():
+    d = doc(cells={"capacities": ["64G", "512G", "0.5mem"], "mechanisms": ["memboot"],
+                   "reclaims": ["mglru"]})
+    m = parse_matrix(d, "t.toml")
+    hosts = [host("big"), host("norb", reboot=False), host("nomem", mem=None, floor=None)]
+    exp = expand(m, hosts)
+    why = {(s.point, s.host): s.reason for s in exp.skipped}
+    assert "below the host's floor 96G" in why[("64G-memboot-mglru", "big")]
+    assert "above the host's memory" in why[("512G-memboot-mglru", "big")]
+    assert "reboot.allowed is false" in why[("0.5mem-memboot-mglru", "norb")]
+    assert "memory.total" in why[("0.5mem-memboot-mglru", "nomem")]
+    assert cells_of(exp, "big") == ["240g-memboot-mglru"]
+    assert {c.boot for r in exp.requests for c in r.candidates
+            if c.host == "big"} == {BootConfig(249 * G)}
+
+
+def test_same_cell_twice_on_a_host_is_skipped():
+    m = parse_matrix(doc(cells={"capacities": ["240G", "0.5mem"], "mechanisms": ["cgroup"],
+                                "reclaims": ["mglru"]}), "t.toml")
+    exp = expand(m, [host("h")])
+    assert [s.reason for s in exp.skipped] == [
+        "resolves to 240g-cgroup-mglru, the same cell as 240G-cgroup-mglru on this host"]
+
+
+def test_mglru_at_boot_and_memboot_overhead_make_boot_configs():
+    m = parse_matrix(doc(mglru_at_boot=True, memboot_overhead="10G",
+                         cells={"capacities": ["100G"], "mechanisms": ["memboot", "cgroup"],
+                                "reclaims": ["mglru", "classic"]}), "t.toml")
+    boots = {c.cell: c.boot for r in expand(m, [host("h")]).requests for c in r.candidates}
+    assert boots["100g-memboot-classic"] == BootConfig(110 * G, "off")
+    assert boots["100g-cgroup-mglru"] == BootConfig(None, "on")
+
+
+def test_tags_and_missing_machines_are_warned():
+    m = load_matrix("reclaim")
+    exp = expand(m, [GH[0], host("local", machine="controller")])
+    assert any("machine = 'B'" in w for w in exp.warnings)
+    assert any("host local matches no cell" in w for w in exp.warnings)
+
+
+@pytest.mark.parametrize("over, key, needle", [
+    ({"repetitions": 0}, "repetitions", "at least 1"),
+    ({"colour": 1}, "colour", "allowed keys"),
+    ({"cells": {"capacities": ["64G"], "mechanisms": ["baloon"], "reclaims": ["mglru"]}},
+     "cells.mechanisms[0]", "cgroup, balloon, memboot, none"),
+    ({"cells": {"capacities": ["64Q"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}},
+     "cells.capacities[0]", "0.044pool"),
+    ({"cells": {"capacities": ["1.5mem"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}},
+     "cells.capacities[0]", "fraction <= 1"),
+    ({"cells": {"capacities": ["64G"], "mechanisms": ["cgroup"], "reclaims": ["mglru"],
+                "prefetch": ["oracle-push"]}}, "cells.prefetch[0]", "advice, block"),
+    ({"cells": {"capacities": ["64G"], "mechanisms": ["cgroup"], "reclaims": ["mglru"],
+                "exclude": [{"mechanism": "balloon"}]}}, "cells.exclude[0]", "check the spelling"),
+    ({"hosts": {"placement": "some"}}, "hosts.placement", "each, one"),
+    ({"workload": {"trace": "k4"}}, "workload.trace", "k3, qwen3, dsv3, tiny"),
+    ({"cells": {"extra": [{"cell": "64G-cgroup-lru"}]}}, "cells.extra[0].cell", "reclaim"),
+    ({"name": "Bad Name"}, "name", "a-z"),
+])
+def test_bad_matrix_names_file_key_and_allowed_values(over, key, needle):
+    with pytest.raises(MatrixError) as e:
+        parse_matrix(doc(**over), "my.toml")
+    text = e.value.message + " " + (e.value.hint or "")
+    assert e.value.message.startswith(f"my.toml: key '{key}'"), e.value.message
+    assert needle in text
+
+
+def test_user_file_and_unknown_name(tmp_path):
+    p = tmp_path / "mine.toml"
+    p.write_text('name = "mine"\ndescription = "d"\nrepetitions = 1\n[workload]\ntrace = "tiny"\n'
+                 '[cells]\ncapacities = ["0.5pool"]\nmechanisms = ["none"]\nreclaims = ["classic"]\n')
+    assert load_matrix(str(p)).name == "mine"
+    with pytest.raises(InputError, match="neither a shipped name nor a file"):
+        load_matrix("nope")
+    p.write_text("name = \n")
+    with pytest.raises(MatrixError, match="not valid TOML"):
+        load_matrix(str(p))
+
+
+def test_cli_matrix_list_and_show(capsys):
+    assert main(["matrix", "list", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 6
+    assert main(["matrix", "show", "reclaim", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["memboot_overhead"] == "9G" and len(d["points"]) == 11
+    assert main(["matrix", "show", "reclaim"]) == 0
+    assert "93G-memboot-classic" in capsys.readouterr().out
+    assert main(["matrix", "show", "nope"]) == 2
+    assert "shipped matrices" in capsys.readouterr().err
