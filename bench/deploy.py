@@ -133,7 +133,44 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
     transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
                    f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
     return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
-                agent=after, build_output=(r.stdout + r.stderr)[-4000:])
+                agent=after, build_output=(r.stdout + r.stderr)[-4000:],
+                boot_hook=install_boot_hook(transport, host))
+
+
+BOOT_UNIT = "/etc/systemd/system/bench-lru-gen.service"
+
+
+def boot_hook_unit(work_dir: str) -> str:
+    """The systemd unit that applies bench.lru_gen= early at boot (agents/lru_gen_boot.sh)."""
+    return f"""[Unit]
+Description=bench: apply bench.lru_gen= from the kernel command line (MGLRU state at boot)
+DefaultDependencies=no
+Before=sysinit.target
+ConditionPathExists=/sys/kernel/mm/lru_gen/enabled
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh {work_dir}/agents/lru_gen_boot.sh
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def install_boot_hook(transport, host) -> dict:
+    """On a rebootable host with systemd, install and enable the MGLRU boot unit. Elsewhere say
+    why not: without it `--lru-gen` reboots fail their gate, runtime toggles still work."""
+    if not host.reboot.allowed:
+        return {"installed": False, "reason": "host is not rebootable"}
+    if transport.run(["test", "-d", "/run/systemd/system"], check=False, timeout=30).rc != 0:
+        return {"installed": False,
+                "reason": "no systemd: run agents/lru_gen_boot.sh from the host's early init "
+                          "(the lab guests' init applies bench.lru_gen itself)"}
+    transport.run(["sh", "-c", 'cat > "$1"', "bench-deploy", BOOT_UNIT], timeout=30,
+                  stdin=boot_hook_unit(host.work_dir))
+    transport.run(["systemctl", "daemon-reload"], timeout=60)
+    transport.run(["systemctl", "enable", "bench-lru-gen.service"], timeout=60)
+    return {"installed": True, "unit": BOOT_UNIT}
 
 
 def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = False) -> list[dict]:
