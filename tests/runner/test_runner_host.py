@@ -202,6 +202,17 @@ def test_cgroup_wall(agent, loopfs, pool, plans, work_dir):
     # 64 MiB cannot hold the ~230 MiB the plan touches: the measured pass reads the device
     assert measured_device_bytes(bundle, loopfs.dev) > 32 << 20
     assert not (work_dir / "active" / "cg-1.json").exists()
+    assert_retained(bundle, work_dir)
+
+
+def assert_retained(bundle: Path, work_dir: Path) -> None:
+    """A real run's bundle goes through the store's ingest and every retention rule passes."""
+    from bench.store.db import open_store
+    from bench.store.ingest import ingest_bundle
+    store = open_store(f"sqlite:///{work_dir}/results.db")
+    res = ingest_bundle(store, bundle)
+    assert res["status"] == "ingested" and res["retained"] is True, res
+    assert ingest_bundle(store, bundle)["status"] == "unchanged"
 
 
 def _balloon_spec(run_id, pool, plan, agent, target=512 << 20):
@@ -232,6 +243,7 @@ def test_balloon_run(agent, loopfs, pool, plans, work_dir):
     assert '"released":true' in (bundle / "balloon.jsonl").read_text().replace(" ", "")
     assert (bundle / "snapshots" / "post" / "balloon_status").exists()
     assert not Path(f"/proc/{c['pid']}").exists()
+    assert_retained(bundle, work_dir)
 
 
 @pytest.mark.root
@@ -250,6 +262,10 @@ def test_balloon_killed_during_measured_pass(agent, loopfs, pool, plans, work_di
     assert b["alive_at_end"] is False and b["signal"] == signal.SIGKILL
     assert b["exited_before_teardown"] is True
     verify_manifest(bundle)
+    from bench.store.db import open_store
+    from bench.store.ingest import ingest_bundle
+    res = ingest_bundle(open_store(f"sqlite:///{work_dir}/results.db"), bundle)
+    assert res["retained"] is False and "alive_throughout" in res["failed"], res
 
 
 @pytest.mark.root
