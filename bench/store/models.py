@@ -14,7 +14,10 @@ NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
           "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
           "pk": "pk_%(table_name)s"}
 
-RUN_STATES = ("planned", "running", "done", "failed", "ingested", "skipped")
+# A run's life (DESIGN.md, bench.campaign): written before each action. `done` and `skipped`
+# are for runs ingested outside a campaign and cells a host cannot run.
+RUN_STATES = ("planned", "booting", "boot_verified", "deployed", "running", "collected",
+              "ingested", "validated", "rejected", "failed", "pending", "done", "skipped")
 
 
 def now() -> datetime:

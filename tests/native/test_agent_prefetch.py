@@ -50,6 +50,11 @@ def test_block_prefetch_reads_on_its_own(agent, loopfs, pool, tmp_path):
 
 
 def test_oracle_advice_leaves_demand_reads_cached(agent, loopfs, pool, tmp_path):
+    """Advice for the next router pass, issued while the current one reads, leaves part of the
+    next pass's demand already cached. How large a part depends on the worker getting a core
+    within one router pass: 33-41% on an idle 2-core machine, 3-10% with other jobs on both
+    cores. The effect is timing, so up to three attempts are made; advice that did nothing
+    (about 0%) fails all three."""
     plan = distinct_plan()
     pf = tmp_path / "plan.bpln"
     write_plan(pf, plan)
@@ -58,20 +63,22 @@ def test_oracle_advice_leaves_demand_reads_cached(agent, loopfs, pool, tmp_path)
                          "--probe-cached"])
     assert base.rc == 0, base.stderr
     base_cached = sum(x["cached_bytes"] for x in base.records)
-    nl.drop_caches()
-    r = run_prefetch(pool, plan, oracle_hints(plan), "advice", tmp_path, "--probe-cached",
-                     passes=1)
-    got = sum(x["cached_bytes"] for x in r.records)
-    dev = nl.snapshot_device_bytes(tmp_path / "snap", 0, loopfs.dev)
-    print(f"cached demand bytes: baseline {base_cached}, oracle advice {got} "
-          f"of {plan.logical_bytes}; device {dev}; hints {r.summary['hints']}")
     # every expert is read once and is cold: without hints the demand path finds nothing
     assert base_cached <= 0.02 * plan.logical_bytes
-    # with oracle advice a clear share of demand bytes was already cached when asked for
-    # (33-41% seen on an idle 2-core machine, 10% with four other jobs on its two cores: the
-    # hint lead is one router pass and the worker must get scheduled inside it; 5% and five
-    # times the baseline keep the check robust on a loaded machine while advice that did
-    # nothing, about 0%, still fails it)
-    assert got >= 0.05 * plan.logical_bytes and got >= 5 * max(base_cached, 4096)
-    # prefetching moves device reads out of the demand path, it does not add any
-    assert dev == pytest.approx(plan.logical_bytes, rel=0.01)
+    seen = []
+    for attempt in range(3):
+        nl.drop_caches()
+        snap = tmp_path / f"attempt{attempt}"
+        snap.mkdir()
+        r = run_prefetch(pool, plan, oracle_hints(plan), "advice", snap, "--probe-cached",
+                         passes=1)
+        got = sum(x["cached_bytes"] for x in r.records)
+        dev = nl.snapshot_device_bytes(snap / "snap", 0, loopfs.dev)
+        print(f"attempt {attempt}: cached demand bytes {got} of {plan.logical_bytes} "
+              f"(baseline {base_cached}); device {dev}; hints {r.summary['hints']}")
+        # prefetching moves device reads out of the demand path, it does not add any
+        assert dev == pytest.approx(plan.logical_bytes, rel=0.01)
+        seen.append(got)
+        if got >= 0.05 * plan.logical_bytes and got >= 5 * max(base_cached, 4096):
+            return
+    pytest.fail(f"oracle advice left only {seen} of {plan.logical_bytes} demand bytes cached")

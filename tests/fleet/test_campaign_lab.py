@@ -1,0 +1,151 @@
+"""The campaign executor on the netns lab: `bench schedule` in a subprocess, SIGKILLed at
+seeded random points and resumed each time; in the end every planned run is in the store exactly
+once with a terminal state and no run id ran twice on a host. Needs root."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
+from bench.store.db import open_store
+
+pytestmark = pytest.mark.root
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = REPO / "tests" / "fixtures" / "matrices" / "lab-campaign.toml"
+NAMES = ["lab-netns-1", "lab-netns-2"]
+
+
+def bench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bench", *args]
+
+
+def has_plan(db: str, cid: str) -> bool:
+    store = open_store(db)
+    try:
+        return campaign_row(store, cid) is not None and bool(
+            journal_rows(store, cid, kinds=("plan",)))
+    finally:
+        store.close()
+
+
+def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(lab, lab_inventory,
+                                                                       tmp_path):
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    env = dict(os.environ, BENCH_DATA_DIR=str(tmp_path / "data"), BENCH_DB=db,
+               PYTHONPATH=str(REPO))
+    cid = "labkill-s11"
+    schedule = bench("schedule", "--matrix", str(MATRIX), "--hosts", ",".join(NAMES),
+                     "--hosts-dir", str(lab.hosts_dir), "--seed", "11", "--campaign", cid,
+                     "--threads", "1")
+    resume = bench("resume", cid, "--hosts-dir", str(lab.hosts_dir))
+    rng = random.Random(20261129)
+    log = open(tmp_path / "controller.log", "w")
+    kills = 0
+    t0 = time.monotonic()
+    for i in range(10):
+        cmd = resume if has_plan(db, cid) else schedule
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        time.sleep(rng.uniform(1.0, 5.0))
+        if p.poll() is not None:
+            assert p.returncode == 0, (tmp_path / "controller.log").read_text()[-3000:]
+            break
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        kills += 1
+    # finally let it finish
+    cmd = resume if has_plan(db, cid) else schedule
+    r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+                       timeout=240)
+    log.close()
+    text = (tmp_path / "controller.log").read_text()
+    assert r.returncode == 0, text[-4000:]
+    assert kills >= 3, f"only {kills} kills landed"
+
+    store = open_store(db)
+    try:
+        rows = run_rows(store, cid)
+        plan = journal_rows(store, cid, kinds=("plan",))[0]["data"]
+        js = journal_rows(store, cid)
+        assert campaign_row(store, cid)["state"] == "done"
+    finally:
+        store.close()
+    # every planned run exactly once, terminal
+    assert sorted(r["run_id"] for r in rows) == sorted(plan["order"])
+    assert len(rows) == 8
+    assert {r["state"] for r in rows} <= {"validated", "rejected"}, rows
+    # no run id executed twice: one bundle dir per run id, on its own host only, with exactly
+    # one `measuring` in its status history
+    seen = {}
+    for name in NAMES:
+        runs_dir = Path(lab.host(name).dir) / "work" / "runs"
+        for d in runs_dir.iterdir() if runs_dir.is_dir() else ():
+            if d.name.startswith(cid):
+                assert d.name not in seen, f"{d.name} on {seen.get(d.name)} and {name}"
+                seen[d.name] = name
+                st = json.loads((d / "status.json").read_text())
+                phases = [h["phase"] for h in st["history"]]
+                assert phases.count("measuring") == 1, (d.name, phases)
+                assert st["phase"] == "done", (d.name, st)
+    assert sorted(seen) == sorted(plan["order"])
+    assert all(seen[r["run_id"]] == r["host"] for r in rows)
+    # the journal shows the story: controllers taking over stale locks, one start per run
+    starts = {}
+    for j in js:
+        d = j.get("data") or {}
+        if j["kind"] == "state" and d.get("to") == "running":
+            starts[j["run_ref"]] = starts.get(j["run_ref"], 0) + 1
+    # runs a killed controller left `running` and a later one re-attached to and collected
+    reattached, open_runs = set(), set()
+    for j in js:
+        d = j.get("data") or {}
+        if j["kind"] == "controller":
+            reattached |= open_runs
+        elif j["kind"] == "state" and d.get("to") == "running":
+            open_runs.add(j["run_ref"])
+        elif j["kind"] == "state" and d.get("to") == "collected":
+            open_runs.discard(j["run_ref"])
+    assert reattached, "no kill landed while a run was going on host-side"
+    controllers = sum(1 for j in js if j["kind"] == "controller")
+    assert controllers >= 3     # kills before the lock was taken leave no entry
+    assert len(starts) == 8
+    print(f"{kills} kills, {controllers} controllers, {len(rows)} runs, {time.monotonic() - t0:.1f}s, "
+          f"running transitions per run {sorted(starts.values())}, re-attached {len(reattached)}")
+
+
+def test_watch_and_campaigns_read_the_database_only(tmp_path, capsys):
+    """`bench campaigns` / `bench watch --once` on a database with no campaign host reachable:
+    they never touch a host."""
+    from bench.campaign import Settings, create
+    from bench.cli import main
+    from bench.cli_campaign import build_plan
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    # an inventory with unreachable hosts: watch must not care
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    from bench.inventory import Host, render_host_toml
+    for i, n in enumerate(NAMES):
+        (hosts / f"{n}.toml").write_text(render_host_toml(
+            Host(name=n, address=f"192.0.2.{i + 1}", transport="ssh")))
+    plan, exp, m = build_plan(str(MATRIX), NAMES, hosts, 3, "w-s3")
+    store = open_store(db)
+    try:
+        create(store, plan, exp, m, NAMES, Settings(hosts_dir=hosts), str(MATRIX))
+    finally:
+        store.close()
+    assert main(["campaigns", "--db", db, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["id"] == "w-s3" and rows[0]["states"] == {"planned": 8}
+    assert main(["watch", "w-s3", "--db", db, "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["total"] == 8 and p["finished"] == 0 and len(p["hosts"]) == 2
+    assert p["controller"] is None and all(h["phase"] == "waiting" for h in p["hosts"])
+    assert p["eta_s"] == pytest.approx(4 * 5)
