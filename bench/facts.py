@@ -36,7 +36,10 @@ BLOCK_SCRIPT = (
     'else printf -- "- "; fi; '
     's=$(ls "$d/slaves" 2>/dev/null | tr "\\n" ","); echo "${s:--}"; done')
 
-PYTHON_VERSION = "import sys; print('%d.%d.%d' % sys.version_info[:3])"
+# The runner and the pool writer need the standard library, not just the interpreter: Debian's
+# python3-minimal has no json. Importing what they use makes such a host report no python3.
+PYTHON_VERSION = ("import sys, json, hashlib, fcntl, subprocess; "
+                  "print('%d.%d.%d' % sys.version_info[:3])")
 
 
 # pure parsers -------------------------------------------------------------------------------------

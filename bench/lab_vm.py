@@ -40,7 +40,7 @@ from .errors import (AuthError, BenchError, CommandFailed, CommandTimeout, HostE
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 SUITE = "bookworm"
 IMAGE_VERSION = 3          # bump when the build recipe changes
-PACKAGES = ["openssh-server", "python3-minimal", "kexec-tools", "make", "gcc", "libc6-dev",
+PACKAGES = ["openssh-server", "python3", "kexec-tools", "make", "gcc", "libc6-dev",
             "iproute2", "linux-image-amd64", "initramfs-tools", "busybox", "kmod", "procps",
             "zstd", "e2fsprogs", "util-linux"]
 HOST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",

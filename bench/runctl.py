@@ -420,8 +420,9 @@ def preflight(host, cell, plan: PlanInfo, run_id: str, options: RunOptions, t) -
         raise pr.exception or HostError(host.name, pr.error["message"])
     facts = pr.facts
     if not facts.get("python3"):
-        raise HostError(host.name, "python3 is not installed (the runner needs it)",
-                        "install python3 (>= 3.8) on the host")
+        raise HostError(host.name, "python3 with its standard library is not installed (the "
+                        "runner needs json, hashlib, fcntl, subprocess)",
+                        "install python3 (>= 3.8; Debian's python3-minimal is not enough)")
     opts = replace(options, source_sha256=source_hash(REPO / "native"), created=now_iso())
     return {"facts": facts,
             "spec": build_spec(cell, host, plan, run_id=run_id, facts=facts, options=opts)}
