@@ -146,40 +146,49 @@ def _settings_from(rec: dict, **over):
     return s
 
 
-def _execute(cid: str, settings, json_out: bool) -> None:
-    """Run the executor in a thread; the main thread shows the live view (or plain lines)."""
+def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
+    """Run an executor (make_executor(store) -> object with run()) in a thread while the main
+    thread shows the live view (plain lines without a terminal); returns its result."""
     import threading
 
     from . import views
-    from .campaign import Executor, progress
+    from .campaign import progress
     from .store.campaign_exec import journal_rows
     from .store.db import open_store
-    store = open_store(settings.db_url)
+    store = open_store(db_url)
     out: dict = {}
 
     def work():
         try:
-            out["result"] = Executor(store, cid, settings, log=None).run()
+            out["result"] = make_executor(store).run()
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             out["error"] = exc
     th = threading.Thread(target=work, name="executor", daemon=True)
     th.start()
     try:
-        if json_out:
-            th.join()
-        else:
+        if not json_out:
             views.campaign_live(lambda: progress(store, cid), lambda: not th.is_alive(),
                                 journal=lambda after: journal_rows(store, cid, after))
-            th.join()
+        th.join()
         if "error" in out:
             raise out["error"]
-        res = out["result"]
         if json_out:
-            views.emit_json({k: v for k, v in progress(store, cid).items()})
-        else:
-            views.say(f"campaign {cid}: {res['state']}")
+            out["progress"] = progress(store, cid)
+        return out
     finally:
         store.close()
+
+
+def _execute(cid: str, settings, json_out: bool) -> None:
+    from . import views
+    from .campaign import Executor
+    out = run_live(cid, settings.db_url,
+                   lambda store: Executor(store, cid, settings, log=None), json_out)
+    res = out["result"]
+    if json_out:
+        views.emit_json(out["progress"])
+    else:
+        views.say(f"campaign {cid}: {res['state']}")
     if res["state"] != "done":
         raise typer.Exit(1)
 
