@@ -42,3 +42,14 @@ def lab_host_up(lab):
     for h in lab.status()["hosts"]:
         if not h["sshd"]:
             lab.start_sshd(h["name"])
+
+
+@pytest.fixture
+def clean_pools(lab):
+    """Lab hosts share one session: each test that runs cells starts without pools, so a pool of
+    another geometry left by an earlier test is not refused as a different pool."""
+    import shutil
+    from pathlib import Path
+    for h in lab.status()["hosts"]:
+        shutil.rmtree(Path(lab.host(h["name"]).dir) / "pool", ignore_errors=True)
+    yield lab

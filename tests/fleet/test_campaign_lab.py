@@ -37,8 +37,8 @@ def has_plan(db: str, cid: str) -> bool:
         store.close()
 
 
-def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(lab, lab_inventory,
-                                                                       tmp_path):
+def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pools, lab,
+                                                                    lab_inventory, tmp_path):
     db = f"sqlite:///{tmp_path / 'bench.db'}"
     env = dict(os.environ, BENCH_DATA_DIR=str(tmp_path / "data"), BENCH_DB=db,
                PYTHONPATH=str(REPO))

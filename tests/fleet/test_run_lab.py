@@ -23,7 +23,7 @@ from bench.runctl import plan_from_trace_file, run_hosts
 from bench.runspec import RunOptions
 from bench.synth import generate, preset
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools")]
 NAMES = ["lab-netns-1", "lab-netns-2"]
 EXPERT_BYTES = 1 << 20          # pool: 4 layers x 32 experts x 1 MiB = 128 MiB per host
 CELL = "1g-none-classic"
