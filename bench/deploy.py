@@ -20,7 +20,14 @@ from pathlib import Path
 
 from .errors import CommandFailed, HostError, InputError
 
-REPO = Path(__file__).resolve().parent.parent
+def _sources_root() -> Path:
+    """Where native/ and agents/ are: next to bench/ in a checkout, inside the installed
+    package otherwise (the wheel ships them as bench/native and bench/agents)."""
+    here = Path(__file__).resolve().parent
+    return here.parent if (here.parent / "native" / "Makefile").exists() else here
+
+
+REPO = _sources_root()
 AGENTS_STAMP = ".bench-agents-sha256"
 
 
