@@ -198,3 +198,12 @@ def loopfs_or_skip(size_bytes: int, prefix: str):
         yield fs
     finally:
         destroy_loopfs(fs)
+
+
+def pool_on(fs: LoopFs, layers: int, experts: int, expert_bytes: int) -> Path:
+    """A pool of real data on the loop file system, synced so the cold pass reads the device."""
+    from bench.pool import PoolSpec, make_pool
+    d = fs.mnt / "pool"
+    make_pool(d, PoolSpec(layers, experts, expert_bytes))
+    os.sync()
+    return d

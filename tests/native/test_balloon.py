@@ -64,8 +64,22 @@ def test_balloon_locks_and_releases(agent, balloons, tmp_path, sig):
     assert nl.meminfo_kb("Mlocked") - before <= MLOCKED_SLACK_KB
 
 
+def settled_mem_available(tolerance=8 * MIB, timeout=10.0) -> int:
+    """MemAvailable once memory freed by earlier teardowns has landed: two reads 0.2 s apart
+    within `tolerance` (it kept rising by ~100 MiB right after the replay tests' teardown)."""
+    prev = nl.meminfo_kb("MemAvailable") * 1024
+    end = time.time() + timeout
+    while time.time() < end:
+        time.sleep(0.2)
+        cur = nl.meminfo_kb("MemAvailable") * 1024
+        if abs(cur - prev) <= tolerance:
+            return cur
+        prev = cur
+    return prev
+
+
 def test_balloon_leave_available(agent, balloons):
-    avail = nl.meminfo_kb("MemAvailable") * 1024
+    avail = settled_mem_available()
     leave = avail - 256 * MIB  # a 256 MiB balloon
     p = balloons("--leave-available", leave)
     r = ready_line(p)

@@ -48,11 +48,7 @@ def loopfs():
 
 @pytest.fixture(scope="session")
 def pool(loopfs) -> Path:
-    from bench.pool import PoolSpec, make_pool
-    d = loopfs.mnt / "pool"
-    make_pool(d, PoolSpec(LAYERS, EXPERTS, EXPERT_BYTES))
-    os.sync()
-    return d
+    return nl.pool_on(loopfs, LAYERS, EXPERTS, EXPERT_BYTES)
 
 
 @pytest.fixture(scope="session")
