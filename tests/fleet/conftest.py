@@ -3,6 +3,8 @@ session and torn down at the end, whatever happens in between."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from bench.lab_netns import Lab, missing_capabilities
@@ -20,7 +22,9 @@ def lab(tmp_path_factory):
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("bench-lab")
     lab = Lab(state)
-    lab.up(2, prefix="bft", subnet="10.200.77")
+    # overridable so two test sessions on one machine (parallel work) do not share a bridge
+    lab.up(2, prefix=os.environ.get("BENCH_FLEET_PREFIX", "bft"),
+           subnet=os.environ.get("BENCH_FLEET_SUBNET", "10.200.77"))
     try:
         yield lab
     finally:
