@@ -111,6 +111,8 @@ class Settings:
     heartbeat_s: float = 5.0
     host_lock_wait_s: float = 120.0
     retry_pause_s: float = 2.0
+    cgroup_headroom_bytes: int | None = None   # None: the matrix's protocol.cgroup_headroom
+    balloon_max_bytes: int | None = None       # None: the matrix's protocol.balloon_max
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()
@@ -140,7 +142,9 @@ def plan_record(plan, expansion, matrix, host_names: list[str], settings: Settin
                           "estimate_s": r.estimate_s, "candidates": cl,
                           "placement": "one" if len(cl) > 1 else "each"}
     return {"campaign": plan.campaign, "seed": plan.seed, "matrix": matrix.name,
-            "matrix_ref": matrix_ref, "workload": dict(matrix.workload), "hosts": host_names,
+            "matrix_ref": matrix_ref, "scale": getattr(matrix, "scale", None),
+            "protocol": dict(getattr(matrix, "protocol", None) or {}),
+            "workload": dict(matrix.workload), "hosts": host_names,
             "estimates": {"run_seconds": plan.run_seconds, "reboot_seconds": plan.reboot_seconds},
             "settings": settings.as_dict(), "runs": runs,
             "order": [r.run_id for r in plan.runs]}
@@ -217,7 +221,13 @@ def workload_plan(workload: dict, data_dir: Path):
         dom = workload.get("domain")
         kw = {"domain": int(dom)} if isinstance(dom, int) or (isinstance(dom, str)
                                                               and dom.isdigit()) else {}
-        path = d / f"{trace}{'-d' + str(kw['domain']) if kw else ''}.jsonl"
+        name = trace + (f"-d{kw['domain']}" if kw else "")
+        for key, field_, tag in (("layers", "layers", "l"), ("experts", "experts_per_layer", "e"),
+                                 ("expert_bytes", "expert_bytes", "b"), ("tokens", "tokens", "t")):
+            if workload.get(key):      # a re-sized preset (a matrix scale): its own file
+                kw[field_] = int(workload[key])
+                name += f"-{tag}{kw[field_]}"
+        path = d / f"{name}.jsonl"
         if not path.exists():
             tmp = path.with_suffix(".tmp")
             tmp.write_text("\n".join(generate(preset(trace, **kw))) + "\n")
@@ -509,7 +519,11 @@ class Executor:
         boot = self._boot_of(rid)
         mem = boot.get("mem_bytes")
         cell = parse_cell(row["cell"])
-        return RunOptions(threads=self.s.threads,
+        proto = self.rec.get("protocol") or {}
+        headroom = self.s.cgroup_headroom_bytes or proto.get("cgroup_headroom")
+        extra = {"cgroup_headroom_bytes": int(headroom)} if headroom else {}
+        return RunOptions(threads=self.s.threads, **extra,
+                          balloon_max_bytes=self.s.balloon_max_bytes or proto.get("balloon_max"),
                           passes=int(self.rec["workload"].get("passes") or self.s.passes),
                           campaign=self.cid, position=row["position"] or 0,
                           repetition=row["repetition"] or 0,

@@ -304,7 +304,7 @@ def demo(
     import time
 
     from . import views
-    from .demo import (demo_results, executor_class, prepare_campaign, root_needs, run_demo,
+    from .demo import (demo_results, prepare_campaign, root_needs, run_demo,
                        tool_needs)
     from .units import parse_size
     if trace_only and no_trace:
@@ -352,13 +352,8 @@ def demo(
         step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
     step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
     from .cli_campaign import run_live
-    ex_cls = executor_class()
-
-    def make_executor(store):
-        ex = ex_cls(store, dc.campaign, settings)
-        ex.max_lock = lock
-        return ex
-    run_live(dc.campaign, db, make_executor, json_out)
+    from .campaign import Executor
+    run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings), json_out)
     res = demo_results(dc)
     result["campaign"] = res
     result["seconds"] = round(time.monotonic() - t0, 1)

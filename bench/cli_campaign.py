@@ -29,6 +29,9 @@ ReconnectOpt = Annotated[Optional[float], typer.Option(
                                 "(default: its reboot.up_timeout).")]
 MatrixArg = Annotated[str, typer.Argument(help="A shipped matrix name (bench matrix list) or a "
                                                "path to a matrix TOML file.")]
+ScaleOpt = Annotated[Optional[str], typer.Option(
+    "--scale", help="Apply the matrix's [scale.NAME] (e.g. lab: the same cells re-sized for "
+                    "the vm lab's small guests).")]
 
 
 @matrix_app.command("list")
@@ -44,11 +47,12 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 
 
 @matrix_app.command("show")
-def matrix_show(matrix: MatrixArg, json_out: JsonOpt = False) -> None:
-    """Validate a matrix and show it: workload, repetitions, ordering, hosts, cells."""
+def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
+    """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
+    ordering, hosts, cells."""
     from . import views
     from .matrix import load_matrix
-    m = load_matrix(matrix).as_dict()
+    m = load_matrix(matrix, scale).as_dict()
     if json_out:
         views.emit_json(m)
     else:
@@ -56,12 +60,12 @@ def matrix_show(matrix: MatrixArg, json_out: JsonOpt = False) -> None:
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
-               campaign: str | None = None):
+               campaign: str | None = None, scale: str | None = None):
     """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
     from .inventory import load_inventory, select
     from .matrix import expand, load_matrix
     from .schedule import HostState, schedule
-    m = load_matrix(matrix)
+    m = load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), host_names)
     exp = expand(m, hosts)
     plan = schedule(exp.requests, [HostState.from_host(h) for h in hosts], seed,
@@ -76,6 +80,7 @@ def schedule_cmd(
     hosts: Annotated[Optional[str], typer.Option(
         "--hosts", help="Comma-separated host names (default: every inventory host).")] = None,
     hosts_dir: HostsDirOpt = None,
+    scale: ScaleOpt = None,
     seed: Annotated[Optional[int], typer.Option(
         "--seed", help="Random seed of the order (default: a fresh one, printed).")] = None,
     dry_run: Annotated[bool, typer.Option(
@@ -105,9 +110,9 @@ def schedule_cmd(
             views.say(f"seed {seed}")
     if not dry_run and campaign is None:
         from .matrix import load_matrix
-        campaign = f"{load_matrix(matrix).name}-s{seed}-" + _time.strftime("%Y%m%dT%H%M%S",
-                                                                         _time.gmtime())
-    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign)
+        campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
+                    + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
+    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale)
     if not dry_run:
         from .campaign import Settings, create
         from .inventory import load_inventory, select
@@ -127,7 +132,8 @@ def schedule_cmd(
         _execute(cid, s, json_out)
         return
     if json_out:
-        views.emit_json({"matrix": m.name, "source": m.source, "workload": m.workload,
+        views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
+                         "workload": m.workload,
                          **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
                          "warnings": exp.warnings})
     else:

@@ -22,10 +22,9 @@ capacities are fractions of the host's memory (3-6 GiB here) on the 8 MiB `tiny`
 cgroup wall bites and its balloons would lock 18-21 GiB of a shared machine; the balloon that
 runs needs a capacity computed from this machine's MemAvailable, which no matrix can express.
 The file is a plain matrix: `bench schedule --matrix <out>/matrix.toml --hosts local
---hosts-dir <out>/hosts` runs it again (with the default 6 GiB cgroup headroom and no lock cap).
-The demo's executor sets the cgroup headroom to 16 MiB (the agent's own anonymous memory is a
-few MiB; the default 6 GiB would hide a 64 MiB wall) and passes max_lock to the runner as
-balloon_max_bytes, which refuses a larger balloon at run time (MemAvailable moves).
+--hosts-dir <out>/hosts` runs it again. Its [protocol] sets the cgroup headroom to 16 MiB (the
+agent's own anonymous memory is a few MiB; the default 6 GiB would hide a 64 MiB wall) and
+balloon_max to max_lock, which the runner enforces at run time (MemAvailable moves).
 """
 
 from __future__ import annotations
@@ -155,6 +154,10 @@ placement = "each"
 run_seconds = 20
 reboot_seconds = 120
 
+[protocol]
+cgroup_headroom = "{headroom_mib}M"
+balloon_max = "{max_lock_mib}M"
+
 [cells]
 capacities = ["0.25pool", "0.5pool"]
 mechanisms = ["cgroup", "balloon"]
@@ -250,6 +253,7 @@ def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
     return MATRIX_TEMPLATE.format(
         avail_mib=avail // MIB, when=time.strftime("%Y-%m-%d %H:%M:%S"),
         pool_mib=DEMO_POOL // MIB, max_lock=format_size(max_lock), lock_mib=lock // MIB,
+        headroom_mib=CGROUP_HEADROOM // MIB, max_lock_mib=max_lock // MIB,
         trace=str(trace.resolve()), balloon_mib=max(MIB, avail - lock) // MIB)
 
 
@@ -368,20 +372,6 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
                         runs=[{"run_id": r.run_id, "cell": r.cell} for r in plan.runs],
                         skipped=skipped, facts=facts)
     return demo, settings
-
-
-def executor_class():
-    """The campaign executor with the demo's run options: a 16 MiB cgroup headroom and the
-    runner's balloon cap (balloon_max_bytes = --max-lock)."""
-    from .campaign import Executor
-
-    class DemoExecutor(Executor):
-        max_lock: int | None = None
-
-        def _options(self, host, rid):
-            return replace(super()._options(host, rid), cgroup_headroom_bytes=CGROUP_HEADROOM,
-                           balloon_max_bytes=self.max_lock)
-    return DemoExecutor
 
 
 def demo_results(demo: DemoCampaign) -> dict:

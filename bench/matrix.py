@@ -17,10 +17,13 @@ Schema (see the shipped files for commented examples):
     mglru_at_boot = false            # optional: MGLRU set by a boot (bench.lru_gen=) not at run time
     [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
                 batch = 1, pool = "1347G" (optional size; needed for `pool` capacities when the
-                trace is a file), passes = 2, fixed_set_bytes = N (optional)
+                trace is a file), passes = 2, fixed_set_bytes = N (optional); for a synth
+                preset also layers, experts, expert_bytes, tokens (the preset's geometry changed)
     [order]     randomize = true, interleave_reps = true
     [hosts]     tags = "any" | { machine = ["A", "B"] }, placement = "each" | "one"
     [estimate]  run_seconds = 900, reboot_seconds = 600
+    [protocol]  cgroup_headroom = "6G" (memory.max = C + this; the paper's Algorithm 1),
+                balloon_max = "2G" (optional cap on what a balloon may lock)
     [cells]     capacities = ["64G", "0.044pool", "0.5mem"], mechanisms = [...], reclaims = [...],
                 modes = ["pagecache"], prefetch = ["none", "oracle-advice", ...],
                 exclude = [{ capacity = "64G", mechanism = "memboot" }, ...]
@@ -34,6 +37,14 @@ MiB so that cell names stay exact (`768M`). Skipped, with the reason: a capacity
 host's memory, a relative capacity the host cannot resolve, a memboot or boot-time MGLRU cell on
 a host that may not reboot, a memboot whose mem= falls below the host's floor or above its
 memory, a cell that resolves to the same name as an earlier one on that host.
+
+Scales: a `[scale.NAME]` table re-sizes the same matrix for smaller hosts (`bench schedule
+--scale lab`): `capacities = { "64G" = "0.133mem", ... }` maps every absolute capacity the
+matrix writes (in cells.capacities, exclude and extra, cell names included) to the one used at
+that scale, and `repetitions`, `memboot_overhead`, `description` and the tables `workload`,
+`protocol`, `estimate`, `order`, `hosts` override what they name. The scaled matrix is validated
+as a whole, like any other; an absolute capacity without a mapping is an error, so a scale
+never runs a production-sized cell by accident.
 
 Boot config of a cell (what only a reboot changes): `memboot` boots with mem = C +
 memboot_overhead (the kernel's own reservations, firmware and the non-file working set; the
@@ -60,10 +71,11 @@ from .units import format_size, parse_size
 
 MIB = 1 << 20
 PLACEMENTS = ("each", "one")
-PRESET_POOLS = {  # layers x experts_per_layer x expert_bytes of bench.synth.PRESETS
-    "k3": 92 * 896 * 17_550_000, "qwen3": 48 * 128 * 2_864_583,
-    "dsv3": 58 * 256 * 44_040_192, "tiny": 4 * 32 * 65_536,
+PRESET_GEOMETRY = {  # (layers, experts_per_layer, expert_bytes) of bench.synth.PRESETS
+    "k3": (92, 896, 17_550_000), "qwen3": (48, 128, 2_864_583),
+    "dsv3": (58, 256, 44_040_192), "tiny": (4, 32, 65_536),
 }
+PRESET_POOLS = {k: a * b * c for k, (a, b, c) in PRESET_GEOMETRY.items()}
 DEFAULT_MEMBOOT_OVERHEAD = 9 << 30
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 _REL = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(pool|mem)\s*$")
@@ -194,17 +206,21 @@ class Matrix:
     reboot_seconds: float
     points: tuple[Point, ...]
     reference: str = ""
+    protocol: dict = field(default_factory=dict)    # cgroup_headroom, balloon_max (bytes)
+    scale: str | None = None                        # the [scale.NAME] applied, if any
+    scales: tuple[str, ...] = ()                    # the scales the file offers
 
     @property
     def pool_bytes(self) -> int | None:
-        if self.workload.get("pool") is not None:
-            return self.workload["pool"]
-        return PRESET_POOLS.get(self.workload.get("trace"))
+        return workload_pool_bytes(self.workload)
 
     def as_dict(self) -> dict:
         return {
             "name": self.name, "description": self.description, "reference": self.reference,
             "source": self.source, "workload": dict(self.workload), "pool_bytes": self.pool_bytes,
+            "scale": self.scale, "scales": list(self.scales),
+            "protocol": {k: (None if v is None else format_size(v))
+                         for k, v in self.protocol.items()},
             "repetitions": self.repetitions,
             "order": {"randomize": self.randomize, "interleave_reps": self.interleave},
             "hosts": {"tags": "any" if self.tags is None else {k: list(v) for k, v in self.tags},
@@ -223,13 +239,97 @@ class Matrix:
         }
 
 
+def workload_pool_bytes(workload: dict) -> int | None:
+    """The pool of a workload: its `pool` key, else the (re-sized) synth preset's geometry."""
+    if workload.get("pool") is not None:
+        return workload["pool"]
+    geo = PRESET_GEOMETRY.get(workload.get("trace"))
+    if geo is None:
+        return None
+    layers = workload.get("layers") or geo[0]
+    experts = workload.get("experts") or geo[1]
+    return layers * experts * (workload.get("expert_bytes") or geo[2])
+
+
+# scales -------------------------------------------------------------------------------------------
+
+def apply_scale(data: dict, scale: str, source: str) -> dict:
+    """The matrix document with its [scale.NAME] applied (see the module doc); pure."""
+    import copy
+    c = _C(source)
+    scales = data.get("scale")
+    if not isinstance(scales, dict) or scale not in scales:
+        have = ", ".join(sorted(scales)) if isinstance(scales, dict) and scales else "none"
+        raise MatrixError(f"{source}: has no scale {scale!r}", f"its scales: {have}")
+    full = f"scale.{scale}"
+    sc = scales[scale]
+    if not isinstance(sc, dict):
+        raise c.fail(full, "must be a table")
+    c.keys(sc, full + ".", SCALE)
+    out = copy.deepcopy({k: v for k, v in data.items() if k != "scale"})
+    caps = c.get(sc, "capacities", f"{full}.capacities", dict, default={})
+    mapping: dict[int, str] = {}
+    for k, v in caps.items():
+        src = c.capacity(k, f"{full}.capacities.{k}")
+        if src.kind != "abs":
+            raise c.fail(f"{full}.capacities.{k}", "only absolute capacities are mapped",
+                         "relative ones (pool, mem) already scale with the host")
+        c.capacity(v, f"{full}.capacities.{k}")       # validates the target
+        mapping[int(src.value)] = v
+
+    def scaled(text: Any, where: str) -> Any:
+        if not isinstance(text, str) or _REL.match(text):
+            return text
+        b = c.capacity(text, where).value
+        if int(b) not in mapping:
+            raise c.fail(f"{full}.capacities", f"has no entry for {text} (used at {where})",
+                         f'map it, e.g. "{text}" = "0.1mem"')
+        return mapping[int(b)]
+    cells = out.get("cells")
+    if isinstance(cells, dict):
+        if isinstance(cells.get("capacities"), list):
+            cells["capacities"] = [scaled(x, f"cells.capacities[{i}]")
+                                   for i, x in enumerate(cells["capacities"])]
+        for key in ("exclude", "extra"):
+            for i, x in enumerate(cells.get(key) or []):
+                if not isinstance(x, dict):
+                    continue
+                if "capacity" in x:
+                    x["capacity"] = scaled(x["capacity"], f"cells.{key}[{i}].capacity")
+                if key == "extra" and isinstance(x.get("cell"), str):
+                    try:
+                        cell = parse_cell(x.pop("cell").lower())
+                    except InputError as exc:
+                        raise c.fail(f"cells.extra[{i}].cell", exc.message, exc.hint) from None
+                    x.update(capacity=scaled(format_size(cell.capacity_bytes),
+                                             f"cells.extra[{i}].cell"),
+                             mechanism=cell.mechanism, reclaim=cell.reclaim, mode=cell.mode,
+                             prefetch=cell.prefetch)
+    for k in ("description", "repetitions", "memboot_overhead"):
+        if k in sc:
+            out[k] = sc[k]
+    for k in ("workload", "protocol", "estimate", "order", "hosts"):
+        if k in sc:
+            t = c.get(sc, k, f"{full}.{k}", dict)
+            base = out.get(k) if isinstance(out.get(k), dict) else {}
+            if k == "workload" and "trace" in t and t["trace"] != base.get("trace"):
+                base = {kk: vv for kk, vv in base.items() if kk not in SYNTH_GEOMETRY + ("pool",)}
+            out[k] = {**base, **t}
+    return out
+
+
 # validation ---------------------------------------------------------------------------------------
 
 _TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
           list: "a list", dict: "a table"}
 TOP = ("name", "description", "reference", "workload", "repetitions", "order", "hosts", "cells",
-       "memboot_overhead", "mglru_at_boot", "estimate")
-WORKLOAD = ("trace", "domain", "batch", "pool", "passes", "fixed_set_bytes")
+       "memboot_overhead", "mglru_at_boot", "estimate", "protocol", "scale")
+SYNTH_GEOMETRY = ("layers", "experts", "expert_bytes", "tokens")
+WORKLOAD = ("trace", "domain", "batch", "pool", "passes", "fixed_set_bytes") + SYNTH_GEOMETRY
+PROTOCOL = ("cgroup_headroom", "balloon_max")
+DEFAULT_CGROUP_HEADROOM = 6 << 30
+SCALE = ("description", "repetitions", "memboot_overhead", "capacities", "workload", "protocol",
+         "estimate", "order", "hosts")
 ORDER = ("randomize", "interleave_reps")
 HOSTS = ("tags", "placement")
 ESTIMATE = ("run_seconds", "reboot_seconds")
@@ -373,6 +473,17 @@ def parse_matrix(data: dict, source: str) -> Matrix:
                 "passes": c.get(w, "passes", "workload.passes", int, default=2),
                 "fixed_set_bytes": c.get(w, "fixed_set_bytes", "workload.fixed_set_bytes", int,
                                          default=None)}
+    for k in SYNTH_GEOMETRY:
+        if k not in w:
+            continue
+        if trace not in PRESET_POOLS:
+            raise c.fail(f"workload.{k}", "only a synth preset trace can be re-sized",
+                         "drop it, or use a preset: " + ", ".join(PRESET_POOLS))
+        v = (c.size(w, k, f"workload.{k}") if k == "expert_bytes"
+             else c.get(w, k, f"workload.{k}", int))
+        if v < (32 if k == "expert_bytes" else 1):
+            raise c.fail(f"workload.{k}", f"too small: {v}")
+        workload[k] = v
     if trace not in PRESET_POOLS and not re.search(r"[/.]", trace):
         raise c.fail("workload.trace", f"{trace!r} is neither a synth preset nor a file path",
                      f"allowed values: {', '.join(PRESET_POOLS)}, or a path to a JSONL trace")
@@ -397,6 +508,12 @@ def parse_matrix(data: dict, source: str) -> Matrix:
         if v < 0:
             raise c.fail(f"estimate.{k}", f"must not be negative, got {v}")
         est[k] = float(v)
+
+    pr = c.table(data, "protocol", PROTOCOL)
+    protocol = {"cgroup_headroom": c.size(pr, "cgroup_headroom", "protocol.cgroup_headroom",
+                                          DEFAULT_CGROUP_HEADROOM),
+                "balloon_max": c.size(pr, "balloon_max", "protocol.balloon_max")}
+    scales = c.get(data, "scale", "scale", dict, default={})
 
     cells = c.table(data, "cells", CELLS)
     if "cells" not in data:
@@ -488,7 +605,8 @@ def parse_matrix(data: dict, source: str) -> Matrix:
                   repetitions=reps, randomize=randomize, interleave=interleave, tags=tags,
                   placement=placement, memboot_overhead=overhead, mglru_at_boot=mglru_at_boot,
                   run_seconds=est["run_seconds"], reboot_seconds=est["reboot_seconds"],
-                  points=tuple(points), reference=reference)
+                  points=tuple(points), reference=reference, protocol=protocol,
+                  scales=tuple(sorted(scales)))
 
 
 # loading ------------------------------------------------------------------------------------------
@@ -502,8 +620,9 @@ def shipped_names() -> list[str]:
     return sorted(p.name[:-5] for p in d.iterdir() if p.name.endswith(".toml"))
 
 
-def load_matrix(ref: str | Path) -> Matrix:
-    """A shipped matrix by name, or a matrix file by path."""
+def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
+    """A shipped matrix by name, or a matrix file by path; with `scale`, its [scale.NAME]
+    applied (the result is validated like any matrix)."""
     ref_s = str(ref)
     names = shipped_names()
     if ref_s in names:
@@ -526,7 +645,13 @@ def load_matrix(ref: str | Path) -> Matrix:
     m = parse_matrix(data, source)
     if ref_s in names and m.name != ref_s:
         raise MatrixError(f"{source}: key 'name': {m.name!r} differs from the file name")
-    return m
+    for name in m.scales:       # every scale validates whenever the matrix is loaded
+        scaled = parse_matrix(apply_scale(data, name, source), f"{source} at scale {name}")
+    if scale is None:
+        return m
+    from dataclasses import replace
+    scaled = parse_matrix(apply_scale(data, scale, source), f"{source} at scale {scale}")
+    return replace(scaled, scale=scale, scales=m.scales)
 
 
 def list_matrices() -> list[dict]:

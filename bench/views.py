@@ -394,6 +394,12 @@ def matrix_list_table(rows: Sequence[dict]) -> Table:
 
 def _workload_text(w: dict) -> str:
     parts = [f"trace {w['trace']}"]
+    geo = [f"{w[k]} {k.replace('_', ' ')}" for k in ("layers", "experts", "tokens") if w.get(k)]
+    if w.get("expert_bytes"):
+        geo.append(f"{w['expert_bytes'] >> 20} MiB experts" if w["expert_bytes"] >= 1 << 20
+                   else f"{w['expert_bytes']} B experts")
+    if geo:
+        parts.append("re-sized to " + " x ".join(geo))
     if w.get("domain"):
         parts.append(f"domain {w['domain']}")
     parts.append(f"batch {w['batch']}")
@@ -407,10 +413,13 @@ def _workload_text(w: dict) -> str:
 def matrix_text(m: dict) -> str:
     o = m["order"]
     pool = m.get("pool_bytes")
-    lines = [f"matrix {m['name']}: {m['description']}",
+    lines = [f"matrix {m['name']}" + (f" at scale {m['scale']}" if m.get("scale") else "")
+             + f": {m['description']}",
              f"  source       {m['source']}"]
     if m.get("reference"):
         lines.append(f"  reference    {m['reference']}")
+    if m.get("scales") and not m.get("scale"):
+        lines.append(f"  scales       {', '.join(m['scales'])} (--scale NAME)")
     lines += [
         f"  workload     {_workload_text(m['workload'])}"
         + (f" (pool {pool / 1e12:.3g} TB)" if pool and pool >= 1e12 else
@@ -423,6 +432,10 @@ def matrix_text(m: dict) -> str:
         + ("at boot (bench.lru_gen=)" if m["mglru_at_boot"] else "toggled at run time"),
         f"  estimate     {duration(m['estimate']['run_seconds'])} per run, "
         f"{duration(m['estimate']['reboot_seconds'])} per reboot",
+        "  protocol     cgroup memory.max = C + "
+        + str((m.get("protocol") or {}).get("cgroup_headroom") or "6G")
+        + (f"; balloons lock at most {m['protocol']['balloon_max']}"
+           if (m.get("protocol") or {}).get("balloon_max") else ""),
         f"  cells ({len(m['points'])}):"]
     w = max(len(p["point"]) for p in m["points"])
     for p in m["points"]:
@@ -440,7 +453,8 @@ def matrix_text(m: dict) -> str:
 def plan_text(m: dict, plan: dict, expansion: dict) -> str:
     """The dry-run plan: per host its ordered runs by boot group, reboots, estimate."""
     o = m["order"]
-    lines = [f"campaign {plan['campaign']}: matrix {m['name']}, seed {plan['seed']}",
+    lines = [f"campaign {plan['campaign']}: matrix {m['name']}"
+             + (f" at scale {m['scale']}" if m.get("scale") else "") + f", seed {plan['seed']}",
              f"workload {_workload_text(m['workload'])}; "
              + ("randomized" if o["randomize"] else "as written")
              + (", repetitions interleaved" if o["interleave_reps"] else "")

@@ -187,3 +187,81 @@ def test_cli_matrix_list_and_show(capsys):
     assert "93G-memboot-classic" in capsys.readouterr().out
     assert main(["matrix", "show", "nope"]) == 2
     assert "shipped matrices" in capsys.readouterr().err
+
+
+# scales and protocol -----------------------------------------------------------------------------
+
+LAB = [host("lab-a", mem="1536M", floor="512M", machine="A", lab="vm"),
+       host("lab-b", mem="1536M", floor="512M", machine="B", lab="vm")]
+
+
+def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
+    full, lab = load_matrix("reclaim"), load_matrix("reclaim", "lab")
+    assert full.scales == lab.scales == ("lab",) and lab.scale == "lab" and full.scale is None
+    # the same cells (mechanism x reclaim), each capacity mapped
+    assert [(p.mechanism, p.reclaim) for p in full.points] == \
+        [(p.mechanism, p.reclaim) for p in lab.points]
+    assert [p.capacity.text for p in lab.points][:2] == ["0.133mem", "0.133mem"]
+    assert lab.protocol["cgroup_headroom"] == 16 * MIB and full.protocol["cgroup_headroom"] == 6 * G
+    assert lab.repetitions == 1 and lab.memboot_overhead == 256 * MIB
+    # the re-sized preset: 4 x 96 x 2 MiB, and the pool sits between the deepest cell and
+    # the ample extras, as in the paper
+    assert lab.pool_bytes == 4 * 96 * 2 * MIB
+    exp = expand(lab, LAB)
+    assert not exp.skipped, exp.skipped
+    a = cells_of(exp, "lab-a")
+    assert a == cells_of(exp, "lab-b") and len(a) == 11
+    assert "204m-balloon-mglru" in a and "297m-memboot-classic" in a
+    caps = sorted({int(c.split("m-")[0]) for c in a})
+    assert caps[0] * MIB < lab.pool_bytes < caps[-1] * MIB
+    # a lab-scale memboot stays above the guests' 512M floor
+    boots = {c.boot.mem for r in exp.requests for c in r.candidates if c.boot.mem}
+    assert boots and min(boots) >= 512 * MIB
+    # the production matrix on lab hosts: every cell skipped with its reason, nothing run
+    assert not expand(full, LAB).requests
+
+
+def test_scale_without_a_mapping_for_an_absolute_capacity_is_refused():
+    d = doc(scale={"small": {"capacities": {"128G": "0.1mem"}}})
+    with pytest.raises(MatrixError, match=r"scale\.small\.capacities.*no entry for 64G"):
+        from bench.matrix import apply_scale
+        parse_matrix(apply_scale(d, "small", "m.toml"), "m.toml")
+
+
+def test_unknown_scale_and_bad_scale_keys(tmp_path):
+    import tomllib  # noqa: F401 - the file is TOML
+    p = tmp_path / "m.toml"
+    p.write_text('name = "m"\ndescription = "d"\nrepetitions = 1\n[workload]\ntrace = "tiny"\n'
+                 '[cells]\ncapacities = ["1G"]\nmechanisms = ["cgroup"]\nreclaims = ["classic"]\n'
+                 '[scale.small]\ncapacities = { "1G" = "0.1mem" }\ncolour = "red"\n')
+    with pytest.raises(MatrixError, match=r"key 'scale\.small\.colour': unknown key"):
+        load_matrix(p)      # every scale validates when the matrix loads
+    p.write_text(p.read_text().replace('colour = "red"\n', ""))
+    assert load_matrix(p, "small").points[0].capacity.text == "0.1mem"
+    with pytest.raises(MatrixError, match="has no scale 'big'") as e:
+        load_matrix(p, "big")
+    assert "small" in e.value.hint
+
+
+def test_workload_resize_only_for_presets_and_pool_follows_it():
+    m = parse_matrix(doc(workload={"trace": "tiny", "layers": 2, "expert_bytes": "1M"}), "m")
+    assert m.pool_bytes == 2 * 32 * MIB
+    with pytest.raises(MatrixError, match=r"workload\.layers.*only a synth preset"):
+        parse_matrix(doc(workload={"trace": "/data/k3.jsonl", "pool": "1T", "layers": 2}), "m")
+
+
+def test_preset_geometry_matches_the_synth_presets():
+    from bench.matrix import PRESET_GEOMETRY
+    from bench.synth import PRESETS
+    assert PRESET_GEOMETRY == {k: (p.layers, p.experts_per_layer, p.expert_bytes)
+                               for k, p in PRESETS.items()}
+
+
+def test_protocol_reaches_the_run_options():
+    from bench.matrix import DEFAULT_CGROUP_HEADROOM
+    m = parse_matrix(doc(protocol={"cgroup_headroom": "32M", "balloon_max": "1G"}), "m")
+    assert m.protocol == {"cgroup_headroom": 32 * MIB, "balloon_max": G}
+    assert parse_matrix(doc(), "m").protocol == {"cgroup_headroom": DEFAULT_CGROUP_HEADROOM,
+                                                 "balloon_max": None}
+    with pytest.raises(MatrixError, match=r"protocol\.headroom.*unknown key"):
+        parse_matrix(doc(protocol={"headroom": "1G"}), "m")
