@@ -44,6 +44,7 @@ import platform
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -375,6 +376,34 @@ def lru_gen_mask() -> str | None:
 
 def lock_path(work_dir, run_id):
     return os.path.join(work_dir, "locks", f"{run_id}.lock")
+
+
+def progress_path(work_dir, run_id):
+    """The agent's --progress file (native/progress.h): outside the bundle, read by status."""
+    return os.path.join(work_dir, "progress", f"{run_id}.bin")
+
+
+def read_progress(work_dir, run_id):
+    """{pass, passes, iteration, iterations} from the agent's live progress file, or None.
+    The agent updates it with plain stores under a sequence word (odd while writing): retry
+    until two reads of the sequence agree."""
+    try:
+        with open(progress_path(work_dir, run_id), "rb", buffering=0) as f:   # no stale buffer
+            for _ in range(100):
+                f.seek(0)
+                raw = f.read(24)
+                if len(raw) < 24:
+                    return None
+                magic, seq, pas, passes, done, iters = struct.unpack("=6I", raw)
+                if magic != 0x31475042:
+                    return None
+                f.seek(4)
+                if seq % 2 == 0 and struct.unpack("=I", f.read(4))[0] == seq:
+                    return {"pass": pas, "passes": passes, "iteration": done,
+                            "iterations": iters}
+    except OSError:
+        return None
+    return None
 
 
 def try_lock(path: str) -> int | None:
@@ -904,7 +933,9 @@ class Run:
         argv += ["--snapshot-dir", self.path("snapshots")]
         for f in files:
             argv += ["--snapshot-file", f]
-        return argv + ["--out", self.path("agent.jsonl")]
+        prog = progress_path(self.work_dir, self.run_id)
+        os.makedirs(os.path.dirname(prog), exist_ok=True)
+        return argv + ["--out", self.path("agent.jsonl"), "--progress", prog]
 
     def step_agent(self):
         argv = self.agent_argv()
@@ -1149,6 +1180,7 @@ def _settle(work_dir, run_id, bundle):
     if fd is None:
         st = load_status(work_dir, run_id)
         st["live"] = True
+        st["progress"] = read_progress(work_dir, run_id)
         return st
     try:
         st = load_status(work_dir, run_id)

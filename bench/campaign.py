@@ -105,7 +105,7 @@ class Settings:
     db_url: str | None = None
     hosts_dir: Path | None = None
     reconnect_timeout_s: float | None = None
-    chunk_s: float = 20.0
+    chunk_s: float = 10.0           # how often the live view hears from a running host
     run_timeout_s: float = 6 * 3600.0
     lock_stale_s: float = 60.0
     heartbeat_s: float = 5.0
@@ -603,7 +603,7 @@ class Executor:
         w = wait_run(h, rid, lambda: self.transport_for(h), transport=None,
                      timeout_s=self.s.run_timeout_s,
                      reconnect_timeout_s=self.s.reconnect_timeout_s, chunk_s=self.s.chunk_s,
-                     log=log)
+                     log=log, on_status=lambda st: self._live(rid, st))
         t = w["transport"]
         for e in log:
             if e["event"] in ("lost",):
@@ -617,6 +617,16 @@ class Executor:
         self._set(rid, "collected", f"bundle {c['status']}",
                   {"bundle": c["bundle"], "runner_ok": w["status"].get("ok"),
                    "runner_reason": w["status"].get("reason")})
+
+    def _live(self, rid: str, st: dict) -> None:
+        """Keep the run's live row (runner phase, pass, iteration) for the views; a busy
+        database only delays it to the next chunk."""
+        from .store.campaign_exec import set_live
+        prog = st.get("progress") or {}
+        try:
+            set_live(self.store, rid, {"phase": st.get("phase"), **prog})
+        except Exception:  # noqa: BLE001 - progress is for display only
+            pass
 
     def _ingest(self, host: str, rid: str) -> None:
         from .runctl import bundle_path, ingest
@@ -716,7 +726,7 @@ def progress(store, campaign_id: str) -> dict:
     def ts(s):
         return datetime.fromisoformat(s).timestamp() if s else None
     first, last_t, durations, reboots = {}, {}, [], []
-    verdicts, warnings, quarantined = [], [], {}
+    verdicts, warnings, quarantined, live = [], [], {}, {}
     for j in js:
         t = ts(j["t"])
         d = j.get("data") or {}
@@ -738,6 +748,8 @@ def progress(store, campaign_id: str) -> dict:
             warnings.append({"t": j["t"], "message": j["message"]})
         elif j["kind"] == "handover":
             quarantined.setdefault(d.get("from"), "quarantined")
+        elif j["kind"] == "live" and j["run_ref"] in by_ref:
+            live[by_ref[j["run_ref"]]["run_id"]] = d
     run_s = (sorted(durations)[len(durations) // 2] if durations
              else float(est.get("run_seconds") or 900))
     reboot_s = (sum(reboots) / len(reboots) if reboots
@@ -758,7 +770,12 @@ def progress(store, campaign_id: str) -> dict:
                  {"booting": "rebooting", "boot_verified": "deploying", "deployed": "starting",
                   "running": "running", "collected": "ingesting"}.get(cur["state"], cur["state"])
                  if cur else ("done" if not left else "waiting"))
+        lv = live.get(cur["run_id"], {}) if cur and cur["state"] == "running" else {}
+        if lv.get("phase") in ("warmup", "measuring", "collecting"):
+            phase = lv["phase"]
         hosts.append({"host": h, "phase": phase, "run_id": cur["run_id"] if cur else None,
+                      "pass": lv.get("pass"), "passes": lv.get("passes"),
+                      "iteration": lv.get("iteration"), "iterations": lv.get("iterations"),
                       "cell": cur["cell"] if cur else None,
                       "state": cur["state"] if cur else None,
                       "elapsed_s": elapsed, "eta_s": max(0.0, eta) if left else 0.0,

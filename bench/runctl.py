@@ -263,10 +263,12 @@ class Quarantined(HostError):
 
 def wait_run(host, run_id: str, connect: Callable[[], object], *, transport=None,
              timeout_s: float = 6 * 3600.0, reconnect_timeout_s: float | None = None,
-             chunk_s: float = 20.0, retry_s: float = 1.0, log: list | None = None) -> dict:
+             chunk_s: float = 20.0, retry_s: float = 1.0, log: list | None = None,
+             on_status: Callable[[dict], None] | None = None) -> dict:
     """Wait for a run to end, re-attaching across dropped connections. Returns
     {status, reconnects}; raises Quarantined when the host stayed unreachable longer than
-    reconnect_timeout_s, CommandTimeout when the run outlived timeout_s."""
+    reconnect_timeout_s, CommandTimeout when the run outlived timeout_s. `on_status` gets the
+    runner's status (phase, live progress) after every chunk that did not end the run."""
     if reconnect_timeout_s is None:
         reconnect_timeout_s = host.reboot.up_timeout
     log = log if log is not None else []
@@ -305,6 +307,8 @@ def wait_run(host, run_id: str, connect: Callable[[], object], *, transport=None
             if r.rc in (0, 1) and st is not None and st.get("phase") in ("done", "failed"):
                 return {"status": st, "reconnects": reconnects, "transport": t}
             if r.rc == 3:
+                if on_status is not None and st is not None:
+                    on_status(st)
                 continue
             raise HostError(host.name, f"runner.py wait {run_id} exited {r.rc}: "
                             f"{(st or {}).get('reason') or r.stderr.strip()[-300:]}")

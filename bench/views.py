@@ -501,7 +501,7 @@ def _dur(s: float | None) -> str:
 
 def campaign_renderable(p: dict):
     """One rich renderable of a campaign snapshot (bench.campaign.progress): one row per host
-    (phase, cell, run state, elapsed, ETA), an overall bar, the last verdicts, quarantined hosts
+    (phase, cell, run, pass and iteration as the host last reported them, elapsed, ETA), an overall bar, the last verdicts, quarantined hosts
     and warnings."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
@@ -512,11 +512,14 @@ def campaign_renderable(p: dict):
         f"[bold]{p['state']}[/]  controller "
         + (f"pid {ctl['pid']} on {ctl['host']}" if ctl else "[yellow]none[/]"))
     t = Table(expand=False)
-    for col in ("host", "phase", "cell", "run", "state", "elapsed", "done", "ETA"):
+    for col in ("host", "phase", "cell", "run", "pass", "iteration", "elapsed", "done", "ETA"):
         t.add_column(col)
     for h in p["hosts"]:
         phase = f"[red]{h['phase']}[/]" if h["quarantined"] else h["phase"]
-        t.add_row(h["host"], phase, h["cell"] or "-", h["run_id"] or "-", h["state"] or "-",
+        has = h.get("passes") is not None
+        t.add_row(h["host"], phase, h["cell"] or "-", h["run_id"] or "-",
+                  f"{h['pass'] + 1}/{h['passes']}" if has else "-",
+                  f"{h['iteration']}/{h['iterations']}" if has else "-",
                   _dur(h["elapsed_s"]), f"{h['done']}/{h['total']}", _dur(h["eta_s"]))
     bar = ProgressBar(total=max(1, p["total"]), completed=p["finished"], width=50)
     line = Text(f" {p['finished']}/{p['total']} runs finished, {p['failed']} failed, "
@@ -561,7 +564,7 @@ def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> No
             rows = []
         for j in rows:
             last = j["id"]
-            if j["kind"] == "lock":
+            if j["kind"] in ("lock", "live"):    # rows updated in place, not events
                 continue
             print(f"{j['t'][:19].replace('T', ' ')} {j['kind']:<10} {j['message']}",
                   flush=True)

@@ -24,6 +24,7 @@ static void usage(FILE *f)
 		"              [--prefetch advice|block --hints FILE] [--advice-window N]\n"
 		"              [--probe-cached]\n"
 		"              [--snapshot-dir DIR --snapshot-file PATH ...] [--out FILE]\n"
+		"              [--progress FILE]\n"
 		"       bench-agent balloon (--bytes N | --leave-available N) [--ready-file PATH]\n"
 		"sizes take K/M/G suffixes (KiB/MiB/GiB)\n");
 }
@@ -46,6 +47,7 @@ static int cmd_replay(int argc, char **argv)
 		{ "snapshot-file", required_argument, NULL, 's' },
 		{ "probe-cached", no_argument, NULL, 'C' },
 		{ "advice-window", required_argument, NULL, 'w' },
+		{ "progress", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -67,6 +69,7 @@ static int cmd_replay(int argc, char **argv)
 		case 'f': o.freq_path = optarg; break;
 		case 'H': o.hints_path = optarg; break;
 		case 'd': o.snap_dir = optarg; break;
+		case 'g': o.progress_path = optarg; break;
 		case 'm': mode = optarg; break;
 		case 'c': nocache = optarg; break;
 		case 'P': prefetch = optarg; break;

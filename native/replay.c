@@ -1,6 +1,7 @@
 #include "replay.h"
 #include "arena.h"
 #include "json.h"
+#include "progress.h"
 #include "plan.h"
 #include "pool.h"
 #include "util.h"
@@ -181,6 +182,7 @@ struct run {
 	struct worker *workers;
 	struct prefetcher pf;
 	struct snapshots snap;
+	struct progress prog;
 	int have_pool, have_plan, have_hints, have_arena, have_crew, have_snap;
 	struct iter_rec *recs;
 	uint64_t *pass_wall, *pass_bytes, *pass_reads, *pass_hits;
@@ -344,6 +346,9 @@ static int setup(struct run *r)
 	if (plan_load(o->plan_path, PLAN_KIND_REPLAY, &r->plan, reason, sizeof(reason)))
 		return fail(r, reason);
 	r->have_plan = 1;
+	if (o->progress_path && progress_open(&r->prog, o->progress_path, o->passes,
+					      r->plan.n_iterations, reason, sizeof(reason)))
+		return fail(r, reason);
 	r->distinct = count_distinct(&r->plan);
 	if (plan_check_geometry(&r->plan, r->pool.layers, r->pool.experts_per_layer,
 				r->pool.expert_bytes, "plan", reason, sizeof(reason)))
@@ -477,6 +482,7 @@ static int run_pass(struct run *r, uint32_t pass)
 	int err = 0;
 
 	memset(r->recs, 0, sizeof(*r->recs) * p->n_iterations);
+	progress_set(&r->prog, pass, 0);
 	if (r->have_snap)
 		snap_take(&r->snap, 0);
 	t0 = now_ns();
@@ -504,6 +510,7 @@ static int run_pass(struct run *r, uint32_t pass)
 		}
 		rec->wall_ns = now_ns() - i0;
 		rec->a = r->crew.acc;
+		progress_set(&r->prog, pass, it + 1);
 	}
 	t1 = now_ns();
 	if (o->prefetch && !err) {
@@ -575,6 +582,7 @@ static void teardown(struct run *r)
 	free(r->pass_hits);
 	if (r->have_snap)
 		snap_free(&r->snap);
+	progress_close(&r->prog);
 	if (r->have_arena)
 		arena_destroy(&r->arena);
 	pool_close(&r->pool);

@@ -59,6 +59,24 @@ def transition(store: Store, run_id: str, state: str, message: str = "",
         return old
 
 
+def set_live(store: Store, run_id: str, data: dict) -> None:
+    """The run's live progress as its host last reported it (runner phase, pass, iteration):
+    one journal row per run, kind "live", updated in place (so `bench watch` and the live
+    view read it from the database, and the journal does not grow with polling)."""
+    with store.session() as s, s.begin():
+        run = s.scalar(select(Run).where(Run.run_id == run_id))
+        if run is None:
+            raise StoreError(f"no run {run_id}")
+        row = s.scalar(select(JournalEntry).where(JournalEntry.run_ref == run.id,
+                                                  JournalEntry.kind == "live"))
+        msg = f"{run_id}: {data.get('phase') or '-'}"
+        if row is None:
+            s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="live",
+                               message=msg, data=data))
+        else:
+            row.data, row.message, row.t = dict(data), msg, _now()
+
+
 def reassign(store: Store, run_id: str, host: str, cell: str, reason: str) -> None:
     """Hand a not-yet-started run to another host (placement `one`), as that host's cell."""
     from .campaigns import _cell, _host

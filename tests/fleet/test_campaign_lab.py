@@ -149,3 +149,42 @@ def test_watch_and_campaigns_read_the_database_only(tmp_path, capsys):
     assert p["total"] == 8 and p["finished"] == 0 and len(p["hosts"]) == 2
     assert p["controller"] is None and all(h["phase"] == "waiting" for h in p["hosts"])
     assert p["eta_s"] == pytest.approx(4 * 5)
+
+
+def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
+    """The executor stores the runner's live progress in one row per run (updated in place);
+    the snapshot and the rich view show pass and iteration; the plain lines skip it."""
+    from rich.console import Console
+
+    from bench import views
+    from bench.campaign import Settings, create, progress
+    from bench.cli_campaign import build_plan
+    from bench.store.campaign_exec import journal_rows, run_rows, set_live, transition
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    from bench.inventory import Host, render_host_toml
+    for i, n in enumerate(NAMES):
+        (hosts / f"{n}.toml").write_text(render_host_toml(
+            Host(name=n, address=f"192.0.2.{i + 1}", transport="ssh")))
+    plan, exp, m = build_plan(str(MATRIX), NAMES, hosts, 3, "l-s3")
+    store = open_store(db)
+    try:
+        create(store, plan, exp, m, NAMES, Settings(hosts_dir=hosts), str(MATRIX))
+        rid = run_rows(store, "l-s3")[0]["run_id"]
+        for st in ("boot_verified", "deployed", "running"):
+            transition(store, rid, st)
+        before = len(journal_rows(store, "l-s3"))
+        for it in (5, 17):
+            set_live(store, rid, {"phase": "measuring", "pass": 1, "passes": 2,
+                                  "iteration": it, "iterations": 40})
+        assert len(journal_rows(store, "l-s3")) == before + 1       # updated in place
+        p = progress(store, "l-s3")
+        h = next(h for h in p["hosts"] if h["run_id"] == rid)
+        assert (h["phase"], h["pass"], h["iteration"], h["iterations"]) == ("measuring", 1, 17, 40)
+        con = Console(record=True, width=160)
+        con.print(views.campaign_renderable(p))
+        row = next(line for line in con.export_text().splitlines() if rid in line)
+        assert "measuring" in row and "2/2" in row and "17/40" in row, row
+    finally:
+        store.close()

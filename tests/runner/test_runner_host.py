@@ -254,10 +254,19 @@ def test_balloon_killed_during_measured_pass(agent, loopfs, pool, plans, work_di
     bundle = Path(res["bundle"])
     st = wait_phase(bundle, ("measuring",))
     assert st["phase"] == "measuring", st
+    # the live view's pass and iteration come from the agent's progress file via `status`
+    rc, live = runner("status", "bal-kill", "--work-dir", work_dir)
+    prog = live["progress"]
+    assert live["live"] and prog["passes"] == 2 and prog["iterations"] > 100, live
+    assert prog["pass"] == 1 and 0 <= prog["iteration"] <= prog["iterations"], prog
     bpid = read_json(bundle / "capacity.json")["pid"]
     os.kill(bpid, signal.SIGKILL)
     st = wait("bal-kill", work_dir)
     assert st["phase"] == "done", st      # the run executed; retention rejects it
+    done = _load_runner().read_progress(str(work_dir), "bal-kill")
+    assert done == {"pass": 1, "passes": 2, "iteration": prog["iterations"],
+                    "iterations": prog["iterations"]}, done
+    assert not (bundle / "progress.bin").exists()          # not part of the bundle
     b = read_json(bundle / "balloon.json")
     assert b["alive_at_end"] is False and b["signal"] == signal.SIGKILL
     assert b["exited_before_teardown"] is True
