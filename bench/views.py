@@ -316,7 +316,10 @@ def matrix_table(m: dict) -> Table:
                       _gbx(b.get("device_gb_per_iteration"), ".4f"),
                       _num(r["mglru_over_classic"], ".2f"), _num(a.get("median_s")),
                       _num(b.get("median_s")), _num(a.get("scan_steal"), ".2f"),
-                      _num(b.get("scan_steal"), ".2f"), _pct(a.get("locked_fraction")))
+                      _num(b.get("scan_steal"), ".2f"),
+                      # the mechanism's locked share: either reclaim's runs measure it
+                      _pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
+                           else b.get("locked_fraction")))
     else:
         keys = m["modes"] if kind == "equal-memory" else m["prefetch"]
         t.add_column("C", justify="right")
