@@ -65,13 +65,14 @@ def agents_hash(agents_dir: Path) -> str:
     return h.hexdigest()
 
 
-def make_bundle(repo: Path = REPO) -> bytes:
-    """The tar.gz that is shipped: native/ sources and agents/, files' mtimes set to now (so
-    make always rebuilds what it extracts)."""
+def make_bundle(repo: Path = REPO, native: bool = True) -> bytes:
+    """The tar.gz that is shipped: native/ sources (unless native=False) and agents/, files'
+    mtimes set to now (so make always rebuilds what it extracts)."""
     now = time.time()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        entries = [(p, f"native/{p.name}") for p in native_sources(repo / "native")]
+        entries = [(p, f"native/{p.name}") for p in native_sources(repo / "native")] \
+            if native else []
         entries += [(p, f"agents/{p.relative_to(repo / 'agents')}")
                     for p in agents_files(repo / "agents")]
         for path, arc in entries:
@@ -112,19 +113,28 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
     remote_agents = stamp.stdout.strip() if stamp.rc == 0 else None
     out = {"host": host.name, "source_sha256": local_hash, "agents_sha256": local_agents,
            "before": before["source_sha256"] if before else None}
-    if not force and before and before["source_sha256"] == local_hash \
-            and remote_agents == local_agents:
+    agent_current = bool(before) and before["source_sha256"] == local_hash
+    if not force and agent_current and remote_agents == local_agents:
         return dict(out, status="current", seconds=0.0)
     t0 = time.monotonic()
+    # only the host agents changed: ship them, keep the built agent (a build on a slow host
+    # takes minutes)
+    agents_only = agent_current and not force
     transport.run(["mkdir", "-p", wd], timeout=30)
     remote_tar = f"{wd}/.bench-deploy.tar.gz"
     with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
-        tmp.write(make_bundle(repo))
+        tmp.write(make_bundle(repo, native=not agents_only))
         tmp.flush()
         transport.put(Path(tmp.name), remote_tar)
-    transport.run(["rm", "-rf", f"{wd}/native", f"{wd}/agents"], timeout=60)
+    transport.run(["rm", "-rf", f"{wd}/agents"] + ([] if agents_only else [f"{wd}/native"]),
+                  timeout=60)
     transport.run(["tar", "-xzf", remote_tar, "-C", wd], timeout=120)
     transport.run(["rm", "-f", remote_tar], timeout=30)
+    if agents_only:
+        transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
+                       f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
+        return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
+                    agent=before, build_output="", shipped="agents")
     r = transport.run(["make", "-C", f"{wd}/native"], timeout=build_timeout, check=False)
     if r.rc != 0:
         output = (r.stdout + r.stderr).strip()

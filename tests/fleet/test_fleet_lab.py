@@ -194,9 +194,16 @@ def test_deploy_builds_checks_hash_and_skips_when_current(lab_inventory, native_
         # the probe now sees the agent; the agents/ tree arrived too
         facts = {r.host: r for r in probe_hosts([hs[0]])}[hs[0].name].facts
         assert facts["agent"]["source_sha256"] == native_builds
-        # a changed agents/ stamp on the host makes it redeploy
-        t.run(["sh", "-c", 'echo stale > "$1"', "x", f"{hs[0].work_dir}/agents/.bench-agents-sha256"])
-        assert deploy(t, hs[0])["status"] == "deployed"
+        # a changed agents/ stamp on the host makes it redeploy the agents only: the built
+        # agent (same sources) stays, not rebuilt
+        wd = hs[0].work_dir
+        t.run(["sh", "-c", 'echo stale > "$1"', "x", f"{wd}/agents/.bench-agents-sha256"])
+        built = t.run(["stat", "-c", "%Y %i", f"{wd}/native/bench-agent"]).stdout
+        r = deploy(t, hs[0])
+        assert r["status"] == "deployed" and r["shipped"] == "agents", r
+        assert t.run(["stat", "-c", "%Y %i", f"{wd}/native/bench-agent"]).stdout == built
+        assert t.run(["test", "-f", f"{wd}/agents/runner.py"]).rc == 0
+        assert deploy(t, hs[0])["status"] == "current"
     finally:
         t.close()
 
