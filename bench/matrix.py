@@ -46,6 +46,12 @@ that scale, and `repetitions`, `memboot_overhead`, `description` and the tables 
 as a whole, like any other; an absolute capacity without a mapping is an error, so a scale
 never runs a production-sized cell by accident.
 
+End-to-end engine matrices (bench.engine, docs/engine.md) carry an `[engine]` table instead of
+`[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and
+policy (e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a
+prompt share one unit (so a pair stays on one host) and each request carries `pair` = (prompt,
+policy): the scheduler keeps the two runs of a pair adjacent, in the balanced order.
+
 Boot config of a cell (what only a reboot changes): `memboot` boots with mem = C +
 memboot_overhead (the kernel's own reservations, firmware and the non-file working set; the
 paper's 93G point was a mem= boot with 102G visible), rounded down to a MiB; every other
@@ -65,7 +71,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
-from .cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
+from .cells import DELIVERIES, ENGINE_RECLAIM, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
+from .engine import EngineConfig, parse_engine
 from .errors import InputError
 from .units import format_size, parse_size
 
@@ -126,6 +133,7 @@ class RunRequest:
     rep: int
     candidates: tuple[Candidate, ...]
     index: int = 0  # position of the point in the matrix (the order when not randomized)
+    pair: tuple[str, str] | None = None   # engine cells: (prompt, policy); rep = pair index
 
 
 @dataclass(frozen=True)
@@ -172,9 +180,12 @@ class Point:
     tags: tuple | None = None        # ((tag, (values...)), ...) override, None: the matrix's
     placement: str | None = None
     repetitions: int | None = None
+    engine: str | None = None        # an engine cell's name (e2e-prose-admit)
 
     @property
     def key(self) -> str:
+        if self.engine is not None:
+            return self.engine
         parts = [self.capacity.text, self.mechanism, self.reclaim]
         if self.mode != "pagecache":
             parts.append(self.mode)
@@ -183,6 +194,8 @@ class Point:
         return "-".join(parts)
 
     def cell(self, capacity_bytes: int) -> Cell:
+        if self.engine is not None:
+            return parse_cell(self.engine)
         hints = delivery = None
         if self.prefetch != "none":
             hints, delivery = self.prefetch.rsplit("-", 1)
@@ -209,6 +222,7 @@ class Matrix:
     protocol: dict = field(default_factory=dict)    # cgroup_headroom, balloon_max (bytes)
     scale: str | None = None                        # the [scale.NAME] applied, if any
     scales: tuple[str, ...] = ()                    # the scales the file offers
+    engine: EngineConfig | None = None              # end-to-end engine matrices
 
     @property
     def pool_bytes(self) -> int | None:
@@ -236,7 +250,7 @@ class Matrix:
                                  else {k: list(v) for k, v in (p.tags if p.tags is not None
                                                                 else self.tags)})}
                        for p in self.points],
-        }
+        } | ({"engine": self.engine.as_dict()} if self.engine else {})
 
 
 def workload_pool_bytes(workload: dict) -> int | None:
@@ -323,7 +337,7 @@ def apply_scale(data: dict, scale: str, source: str) -> dict:
 _TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
           list: "a list", dict: "a table"}
 TOP = ("name", "description", "reference", "workload", "repetitions", "order", "hosts", "cells",
-       "memboot_overhead", "mglru_at_boot", "estimate", "protocol", "scale")
+       "memboot_overhead", "mglru_at_boot", "estimate", "protocol", "scale", "engine")
 SYNTH_GEOMETRY = ("layers", "experts", "expert_bytes", "tokens")
 WORKLOAD = ("trace", "domain", "batch", "pool", "passes", "fixed_set_bytes") + SYNTH_GEOMETRY
 PROTOCOL = ("cgroup_headroom", "balloon_max")
@@ -456,14 +470,21 @@ def parse_matrix(data: dict, source: str) -> Matrix:
                      "use 1-32 of a-z, 0-9 and '-' (it becomes part of run ids)")
     description = c.get(data, "description", "description", str, required=True)
     reference = c.get(data, "reference", "reference", str, default="")
-    reps = c.get(data, "repetitions", "repetitions", int, required=True)
+    is_engine = "engine" in data
+    for k in ("repetitions", "cells"):
+        if is_engine and k in data:
+            raise c.fail(k, "not allowed in an engine matrix",
+                         "engine.pairs sets the pairs per prompt, engine.prompts the cells")
+    reps = c.get(data, "repetitions", "repetitions", int, required=not is_engine, default=1)
     if reps < 1:
         raise c.fail("repetitions", f"must be at least 1, got {reps}")
     overhead = c.size(data, "memboot_overhead", "memboot_overhead", DEFAULT_MEMBOOT_OVERHEAD)
     mglru_at_boot = c.get(data, "mglru_at_boot", "mglru_at_boot", bool, default=False)
 
     w = c.table(data, "workload", WORKLOAD)
-    if "workload" not in data:
+    if is_engine and "workload" not in data:
+        w = {"trace": "engine"}         # the engine loads its own model
+    elif "workload" not in data:
         raise c.fail("workload", "missing (required)", "a table with trace, domain, batch")
     trace = c.get(w, "trace", "workload.trace", str, required=True)
     workload = {"trace": trace,
@@ -484,7 +505,7 @@ def parse_matrix(data: dict, source: str) -> Matrix:
         if v < (32 if k == "expert_bytes" else 1):
             raise c.fail(f"workload.{k}", f"too small: {v}")
         workload[k] = v
-    if trace not in PRESET_POOLS and not re.search(r"[/.]", trace):
+    if trace not in PRESET_POOLS and not re.search(r"[/.]", trace) and not is_engine:
         raise c.fail("workload.trace", f"{trace!r} is neither a synth preset nor a file path",
                      f"allowed values: {', '.join(PRESET_POOLS)}, or a path to a JSONL trace")
     if workload["batch"] < 1:
@@ -516,7 +537,7 @@ def parse_matrix(data: dict, source: str) -> Matrix:
     scales = c.get(data, "scale", "scale", dict, default={})
 
     cells = c.table(data, "cells", CELLS)
-    if "cells" not in data:
+    if "cells" not in data and not is_engine:
         raise c.fail("cells", "missing (required)", "a table with capacities, mechanisms, ...")
     points: list[Point] = []
     if "capacities" in cells or "mechanisms" in cells or "reclaims" in cells:
@@ -588,6 +609,10 @@ def parse_matrix(data: dict, source: str) -> Matrix:
                             placement=c.get(x, "placement", f"{full}.placement", str,
                                             choices=PLACEMENTS),
                             repetitions=r))
+    engine = None
+    if is_engine:
+        engine, points = _engine_points(c, data, mglru_at_boot)
+        reps = engine.pairs
     if not points:
         raise c.fail("cells", "the matrix has no cell",
                      "give capacities, mechanisms and reclaims, or [[cells.extra]] entries")
@@ -606,7 +631,19 @@ def parse_matrix(data: dict, source: str) -> Matrix:
                   placement=placement, memboot_overhead=overhead, mglru_at_boot=mglru_at_boot,
                   run_seconds=est["run_seconds"], reboot_seconds=est["reboot_seconds"],
                   points=tuple(points), reference=reference, protocol=protocol,
-                  scales=tuple(sorted(scales)))
+                  scales=tuple(sorted(scales)), engine=engine)
+
+
+def _engine_points(c: _C, data: dict, mglru_at_boot: bool) -> tuple[EngineConfig, list[Point]]:
+    """The [engine] table and its cells: per prompt the admit and the nocache cell."""
+    if mglru_at_boot:
+        raise c.fail("mglru_at_boot", "an engine matrix leaves reclaim as the host runs it")
+    try:
+        eng = parse_engine(data["engine"], c.source)
+    except InputError as exc:
+        raise MatrixError(exc.message, exc.hint) from None
+    return eng, [Point(Capacity("0", "abs", 0), cell.mechanism, ENGINE_RECLAIM, cell.mode,
+                       repetitions=eng.pairs, engine=cell.name) for cell in eng.cells()]
 
 
 # loading ------------------------------------------------------------------------------------------
@@ -690,6 +727,8 @@ class Expansion:
 
 def resolve(m: Matrix, p: Point, host) -> tuple[Candidate | None, str]:
     """The cell and boot config of point p on an inventory host, or (None, why it is skipped)."""
+    if p.engine is not None:            # ample capacity, no mechanism, the host's boot
+        return Candidate(host.name, p.engine, BootConfig()), ""
     cap, why = p.capacity.resolve(m.pool_bytes, host.mem_total)
     if cap is None:
         return None, why
@@ -744,13 +783,17 @@ def expand(m: Matrix, hosts: Sequence) -> Expansion:
                 continue
             used[h.name][cand.cell] = p.key
             cands.append(cand)
+        # both cells of an engine prompt share a unit: a pair stays on one host
+        unit = p.key if p.engine is None else p.engine.rsplit("-", 1)[0]
+        pair = None if p.engine is None else (p.cell(0).prompt, p.cell(0).policy)
         if placement == "each":
             for cand in cands:
                 for r in range(reps):
-                    out.requests.append(RunRequest(f"{p.key}@{cand.host}", p.key, r, (cand,), idx))
+                    out.requests.append(RunRequest(f"{unit}@{cand.host}", p.key, r, (cand,), idx,
+                                                   pair))
         elif cands:
             for r in range(reps):
-                out.requests.append(RunRequest(p.key, p.key, r, tuple(cands), idx))
+                out.requests.append(RunRequest(unit, p.key, r, tuple(cands), idx, pair))
     for h in hosts:
         if h.name not in matched_any:
             out.warnings.append(f"host {h.name} matches no cell's tags "

@@ -24,6 +24,11 @@ Algorithm:
    in random order); without it, a cell's repetitions run back to back, cells in random order.
    Each host gets its own random stream (seeded by seed and host name), so cells that run on A and
    B run in different orders there: order effects are counterbalanced across hosts.
+4. Engine pairs (bench.engine): requests carrying `pair` = (prompt, policy) with the same unit
+   and repetition are one pair; its two runs stay adjacent (interleaving and shuffling move the
+   pair as a block) in the balanced order of `bench.engine.pair_orders(seed, prompt)`: pair 0
+   admit-first, pair 1 nocache-first, later pairs a seeded shuffle. Each run records its pair
+   (prompt, index, order, position in the pair, seed).
 Same seed, same plan; the seed is recorded in the plan.
 """
 
@@ -33,6 +38,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from .engine import order_label, pair_orders
 from .errors import InputError, SafetyError
 from .matrix import BootConfig, Candidate, RunRequest
 
@@ -72,12 +78,13 @@ class ScheduledRun:
     boot: BootConfig
     reboot_before: bool    # the host boots into `boot` right before this run
     estimate_s: float
+    pair: dict | None = None   # engine pairs: prompt, index, order, position, seed
 
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "host": self.host, "position": self.position,
                 "rep": self.rep, "cell": self.cell, "point": self.point,
                 "boot": self.boot.as_dict(), "reboot_before": self.reboot_before,
-                "estimate_s": self.estimate_s}
+                "estimate_s": self.estimate_s} | ({"pair": self.pair} if self.pair else {})
 
 
 @dataclass
@@ -162,7 +169,7 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
             raise InputError(f"run {u} rep {rs[0].rep} has no candidate host")
         if any({c.host for c in r.candidates} != cands for r in rs):
             raise InputError(f"the repetitions of {u} have different candidate hosts")
-        reps = [r.rep for r in rs]
+        reps = [(r.rep, r.pair) for r in rs]
         if len(set(reps)) != len(reps):
             raise InputError(f"{u}: repetition listed twice")
         unknown = cands - set(by_name)
@@ -231,18 +238,19 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
             ordered: list[tuple[RunRequest, Candidate]] = []
             if interleave:
                 for rep in sorted({r.rep for r, _ in rs}):
-                    block = [rc for rc in rs if rc[0].rep == rep]
+                    block = _paired([rc for rc in rs if rc[0].rep == rep], seed)
                     if randomize:
                         hrng.shuffle(block)
-                    ordered += block
+                    ordered += [rc for pair in block for rc in pair]
             else:
                 cells = sorted({r.unit: r.index for r, _ in rs}.items(), key=lambda kv: kv[1])
                 cells = [u for u, _ in cells]
                 if randomize:
                     hrng.shuffle(cells)
                 for u in cells:
-                    ordered += sorted((rc for rc in rs if rc[0].unit == u),
-                                      key=lambda rc: rc[0].rep)
+                    ordered += [rc for pair in _paired(sorted(
+                        (rc for rc in rs if rc[0].unit == u), key=lambda rc: rc[0].rep), seed)
+                        for rc in pair]
             reboot = not (gi == 0 and h.is_current(b))
             if reboot:
                 hp.reboots += 1
@@ -252,9 +260,43 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
                 e = est(c)
                 hp.estimate_s += e
                 hp.runs.append(ScheduledRun(f"{campaign}-{h.name}-{pos:03d}", h.name, pos, r.rep,
-                                            c.cell, r.point, b, reboot and i == 0, e))
+                                            c.cell, r.point, b, reboot and i == 0, e,
+                                            _pair_info(r, seed)))
             hp.boots.append(b)
         hp.lower_bound = reboot_lower_bound(hp.boots, h)
         plans.append(hp)
     return Plan(campaign, seed, plans, randomize, interleave, float(run_seconds),
                 float(reboot_seconds))
+
+
+def _first(r: RunRequest, seed: int) -> str:
+    """The policy that runs first in the pair of an engine request."""
+    return pair_orders(r.rep + 1, seed, r.pair[0])[r.rep][0]
+
+
+def _paired(rcs: list, seed: int) -> list[list]:
+    """Blocks of (request, candidate): one run, or the two runs of an engine pair (same unit
+    and repetition) in their balanced order. Blocks keep the order of their first run."""
+    blocks: list[list] = []
+    at: dict[tuple, int] = {}
+    for rc in rcs:
+        r = rc[0]
+        if r.pair is None:
+            blocks.append([rc])
+        elif (r.unit, r.rep) in at:
+            blocks[at[(r.unit, r.rep)]].append(rc)
+        else:
+            at[(r.unit, r.rep)] = len(blocks)
+            blocks.append([rc])
+    for i in at.values():
+        first = _first(blocks[i][0][0], seed)
+        blocks[i].sort(key=lambda rc: rc[0].pair[1] != first)
+    return blocks
+
+
+def _pair_info(r: RunRequest, seed: int) -> dict | None:
+    if r.pair is None:
+        return None
+    first = _first(r, seed)
+    return {"prompt": r.pair[0], "index": r.rep, "order": order_label(first),
+            "position": 0 if r.pair[1] == first else 1, "seed": seed}

@@ -292,6 +292,8 @@ def verdict_table(run: dict) -> Table:
 
 def matrix_table(m: dict) -> Table:
     kind = m["matrix"]
+    if kind == "end-to-end":
+        return engine_table(m)
     t = Table(title=f"{kind} matrix" + (f" on {m['host']}" if m.get("host") else "")
               + (f", campaign {m['campaign']}" if m.get("campaign") else ""))
     if kind == "capacity":
@@ -414,6 +416,8 @@ def _workload_text(w: dict) -> str:
 
 
 def matrix_text(m: dict) -> str:
+    if m.get("engine"):
+        return engine_matrix_text(m)
     o = m["order"]
     pool = m.get("pool_bytes")
     lines = [f"matrix {m['name']}" + (f" at scale {m['scale']}" if m.get("scale") else "")
@@ -458,7 +462,8 @@ def plan_text(m: dict, plan: dict, expansion: dict) -> str:
     o = m["order"]
     lines = [f"campaign {plan['campaign']}: matrix {m['name']}"
              + (f" at scale {m['scale']}" if m.get("scale") else "") + f", seed {plan['seed']}",
-             f"workload {_workload_text(m['workload'])}; "
+             (f"engine {m['engine']['command'][0]}, {m['engine']['pairs']} pairs per prompt; "
+              if m.get("engine") else f"workload {_workload_text(m['workload'])}; ")
              + ("randomized" if o["randomize"] else "as written")
              + (", repetitions interleaved" if o["interleave_reps"] else "")
              + f"; estimate {duration(plan['estimates']['run_seconds'])} per run, "
@@ -479,10 +484,12 @@ def plan_text(m: dict, plan: dict, expansion: dict) -> str:
             how = "reboot" if group[0]["reboot_before"] else "current boot, no reboot"
             lines.append(f"  boot {gi}/{len(h['boot_groups'])}: {b['label']} ({how}), "
                          f"{len(group)} runs")
-            lines.append(f"    {'pos':>4}  {'run id':<{wid}}  {'rep':>3}  cell")
+            cw = max(len(r["cell"]) for r in group) if group[0].get("pair") else 0
+            lines.append(f"    {'pos':>4}  {'run id':<{wid}}  {'rep':>3}  cell"
+                         + (f"{'':<{cw - 4}}  pair order" if cw else ""))
             for r in group:
                 lines.append(f"    {r['position']:>4}  {r['run_id']:<{wid}}  {r['rep']:>3}  "
-                             f"{r['cell']}")
+                             f"{r['cell']:<{cw}}" + (f"  {r['pair']['order']}" if cw else ""))
         lines.append("")
     if expansion["skipped"]:
         lines.append(f"skipped ({len(expansion['skipped'])}):")
@@ -589,4 +596,68 @@ def campaigns_table(rows: Sequence[dict]) -> Table:
                   (r["created"] or "")[:19], f"{fin}/{total}",
                   f"{100 * fin / total:.0f}%" if total else "-",
                   ", ".join(f"{k} {v}" for k, v in sorted(st.items())))
+    return t
+
+
+# end-to-end engine cells (bench.engine) ----------------------------------------------------------
+
+def engine_matrix_text(m: dict) -> str:
+    """`bench matrix show` of an engine matrix: the engine, its policies and gates, the cells."""
+    import shlex
+    e, o = m["engine"], m["order"]
+    lines = [f"matrix {m['name']}: {m['description']}", f"  source       {m['source']}"]
+    if m.get("reference"):
+        lines.append(f"  reference    {m['reference']}")
+
+    def env(d: dict) -> str:
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in d.items())
+    lines += [f"  engine       {shlex.join(e['command'])}",
+              f"  run          cwd {e['cwd'] or '(the runner default)'}; timeout "
+              f"{duration(e['timeout_s'])}; {e['n_tokens']} tokens (at least {e['min_tokens']})"
+              + (f"; env {env(e['env'])}" if e["env"] else "")]
+    for pol, p in e["policies"].items():
+        parts = (([shlex.join(p["args"])] if p["args"] else [])
+                 + ([f"env {env(p['env'])}"] if p["env"] else []))
+        lines.append(f"  {pol:<12} " + (" ".join(parts) or "(the command's {policy} only)"))
+    lines += [f"  gates        backend {e['backend']!r} in its output; exit 0; cold load "
+              f"/{e['load_regex']}/; output token IDs /{e['tokens_regex']}/, not degenerate",
+              f"  pairs        {e['pairs']} per prompt: pair 0 admit-first, pair 1 nocache-first"
+              + (", then a shuffle seeded by the schedule's seed" if e["pairs"] > 2 else "")
+              + "; pair blocks " + ("randomized" if o["randomize"] else "as written")
+              + (", interleaved" if o["interleave_reps"] else ", back to back"),
+              f"  hosts        {_tags_text(m['hosts']['tags'])}, placement "
+              f"{m['hosts']['placement']}; ample capacity (no mechanism), reclaim as the host "
+              "runs it",
+              f"  estimate     {duration(m['estimate']['run_seconds'])} per run",
+              f"  cells ({len(m['points'])}):"]
+    w = max(len(p["point"]) for p in m["points"])
+    for p in m["points"]:
+        prompt = p["point"].split("-")[1]
+        lines.append(f"    {p['point']:<{w}}  {e['prompts'][prompt]}")
+    return "\n".join(lines) + "\n"
+
+
+def engine_table(res: dict) -> Table:
+    """Table 3: per prompt admit and nocache median steady-decode s, the median of per-pair
+    ratios [range], pairs, and whether every pair's output hashes match (loud when not)."""
+    t = Table(title="End-to-end decode: page-cache admission vs nocache"
+              + (f" on {res['host']}" if res.get("host") else "")
+              + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
+    for col in ("prompt", "admit s", "nocache s", "speedup [range]", "pairs", "hashes match",
+                "runs kept/rejected"):
+        t.add_column(col, justify="left" if col in ("prompt", "hashes match") else "right")
+    for r in res["prompts"]:
+        sp = "-" if r["speedup"] is None else (
+            f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
+        match = {True: "yes", False: "[bold red]NO[/] (pairs " + ", ".join(r["mismatched"]) + ")",
+                 None: "-"}[r["hashes_match"]]
+        t.add_row(r["prompt"], _num(r["admit_median_s"], ".1f"),
+                  _num(r["nocache_median_s"], ".1f"), sp,
+                  str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
+                                     if r["incomplete"] else ""),
+                  match, f"{r['n_retained']}/{r['n_rejected']}")
+    notes = ["speedup = median over pairs of nocache_s / admit_s (steady decode: wall time "
+             "minus the engine's cold load); not the quotient of the two medians"]
+    notes += [f"[bold red]warning:[/] {w}" for w in res.get("warnings", [])]
+    t.caption = "\n".join(notes)
     return t

@@ -13,7 +13,7 @@ IO_LIBS = {"fabric", "paramiko", "sqlalchemy", "alembic", "rich", "typer", "clic
            "socket"}
 UI_LIBS = {"rich", "typer", "click"}
 PURE = ["trace", "synth", "locality", "stackdist", "policies", "sim", "demand", "recall",
-        "planfile", "pool", "units", "errors", "procfs", "cells", "bundle", "counters",
+        "engine", "planfile", "pool", "units", "errors", "procfs", "cells", "bundle", "counters",
         "runfacts", "retention", "stats", "runspec", "matrix", "schedule"]
 UI = {"views", "cli", "__main__"}  # and every cli_<area> module
 

@@ -40,9 +40,9 @@ def cells_of(exp, host=None):
                    if host is None or c.host == host})
 
 
-def test_six_matrices_are_shipped_and_valid():
-    assert shipped_names() == ["admission", "capacity", "equal-memory", "prefetch", "reclaim",
-                               "smoke"]
+def test_seven_matrices_are_shipped_and_valid():
+    assert shipped_names() == ["admission", "capacity", "end-to-end", "equal-memory",
+                               "prefetch", "reclaim", "smoke"]
     assert {r["name"] for r in list_matrices()} == set(shipped_names())
 
 
@@ -179,7 +179,7 @@ def test_user_file_and_unknown_name(tmp_path):
 
 def test_cli_matrix_list_and_show(capsys):
     assert main(["matrix", "list", "--json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)) == 6
+    assert len(json.loads(capsys.readouterr().out)) == 7
     assert main(["matrix", "show", "reclaim", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["memboot_overhead"] == "9G" and len(d["points"]) == 11
