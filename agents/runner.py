@@ -30,6 +30,15 @@ Kernel log: /dev/kmsg is opened non-blocking at `pre` and positioned at its end 
 at `post` every record since is read from that descriptor (EPIPE = records overwritten in the
 ring, counted as lost). Without /dev/kmsg: `dmesg --raw`, lines after the last line seen at
 `pre`. The method is recorded in runner.json.
+
+Engine runs (docs/engine.md): a spec with an `engine` section names an end-to-end engine cell
+(e2e-{prompt}-{admit|nocache}); after the same lock, cleanup, drop_caches and `pre` snapshot
+the runner records the MGLRU state (it leaves it as it is), applies no capacity, and runs the
+engine's argv (no shell; cwd, env additions, timeout; its own session, so a timeout stops its
+whole process group) instead of the agent, sampling the timeline meanwhile. stdout and stderr
+go to engine.stdout / engine.stderr, engine.json records the wall time on the monotonic clock
+(exit seen through a pidfd where the kernel has one), exit code or signal, timeout and the
+executable's sha256. Whether the output counts is the retention rules' business.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ import json
 import os
 import platform
 import re
+import select
+import shutil
 import signal
 import socket
 import struct
@@ -236,6 +247,8 @@ def validate_spec(spec, work_dir: str) -> dict:
     rid = spec.get("run_id")
     if not isinstance(rid, str) or not RUN_ID.fullmatch(rid) or rid in (".", ".."):
         raise SpecError(f"run_id {rid!r} must be 1-64 of A-Z a-z 0-9 . _ - (and not . or ..)")
+    if "engine" in spec:
+        return validate_engine_spec(spec, work_dir, rid)
     cell = parse_cell(spec.get("cell"))
     for key in ("capacity_bytes", "mechanism", "reclaim", "mode", "prefetch", "delivery"):
         if spec.get(key) != cell[key]:
@@ -314,6 +327,80 @@ def validate_spec(spec, work_dir: str) -> dict:
         raise SpecError("spec mglru_runtime_toggle is not a boolean")
     r["toggle"] = spec.get("mglru_runtime_toggle", False)
     return r
+
+
+ENGINE_CELL = re.compile(r"e2e-([a-z0-9_]{1,32})-(admit|nocache)")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_engine_cell(name) -> dict:
+    """Engine cell name -> fields; same grammar as bench/cells.py (kept in step by a test)."""
+    m = ENGINE_CELL.fullmatch(name) if isinstance(name, str) else None
+    if not m:
+        raise SpecError(f"bad engine cell name {name!r}: want e2e-{{prompt}}-{{admit|nocache}}")
+    return {"capacity_bytes": 0, "mechanism": "none", "reclaim": "host",
+            "mode": "pagecache" if m.group(2) == "admit" else "nocache", "prefetch": "none",
+            "delivery": None, "prompt": m.group(1), "policy": m.group(2)}
+
+
+def validate_engine_spec(spec: dict, work_dir: str, rid: str) -> dict:
+    """The engine section of a spec (docs/engine.md), checked read-only like validate_spec."""
+    cell = parse_engine_cell(spec.get("cell"))
+    for key in ("capacity_bytes", "mechanism", "reclaim", "mode", "prefetch", "delivery"):
+        if spec.get(key) != cell[key]:
+            raise SpecError(f"spec {key} = {spec.get(key)!r} does not match cell "
+                            f"{spec['cell']!r} (which says {cell[key]!r})")
+    e = spec.get("engine")
+    if not isinstance(e, dict):
+        raise SpecError("spec engine is not an object")
+    for key in ("prompt", "policy"):
+        if e.get(key) != cell[key]:
+            raise SpecError(f"engine.{key} = {e.get(key)!r} does not match cell {spec['cell']!r}")
+    argv = e.get("argv")
+    if not isinstance(argv, list) or not argv or not all(
+            isinstance(a, str) and "\0" not in a for a in argv) or not argv[0]:
+        raise SpecError("engine.argv must be a non-empty list of strings (no shell is used)")
+    env = e.get("env") or {}
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and ENV_NAME.fullmatch(k) and isinstance(v, str) and "\0" not in v
+            for k, v in env.items()):
+        raise SpecError("engine.env must map variable names to strings")
+    cwd = e.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")
+                            or not os.path.isdir(cwd)):
+        raise SpecError(f"engine.cwd {cwd!r} is not an existing absolute directory")
+    exe = argv[0]
+    if "/" not in exe:
+        exe = shutil.which(exe, path={**os.environ, **env}.get("PATH")) or exe
+    elif not exe.startswith("/"):
+        exe = os.path.join(cwd or work_dir, exe)
+    if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+        raise SpecError(f"engine {argv[0]!r} is not an executable file on this host "
+                        "(configure engine.command in the matrix)")
+    timeout = _int(e, "timeout_s", 1, required=True)
+    pf = e.get("prompt_file")
+    if pf is not None:
+        if not isinstance(pf, str) or not pf:
+            raise SpecError(f"engine.prompt_file {pf!r} is not a path")
+        if not os.path.isfile(pf if pf.startswith("/") else os.path.join(cwd or work_dir, pf)):
+            raise SpecError(f"engine.prompt_file {pf} does not exist on this host")
+    for key in ("backend", "tokens_regex", "load_regex"):
+        if not isinstance(e.get(key), str) or not e[key]:
+            raise SpecError(f"engine.{key} must be a non-empty string")
+    pool = spec.get("pool")
+    pool = resolve(work_dir, pool) if pool else None
+    device_of = pool if pool and os.path.isdir(pool) else (cwd or os.path.dirname(exe))
+    eb = spec.get("expect_boot") or {}
+    if not isinstance(eb, dict):
+        raise SpecError("spec expect_boot is not an object")
+    return {"run_id": rid, "cell": spec["cell"], **cell,
+            "engine": {"argv": list(argv), "env": dict(env), "cwd": cwd, "exe": exe,
+                       "timeout_s": timeout, "device_of": device_of},
+            "pool": device_of, "agent_version": {}, "expect_boot": eb,
+            "interval_ms": _int(spec, "timeline_interval_ms", 10, 60000, default=100),
+            "lock_timeout_s": _int(spec, "host_lock_timeout_s", 0, default=600),
+            "headroom": 0, "balloon_max_bytes": None, "agent_timeout_s": None,
+            "toggle": False, "passes": 0}
 
 
 # ----------------------------------------------------------------------------- host probes
@@ -464,6 +551,18 @@ def is_our_agent(pid: int, starttime) -> bool:
     return os.path.basename(exe.removesuffix(" (deleted)")) == "bench-agent"
 
 
+def is_our_engine(p: dict) -> bool:
+    """A recorded engine process: same start time and the same executable as recorded."""
+    if p.get("role") != "engine" or not p.get("exe") or p.get("starttime") is None \
+            or proc_starttime(p["pid"]) != p["starttime"]:
+        return False
+    try:
+        exe = os.readlink(f"/proc/{p['pid']}/exe")
+    except OSError:
+        return False
+    return os.path.realpath(p["exe"]) == exe.removesuffix(" (deleted)")
+
+
 def kill_and_wait(pid: int, timeout: float) -> bool:
     """SIGTERM, then SIGKILL after timeout; True when the process is gone."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
@@ -494,6 +593,23 @@ def stop_child(p: subprocess.Popen, timeout: float) -> None:
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+def stop_group(p: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM a child that leads its own session and its whole process group, SIGKILL after
+    timeout; reaped through Popen so its status is kept."""
+    if p.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, None)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def cgroup_tasks(path: str, wait: float = 0.0) -> list[int]:
@@ -537,7 +653,12 @@ def clean_record(path: str, report: dict, recorded: set | None = None) -> bool:
     report["records"].append(rec.get("run_id"))
     ok = True
     for p in rec.get("pids", []):
-        if is_our_agent(p["pid"], p.get("starttime")):
+        if p.get("role") == "engine" and is_our_engine(p):
+            try:
+                os.killpg(p["pid"], signal.SIGTERM)     # the engine leads its own session
+            except OSError:
+                pass
+        if is_our_agent(p["pid"], p.get("starttime")) or is_our_engine(p):
             gone = kill_and_wait(p["pid"], 30.0)
             report["killed"].append({**p, "gone": gone})
             if not gone:
@@ -1061,6 +1182,8 @@ class Run:
             alive = self.balloon.poll() is None
             self.balloon_info["alive_at_end"] = alive
             self.balloon_info["vmlck_end_bytes"] = status_bytes(proc_status(self.balloon.pid), "VmLck") if alive else None
+        if getattr(self, "engine_info", None) is not None:
+            write_json(self.path("engine.json"), self.engine_info)
         if self.pre_taken:
             self.snapshot("post")
         if hasattr(self, "mglru"):
@@ -1075,6 +1198,8 @@ class Run:
         notes = []
         if self.agent is not None:
             stop_child(self.agent, 10.0)
+        if getattr(self, "engine", None) is not None:
+            stop_group(self.engine, 10.0)
         if self.balloon is not None:
             if self.balloon.poll() is None:
                 self.balloon.send_signal(signal.SIGTERM)
@@ -1098,14 +1223,115 @@ class Run:
             self.active.remove()
         return notes
 
+    # engine runs (docs/engine.md) -----------------------------------------------------------
+    def step_engine_mglru(self):
+        """Engine cells leave reclaim as the host runs it: record the MGLRU state only."""
+        mask = lru_gen_mask()
+        self.mglru = {"requested": None, "method": "unchanged" if mask else "absent",
+                      "pre": mask, "after_set": mask, "post": None}
+        write_json(self.path("mglru.json"), self.mglru)
+        self.phase("mglru_set")
+
+    def step_engine(self):
+        """The engine instead of the agent: argv without a shell, cwd, env additions, a
+        timeout; stdout/stderr into the bundle; wall time on the monotonic clock."""
+        e = self.cfg["engine"]
+        info = {"argv": e["argv"], "cwd": e["cwd"], "env": e["env"], "executable": e["exe"],
+                "executable_sha256": sha256_file(e["exe"]), "timeout_s": e["timeout_s"],
+                "device_of": e["device_of"], "pid": None, "exit_code": None, "signal": None,
+                "timed_out": False, "stopped": False, "exit_seen_by": None,
+                "start_mono_ns": None, "end_mono_ns": None, "wall_s": None}
+        self.engine_info = self.runner["engine"] = info
+        env = dict(os.environ)
+        env.update(e["env"])
+        out = open(self.path("engine.stdout"), "wb")
+        err = open(self.path("engine.stderr"), "wb")
+        tl = open(self.path("timeline.csv"), "w")
+        tl.write("mono_ns,phase,memory_current,cached,mem_available\n")
+        self.phase("measuring")
+        try:
+            info["start_mono_ns"] = time.monotonic_ns()
+            self.engine = subprocess.Popen(e["argv"], cwd=e["cwd"], env=env,
+                                           stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                           close_fds=True, start_new_session=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            tl.close()
+            info["start_error"] = str(exc)
+            raise RunFailed(f"cannot start the engine {e['argv'][0]}: {exc}") from None
+        finally:
+            out.close()
+            err.close()
+        pid = self.engine.pid
+        self.active.data["pids"].append({"role": "engine", "pid": pid, "exe": e["exe"],
+                                         "starttime": proc_starttime(pid)})
+        self.active.save()
+        info["pid"] = pid
+        self.status["children"] = {"engine": pid}
+        try:
+            pidfd = os.pidfd_open(pid)
+            info["exit_seen_by"] = "pidfd"
+        except (AttributeError, OSError):
+            pidfd, info["exit_seen_by"] = None, "poll"
+        deadline = time.monotonic() + e["timeout_s"]
+        interval = self.cfg["interval_ms"] / 1000.0
+        why, samples = None, 0
+        try:
+            while True:
+                try:
+                    mi = meminfo()
+                    tl.write(f"{time.monotonic_ns()},measuring,,{mi['Cached']},"
+                             f"{mi['MemAvailable']}\n")
+                    samples += 1
+                except OSError:
+                    pass
+                if pidfd is not None:
+                    select.select([pidfd], [], [], interval)
+                    ended = self.engine.poll() is not None
+                else:
+                    try:
+                        self.engine.wait(interval)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    ended = self.engine.returncode is not None
+                if ended:
+                    info["end_mono_ns"] = time.monotonic_ns()
+                    break
+                if self.stop_requested:
+                    why, info["stopped"] = "stopped by request (SIGTERM to the runner)", True
+                elif time.monotonic() > deadline:
+                    why = f"engine still running after its timeout_s {e['timeout_s']}"
+                    info["timed_out"] = True
+                if why:
+                    stop_group(self.engine, 10.0)
+                    info["end_mono_ns"] = time.monotonic_ns()
+                    break
+        finally:
+            tl.close()
+            if pidfd is not None:
+                os.close(pidfd)
+        info["wall_s"] = (info["end_mono_ns"] - info["start_mono_ns"]) / 1e9
+        rc = self.engine.returncode
+        info["exit_code"], info["signal"] = (rc, None) if rc >= 0 else (None, -rc)
+        self.runner["timeline_samples"] = samples
+        if why:
+            raise RunFailed(why)
+        if rc != 0:
+            raise RunFailed(f"engine exited with {'signal ' + str(-rc) if rc < 0 else rc}: "
+                            f"{self.last_line(self.path('engine.stderr'))}")
+
     def execute(self):
         ok, reason = True, None
         try:
             self.step_lock()
             self.step_clean_drop()
-            self.step_mglru()
-            self.step_capacity()
-            self.step_agent()
+            if self.cfg.get("engine"):
+                self.step_engine_mglru()
+                self.step_capacity()
+                self.step_engine()
+            else:
+                self.step_mglru()
+                self.step_capacity()
+                self.step_agent()
             self.step_collect()
         except RunFailed as e:
             ok, reason = False, str(e)

@@ -5,6 +5,10 @@ must have, and every listed file exists with its size and sha256. Anything else 
 BundleError naming the missing or damaged part. The same loader works on a directory or on a
 {relative path: bytes} mapping (the raw files the store keeps), so a stored run can be
 re-derived exactly. Pure: file reads only.
+
+Engine runs (a spec with an `engine` section, docs/engine.md) have no agent output: instead of
+agent.jsonl and the pass snapshots they carry engine.json (the runner's record), engine.stdout
+and engine.stderr; `records` and `summary` are empty and `engine` holds engine.json.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.json", "capacity.json",
             "agent.jsonl", "timeline.csv", "kmsg.txt")
 SNAPSHOT_FILES = ("proc_diskstats", "proc_vmstat", "proc_meminfo")
+ENGINE_REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.json",
+                   "capacity.json", "engine.json", "engine.stdout", "engine.stderr",
+                   "timeline.csv", "kmsg.txt")
 
 
 class BundleError(FormatError):
@@ -50,6 +57,14 @@ class Bundle:
     kmsg: list[str]
     manifest: dict
     files: dict[str, bytes] = field(repr=False, default_factory=dict)
+    engine: dict | None = None                # engine runs: engine.json
+
+    @property
+    def is_engine(self) -> bool:
+        return isinstance(self.spec.get("engine"), dict)
+
+    def text(self, rel: str) -> str:
+        return self.files.get(rel, b"").decode("utf-8", "replace")
 
     @property
     def passes(self) -> int:
@@ -105,6 +120,9 @@ def verify(files: dict[str, bytes], where: str = "bundle") -> dict:
 
 
 def _required_parts(spec: dict) -> list[str]:
+    if isinstance(spec.get("engine"), dict):
+        return list(ENGINE_REQUIRED) + [f"snapshots/{ph}/{f}" for ph in ("pre", "post")
+                                        for f in SNAPSHOT_FILES]
     passes = int(spec.get("agent", {}).get("passes", 2)) if spec else 2
     phases = ["pre", "post"] + [f"pass{p}-{e}" for p in range(passes) for e in ("start", "end")]
     parts = list(REQUIRED) + [f"snapshots/{ph}/{f}" for ph in phases for f in SNAPSHOT_FILES]
@@ -129,7 +147,8 @@ def load(files: dict[str, bytes], where: str = "bundle") -> Bundle:
         parts = rel.split("/")
         if len(parts) == 3 and parts[0] == "snapshots":
             snapshots.setdefault(parts[1], {})[parts[2]] = data.decode("utf-8", "replace")
-    records, summary = _agent(files, where)
+    engine = isinstance(spec.get("engine"), dict)
+    records, summary = ([], {}) if engine else _agent(files, where)
     return Bundle(
         run_id=run_id, spec=spec, status=_json(files, "status.json", where),
         host=_json(files, "host.json", where), drop=_json(files, "drop.json", where),
@@ -138,7 +157,8 @@ def load(files: dict[str, bytes], where: str = "bundle") -> Bundle:
         snapshots=snapshots, records=records, summary=summary,
         timeline=_timeline(files, where),
         kmsg=[ln for ln in files["kmsg.txt"].decode("utf-8", "replace").splitlines() if ln.strip()],
-        manifest=manifest, files=dict(files))
+        manifest=manifest, files=dict(files),
+        engine=_json(files, "engine.json", where) if engine else None)
 
 
 def _json(files: dict[str, bytes], rel: str, where: str) -> dict:

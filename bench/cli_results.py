@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
     def results(cell: Annotated[Optional[str], typer.Option(
                     "--cell", help="One cell, e.g. 64G-balloon-mglru.")] = None,
                 matrix: Annotated[Optional[str], typer.Option(
-                    "--matrix", help="reclaim, capacity, equal-memory or prefetch")] = None,
+                    "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
+                                     "(engine pairs: Table 3)")] = None,
                 host: HostOpt = None, campaign: CampOpt = None,
                 verbose: Annotated[bool, typer.Option("-v", "--verbose",
                                                       help="Each run's verdicts.")] = False,

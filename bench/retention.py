@@ -4,6 +4,12 @@ Each rule is a pure function of a loaded bundle and a context ({"campaign_finger
 None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever
 its logic changes: `bench retention recheck` re-evaluates stored runs under the current
 versions and reports what changed. A rule that does not apply passes and says why.
+
+Rules apply to replay-agent runs, to end-to-end engine runs (docs/engine.md), or to both
+(`kinds`); a rule is not evaluated on a run of a kind it does not cover (no verdict), so
+agent-only rules never reject an engine run for lacking agent data, nor the engine gates
+(engine_exit_ok, engine_backend, engine_output_nondegenerate, engine_load_reported) an agent
+run, and agent runs keep exactly the verdicts they had.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from dataclasses import dataclass
 from .bundle import Bundle
 from .counters import find
 from .procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
-from .runfacts import delta, fingerprint, measured_records, mglru_state, snap
+from .runfacts import delta, engine_facts, fingerprint, measured_records, mglru_state, snap
 from .units import parse_size
 
 MiB = 1 << 20
@@ -28,12 +34,16 @@ KMSG_BAD = re.compile(r"I/O error|blk_update_request|critical medium error|Buffe
                       r"EXT4-fs error|XFS .*error|nvme.*(timeout|reset)", re.IGNORECASE)
 
 
+KINDS = ("agent", "engine")
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
     version: int
     check: Callable[[Bundle, dict], tuple[bool, str]]
     doc: str
+    kinds: tuple[str, ...] = KINDS
 
 
 @dataclass(frozen=True)
@@ -47,17 +57,24 @@ class Verdict:
 RULES: list[Rule] = []
 
 
-def rule(name: str, version: int):
+def rule(name: str, version: int, kinds: tuple[str, ...] = KINDS):
     def deco(fn):
-        RULES.append(Rule(name, version, fn, (fn.__doc__ or "").strip()))
+        RULES.append(Rule(name, version, fn, (fn.__doc__ or "").strip(), kinds))
         return fn
     return deco
+
+
+def run_kind(b: Bundle) -> str:
+    return "engine" if b.is_engine else "agent"
 
 
 def evaluate(b: Bundle, ctx: dict | None = None) -> list[Verdict]:
     ctx = ctx or {}
     out = []
+    kind = run_kind(b)
     for r in RULES:
+        if kind not in r.kinds:
+            continue
         try:
             ok, reason = r.check(b, ctx)
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
@@ -84,7 +101,7 @@ def _mb(n: int | None) -> str:
     return "absent" if n is None else f"{n / MiB:.0f} MiB"
 
 
-@rule("vmlck_held", 1)
+@rule("vmlck_held", 1, kinds=("agent",))
 def vmlck_held(b, ctx):
     """The balloon's and the pinned arena's requested VmLck reached at loop entry and held at
     the end."""
@@ -149,7 +166,7 @@ def alive_throughout(b, ctx):
                   "balloon": "balloon alive at loop entry and end"}.get(mech, "runner done")
 
 
-@rule("mglru_as_requested", 1)
+@rule("mglru_as_requested", 1, kinds=("agent",))
 def mglru_as_requested(b, ctx):
     """MGLRU main bit as the cell asks (mglru on, classic off) at loop entry and at the end."""
     want = b.spec.get("reclaim") == "mglru"
@@ -213,7 +230,7 @@ def no_swap(b, ctx):
     return True, "no pages swapped in or out"
 
 
-@rule("measured_pass_complete", 1)
+@rule("measured_pass_complete", 1, kinds=("agent",))
 def measured_pass_complete(b, ctx):
     """The measured pass completed every iteration of the plan, without agent errors."""
     want = b.summary.get("iterations")
@@ -229,7 +246,7 @@ def measured_pass_complete(b, ctx):
     return True, f"all {want} iterations measured"
 
 
-@rule("timeline_reaches_wall", 1)
+@rule("timeline_reaches_wall", 1, kinds=("agent",))
 def timeline_reaches_wall(b, ctx):
     """Cgroup cells below the pool size: memory.current reaches the wall while measuring."""
     if b.spec.get("mechanism") != "cgroup":
@@ -255,7 +272,7 @@ def kernel_log_clean(b, ctx):
     return True, f"{len(b.kmsg)} kernel log lines, none an I/O error or OOM"
 
 
-@rule("preload_outside", 1)
+@rule("preload_outside", 1, kinds=("agent",))
 def preload_outside(b, ctx):
     """Pinned/hybrid: the arena was preloaded and locked before loop entry, so the measured
     interval holds no preload."""
@@ -272,10 +289,12 @@ def preload_outside(b, ctx):
                  f"(preload {_mb(b.summary.get('preload_bytes'))} excluded)"
 
 
-@rule("fingerprint_matches", 1)
+@rule("fingerprint_matches", 2)
 def fingerprint_matches(b, ctx):
-    """Kernel, cmdline (less mem= and lru_gen), agent hash and controller version match the
-    campaign's fingerprint for this host."""
+    """Kernel, cmdline (less mem=, lru_gen and panic=, in any order), agent hash and
+    controller version match the campaign's fingerprint for this host. v2: v1 compared the
+    command line in order, and a memboot reboot (which rewrites it) rejected every run after
+    it."""
     want = ctx.get("campaign_fingerprint")
     if not b.spec.get("campaign"):
         return True, "not part of a campaign"
@@ -290,7 +309,7 @@ def fingerprint_matches(b, ctx):
     return True, f"fingerprint {got['digest']} matches the campaign"
 
 
-@rule("hint_provenance", 1)
+@rule("hint_provenance", 1, kinds=("agent",))
 def hint_provenance(b, ctx):
     """Prefetch runs record their hint plan's provenance (oracle or predictor) and hash; a
     recall figure must come from the run that produced this very hint plan."""
@@ -308,7 +327,69 @@ def hint_provenance(b, ctx):
         f", recall {prov['recall']:.3f} from the same plan" if "recall" in prov else "")
 
 
+# end-to-end engine runs (docs/engine.md) ---------------------------------------------------------
+
+@rule("engine_exit_ok", 1, kinds=("engine",))
+def engine_exit_ok(b, ctx):
+    """Engine runs: the engine started and exited 0 on its own (no signal, no timeout, not
+    stopped)."""
+    e, f = b.engine or {}, engine_facts(b)
+    if e.get("start_error"):
+        return False, f"the engine did not start: {e['start_error']}"
+    if f["timed_out"]:
+        return False, f"the engine ran past its timeout_s {e.get('timeout_s')} and was stopped"
+    if e.get("stopped"):
+        return False, "the engine was stopped on request before it finished"
+    if f["signal"]:
+        return False, f"the engine was killed by signal {f['signal']}"
+    if f["exit_code"] != 0:
+        tail = b.text("engine.stderr").strip().splitlines()[-1:] or ["(no stderr)"]
+        return False, f"the engine exited {f['exit_code']}: {tail[0][:160]}"
+    if f["wall_s"] is None:
+        return False, "engine.json has no wall time"
+    return True, f"exited 0 after {f['wall_s']:.3f} s"
+
+
+@rule("engine_backend", 1, kinds=("engine",))
+def engine_backend(b, ctx):
+    """Engine runs: the expected backend string appears in the engine's output (stdout or
+    stderr), so the run used the backend the comparison is about."""
+    f, want = engine_facts(b), b.spec["engine"]["backend"]
+    if not f["backend_found"]:
+        hint = [ln.strip() for ln in (b.text("engine.stdout") + "\n" + b.text("engine.stderr"))
+                .splitlines() if "backend" in ln.lower()][:1]
+        return False, f"backend {want!r} not in the engine's output" + (
+            f" (it printed: {hint[0][:120]})" if hint else "")
+    return True, f"backend line: {f['backend_line'][:160]}"
+
+
+@rule("engine_output_nondegenerate", 1, kinds=("engine",))
+def engine_output_nondegenerate(b, ctx):
+    """Engine runs: output token IDs found, at least min_tokens of them, not ending in a
+    cycle of period <= 4 over half the output (bench.engine.degenerate); the hash is
+    recorded."""
+    f = engine_facts(b)
+    if f["degenerate"]:
+        return False, f["degenerate"]
+    return True, f"{f['tokens']} tokens, output sha256 {f['output_sha256'][:16]}"
+
+
+@rule("engine_load_reported", 1, kinds=("engine",))
+def engine_load_reported(b, ctx):
+    """Engine runs: the engine reported its cold model load, within [0, wall time], so the
+    steady-decode time (wall - load) is defined."""
+    f = engine_facts(b)
+    if f["load_s"] is None:
+        return False, (f"no cold-load time matches /{b.spec['engine']['load_regex']}/ in the "
+                       "engine's output")
+    if f["wall_s"] is not None and not 0 <= f["load_s"] <= f["wall_s"]:
+        return False, f"cold load {f['load_s']:.3f} s is outside [0, wall {f['wall_s']:.3f} s]"
+    return True, f"cold load {f['load_s']:.3f} s" + (
+        "" if f["steady_s"] is None else f", steady decode {f['steady_s']:.3f} s")
+
+
 def rule_table() -> list[dict]:
-    return [{"rule": r.name, "version": r.version, "doc": r.doc} for r in RULES]
+    return [{"rule": r.name, "version": r.version, "doc": r.doc, "kinds": list(r.kinds)}
+            for r in RULES]
 
 

@@ -13,6 +13,11 @@ Per-run metrics (definitions the results rely on):
   ratio from memory.stat pgscan / pgsteal (v2) for cells with a cgroup;
 - locked fraction: meminfo Mlocked at loop entry / MemTotal;
 - MGLRU: main bit of lru_gen/enabled at loop entry and at post (None when the file is absent).
+
+Engine runs (docs/engine.md) have no replay passes: `engine_facts` holds what they measured
+(bench.engine.facts: wall, cold load and steady-decode seconds, backend line, tokens, output
+hash, pair) plus the pool device's bytes read over the whole run (pre -> post); their
+`engine_metrics` fill the per-run metric columns that apply (MemTotal, MGLRU at pre and post).
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ import hashlib
 import json
 import re
 
+from . import engine
 from .bundle import Bundle
 from .counters import counters, deltas, device_bytes
 from .procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen
 from .stats import median
 
-_VOLATILE_CMDLINE = re.compile(r"^(mem|lru_gen\.enabled|BOOT_IMAGE|initrd)=")
+# what bench's own boots change (bench.reboot.DROPPED_PARAMS) or the boot loader adds
+_VOLATILE_CMDLINE = re.compile(r"^(mem|bench\.lru_gen|lru_gen\.enabled|panic|BOOT_IMAGE|initrd)=")
 
 
 def devices(b: Bundle) -> list[str]:
@@ -70,9 +77,11 @@ def mglru_state(b: Bundle, phase: str) -> bool | None:
 
 
 def fingerprint(b: Bundle) -> dict:
-    """What must not change inside a campaign on one host (mem= and lru_gen boot toggles are
-    the campaign's own business, so they are left out of the cmdline)."""
-    args = [a for a in parse_cmdline(b.host.get("cmdline", "")) if not _VOLATILE_CMDLINE.match(a)]
+    """What must not change inside a campaign on one host. mem=, the lru_gen boot toggle and
+    panic= are the campaign's own business (its reboots set them) and are left out; the rest of
+    the command line is compared as a set of arguments, since a reboot may reorder them."""
+    args = sorted(a for a in parse_cmdline(b.host.get("cmdline", ""))
+                  if not _VOLATILE_CMDLINE.match(a))
     fp = {"kernel": b.host.get("kernel"), "arch": b.host.get("arch"), "cmdline": " ".join(args),
           "agent_sha256": b.spec.get("agent", {}).get("source_sha256"),
           "controller_version": b.spec.get("controller_version")}
@@ -118,3 +127,29 @@ def metrics(b: Bundle) -> dict:
         "mglru_end": mglru_state(b, "post"),
         "mem_param": cmdline_param(parse_cmdline(b.host.get("cmdline", "")), "mem"),
     }
+
+
+def engine_facts(b: Bundle) -> dict | None:
+    """What an engine run measured, or None for a replay run (cached on the bundle)."""
+    if not b.is_engine:
+        return None
+    if "_engine_facts" not in b.__dict__:
+        f = engine.facts(b.spec["engine"], b.text("engine.stdout"), b.text("engine.stderr"),
+                         b.engine)
+        f["device_bytes"] = device_bytes(snap(b, "pre"), snap(b, "post"), devices(b))
+        b.__dict__["_engine_facts"] = f
+    return b.__dict__["_engine_facts"]
+
+
+def engine_metrics(b: Bundle) -> dict:
+    """The per-run metric columns of an engine run: only what applies is set."""
+    pre = snap(b, "pre")
+    out = dict.fromkeys(("iterations", "iteration_median_s", "iteration_min_s",
+                         "iteration_max_s", "measured_wall_s", "device_bytes",
+                         "device_bytes_per_iteration", "logical_bytes_per_iteration",
+                         "served_fraction", "pgscan_kswapd", "pgsteal_kswapd", "scan_steal",
+                         "cgroup_scan_steal", "locked_fraction"))
+    out.update(mem_total_bytes=pre.get(("meminfo", "MemTotal")),
+               mglru_loop_entry=mglru_state(b, "pre"), mglru_end=mglru_state(b, "post"),
+               mem_param=cmdline_param(parse_cmdline(b.host.get("cmdline", "")), "mem"))
+    return out

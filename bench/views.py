@@ -643,7 +643,7 @@ def engine_table(res: dict) -> Table:
     t = Table(title="End-to-end decode: page-cache admission vs nocache"
               + (f" on {res['host']}" if res.get("host") else "")
               + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
-    for col in ("prompt", "admit s", "nocache s", "speedup [range]", "pairs", "hashes match",
+    for col in ("prompt", "admit s", "nocache s", "speedup \\[range]", "pairs", "hashes match",
                 "runs kept/rejected"):
         t.add_column(col, justify="left" if col in ("prompt", "hashes match") else "right")
     for r in res["prompts"]:

@@ -1,7 +1,10 @@
 """Ingest run bundles: one bundle -> rows in one transaction; the same bundle twice changes
 nothing; a damaged or incomplete bundle is refused (naming the part) and moved aside to a
 `rejected/` directory next to it, never half-written. Also re-evaluates stored runs under the
-current rule versions (`recheck`), rebuilding each bundle from its stored raw files."""
+current rule versions (`recheck`), rebuilding each bundle from its stored raw files.
+
+Engine runs (docs/engine.md) store no iterations and no agent summary: one engine_runs row
+(bench.runfacts.engine_facts) and the counter deltas of the whole run (pre -> post)."""
 
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from ..cells import parse_cell
 from ..errors import BenchError, FormatError
 from .db import Store, StoreError
 from .models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
-                     Fingerprint, Host, Iteration, JournalEntry, RawFile, Run, TimelineSample,
-                     Verdict, now)
+                     EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
+                     TimelineSample, Verdict, now)
 
 METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
                   "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
@@ -59,8 +62,9 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     try:
         b = load(files, where=str(path))
         cell = _cell(b, path)
-        metrics = runfacts.metrics(b)
-        nominal, source = _nominal(b, path, nominal_miss_bytes, plan)
+        metrics = runfacts.engine_metrics(b) if b.is_engine else runfacts.metrics(b)
+        nominal, source = ((None, None) if b.is_engine
+                           else _nominal(b, path, nominal_miss_bytes, plan))
     except (BundleError, FormatError) as exc:
         dest = move_aside(path)
         raise BundleError(str(path), getattr(exc, "part", "bundle"),
@@ -158,18 +162,24 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
                         "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
                        for p, d in b.files.items()])
     _rows(s, CounterDelta, [dict(r, run_id=rid, interval=name)
-                            for name in ("measured", "run") for r in runfacts.interval(b, name)])
+                            for name in (("run",) if b.is_engine else ("measured", "run"))
+                            for r in runfacts.interval(b, name)])
     _rows(s, Iteration, [{"run_id": rid, "pass_no": r["pass"], "iter_no": r["iter"],
                           "wall_ns": r["wall_ns"], "bytes": r["bytes"], "reads": r["reads"],
                           "arena_hits": r.get("arena_hits")} for r in b.records])
     _rows(s, TimelineSample, [dict(r, run_id=rid, seq=i) for i, r in enumerate(b.timeline)])
     sm, hints = b.summary, b.summary.get("hints") or {}
-    s.add(AgentSummary(run_id=rid, ok=sm.get("ok"), mode=sm.get("mode"),
-                       arena_bytes=sm.get("arena_bytes"), preload_bytes=sm.get("preload_bytes"),
-                       vmlck_bytes=sm.get("vmlck_bytes"), vmlck_end_bytes=sm.get("vmlck_end_bytes"),
-                       hints_submitted=hints.get("submitted"),
-                       hints_overwritten=hints.get("overwritten"),
-                       hints_completed=hints.get("completed"), data=sm))
+    if b.is_engine:
+        s.add(_engine_row(rid, b))
+    else:
+        s.add(AgentSummary(run_id=rid, ok=sm.get("ok"), mode=sm.get("mode"),
+                           arena_bytes=sm.get("arena_bytes"),
+                           preload_bytes=sm.get("preload_bytes"),
+                           vmlck_bytes=sm.get("vmlck_bytes"),
+                           vmlck_end_bytes=sm.get("vmlck_end_bytes"),
+                           hints_submitted=hints.get("submitted"),
+                           hints_overwritten=hints.get("overwritten"),
+                           hints_completed=hints.get("completed"), data=sm))
     _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
                         "reason": v.reason, "current": True, "evaluated_at": now()}
                        for v in verdicts])
@@ -179,6 +189,20 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
                                                           "rejected by " + ", ".join(failed)),
                        data={"digest": b.digest}))
     return {"run_id": b.run_id, "status": "ingested", "retained": keep, "failed": failed}
+
+
+def _engine_row(rid: int, b: Bundle) -> EngineRun:
+    f = runfacts.engine_facts(b)
+    return EngineRun(run_id=rid, prompt=f["prompt"], policy=f["policy"],
+                     pair_index=f["pair_index"], pair_order=f["pair_order"],
+                     pair_position=f["pair_position"], wall_s=f["wall_s"], load_s=f["load_s"],
+                     steady_s=f["steady_s"], backend_found=f["backend_found"],
+                     backend_line=f["backend_line"], tokens=f["tokens"],
+                     output_sha256=f["output_sha256"], exit_code=f["exit_code"],
+                     signal=f["signal"], timed_out=f["timed_out"],
+                     device_bytes=f["device_bytes"],
+                     config_sha256=b.spec["engine"].get("config_sha256"),
+                     data=dict(f))
 
 
 def _rows(s: Session, model, rows: list[dict]) -> None:

@@ -231,3 +231,32 @@ class Bandwidth(Base):
     warm_seconds: Mapped[float] = mapped_column(Float)
     warm_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
     data: Mapped[dict] = mapped_column(JSON)
+
+
+class EngineRun(Base):
+    """What one end-to-end engine run measured (docs/engine.md, bench.engine.facts): one row per
+    engine run, next to its runs row. Times in seconds on the host's monotonic clock; steady =
+    wall - the cold load the engine reported. `pair_index`/`pair_order`/`pair_position` place
+    the run in its balanced pair; `output_sha256` is the SHA-256 of the token ID sequence."""
+    __tablename__ = "engine_runs"
+    __table_args__ = (Index("ix_engine_runs_prompt_pair", "prompt", "pair_index"),)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    prompt: Mapped[str] = mapped_column(String(32))
+    policy: Mapped[str] = mapped_column(String(16))
+    pair_index: Mapped[int | None] = mapped_column(Integer)
+    pair_order: Mapped[str | None] = mapped_column(String(16))
+    pair_position: Mapped[int | None] = mapped_column(Integer)
+    wall_s: Mapped[float | None] = mapped_column(Float)
+    load_s: Mapped[float | None] = mapped_column(Float)
+    steady_s: Mapped[float | None] = mapped_column(Float)
+    backend_found: Mapped[bool] = mapped_column(Boolean)
+    backend_line: Mapped[str | None] = mapped_column(Text)
+    tokens: Mapped[int | None] = mapped_column(Integer)
+    output_sha256: Mapped[str | None] = mapped_column(String(64))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    signal: Mapped[int | None] = mapped_column(Integer)
+    timed_out: Mapped[bool] = mapped_column(Boolean)
+    device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    config_sha256: Mapped[str | None] = mapped_column(String(64))
+    data: Mapped[dict] = mapped_column(JSON)

@@ -1,6 +1,7 @@
 """Read side: runs with verdicts, per-cell results, campaign-shaped matrices, comparisons,
 sizing and exports. One query per request over the denormalised run metrics; the statistics
-themselves are bench.stats (pure)."""
+themselves are bench.stats (pure). End-to-end engine cells (docs/engine.md) have their own
+table (`engine_results`, `bench results --matrix end-to-end`) and stay out of the replay ones."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from .. import stats
+from .. import engine, stats
 from ..cells import parse_cell
 from ..errors import InputError
 from ..units import format_size
 from .db import Store
 from .ingest import METRIC_COLUMNS
-from .models import Cell, Host, Run, Verdict
+from .models import Cell, EngineRun, Host, Run, Verdict
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
@@ -116,12 +117,17 @@ def _group(runs: list[dict]) -> dict[str, list[dict]]:
 
 
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch")
+ENGINE_MATRIX = "end-to-end"
 
 
 def matrix(store: Store, kind: str, *, host=None, campaign=None) -> dict:
+    if kind == ENGINE_MATRIX:
+        return engine_results(store, host=host, campaign=campaign)
     if kind not in MATRICES:
-        raise InputError(f"unknown matrix {kind!r}", hint=f"valid: {', '.join(MATRICES)}")
-    groups = _group(load_runs(store, host=host, campaign=campaign))
+        raise InputError(f"unknown matrix {kind!r}",
+                         hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
+    groups = _group([r for r in load_runs(store, host=host, campaign=campaign)
+                     if not parse_cell(r["cell"]).is_engine])
     cells = {name: (parse_cell(name), stats.summarize(rs)) for name, rs in groups.items()}
     return {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
             "prefetch": _prefetch}[kind](cells, groups) | {"matrix": kind, "host": host,
@@ -189,6 +195,52 @@ def _prefetch(cells, groups) -> dict:
                                key=lambda k: (k != "none", k))}
 
 
+def engine_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
+    """Stored engine runs (load_runs rows joined with their engine_runs row)."""
+    runs = {r["run_id"]: r for r in load_runs(store, host=host, campaign=campaign)
+            if parse_cell(r["cell"]).is_engine}
+    if not runs:
+        return []
+    cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
+    q = (select(Run.run_id, *[getattr(EngineRun, c) for c in cols])
+         .join(EngineRun, EngineRun.run_id == Run.id).where(Run.run_id.in_(list(runs)))
+         .order_by(Run.id))
+    with store.session() as s:
+        return [runs[row[0]] | dict(zip(cols, row[1:])) for row in s.execute(q)]
+
+
+def engine_results(store: Store, *, host=None, campaign=None) -> dict:
+    """Table 3 per prompt over retained engine runs: admit and nocache median steady-decode
+    s, the median of per-pair ratios nocache/admit with its range, the pairs counted, and
+    whether every pair's two output hashes match. A pair is (campaign, host, pair index)."""
+    rows = engine_rows(store, host=host, campaign=campaign)
+    out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "prompts": [],
+           "warnings": []}
+    for prompt in sorted({r["prompt"] for r in rows}):
+        mine = [r for r in rows if r["prompt"] == prompt]
+        kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
+                for r in mine if r["retained"]]
+        st = engine.pair_stats(prompt, kept).as_dict()
+        st.update(n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in mine),
+                  configs=len({r["config_sha256"] for r in mine}))
+        out["prompts"].append(st)
+        if st["hashes_match"] is False:
+            out["warnings"].append(f"{prompt}: output hashes differ within pair(s) "
+                                   f"{', '.join(st['mismatched'])}: admit and nocache did not "
+                                   "decode the same tokens")
+        if st["incomplete"]:
+            out["warnings"].append(f"{prompt}: {len(st['incomplete'])} pair(s) without two "
+                                   f"retained runs, not counted: {', '.join(st['incomplete'])}")
+        if st["configs"] > 1:
+            out["warnings"].append(f"{prompt}: runs under {st['configs']} different engine "
+                                   "configurations are mixed (filter with --campaign)")
+    out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "cell", "prompt",
+                                      "policy", "pair_index", "pair_order", "pair_position",
+                                      "retained", "wall_s", "load_s", "steady_s", "tokens",
+                                      "output_sha256", "backend_found")} for r in rows]
+    return out
+
+
 def compare(store: Store, a: str, b: str, *, host=None, campaign=None) -> dict:
     ca, cb = parse_cell(a.lower()), parse_cell(b.lower())
     runs = load_runs(store, host=host, campaign=campaign)
@@ -221,7 +273,7 @@ def sizing(store: Store, target_s: float, *, reclaim: str = "mglru", host=None,
     best: dict[int, tuple] = {}
     for name, rs in _group(load_runs(store, host=host, campaign=campaign)).items():
         c = parse_cell(name)
-        if c.mode != "pagecache" or c.hints is not None or c.reclaim != reclaim:
+        if c.is_engine or c.mode != "pagecache" or c.hints is not None or c.reclaim != reclaim:
             continue
         s = stats.summarize(rs)
         if s["median_s"] is None:

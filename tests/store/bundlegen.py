@@ -5,6 +5,11 @@ twice, inside a real 96 MiB memory cgroup) plus agent.jsonl records in the agent
 The test host is scaled down: pool 192 MiB on vda, capacities like 64M, cgroup wall = C + 32M.
 lru_gen/enabled is written by the generator (this kernel has no MGLRU). `edit(parts)` may
 change any part before the manifest is written, which is how tests inject one fault.
+
+Engine cells (e2e-{prompt}-{admit|nocache}) get an engine bundle instead (docs/engine.md): the
+spec built by bench.engine.build_spec from ENGINE (a fixture config), the captured pre/post
+snapshots, engine.json with `wall_s`, and engine.stdout in the fixture engine's format with
+`load_s` and a token sequence derived from the prompt alone (so a pair's hashes match).
 """
 
 from __future__ import annotations
@@ -36,10 +41,89 @@ def _with_vmlck(status_text: str, nbytes: int) -> str:
     return re.sub(r"^VmLck:.*$", f"VmLck:\t{nbytes // 1024:>8} kB", status_text, flags=re.M)
 
 
+ENGINE = {
+    "command": ["/opt/engine/decode", "--prompt-file", "{prompt_file}", "--n", "{n_tokens}",
+                "{policy_args}"],
+    "backend": "MoE backend: fixture-pread", "n_tokens": 20, "pairs": 3,
+    "tokens_regex": "^output token ids: (?P<tokens>.*)$",
+    "load_regex": "^cold load: (?P<seconds>[0-9.]+) s",
+    "policies": {"admit": {"args": ["--policy", "admit"]},
+                 "nocache": {"args": ["--policy", "nocache"]}},
+    "prompts": {"prose": "/opt/prompts/prose.txt", "code": "/opt/prompts/code.txt",
+                "chat": "/opt/prompts/chat.txt"},
+}
+
+
+def engine_tokens(prompt: str, n: int = 20) -> list[int]:
+    return [int(hashlib.sha256(f"{prompt}:{i}".encode()).hexdigest()[:6], 16) % 32000
+            for i in range(n)]
+
+
+def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: int = 0,
+                     repetition: int = 0, host: str = "fixture-a", wall_s: float = 12.0,
+                     load_s: float = 2.0, seed: int = 0, **_ignored) -> dict:
+    from types import SimpleNamespace
+    from bench import engine
+    c = parse_cell(cell)
+    cfg = engine.parse_engine(ENGINE, "bundlegen")
+    first = engine.pair_orders(repetition + 1, seed, c.prompt)[repetition][0]
+    h = SimpleNamespace(name=host, pool_dir="/var/tmp/pool", work_dir="/var/lib/bench")
+    spec = engine.build_spec(c, h, cfg, run_id=run_id, pair_index=repetition, first=first,
+                             seed=seed, campaign=campaign, position=position,
+                             created="2026-11-29T19:00:00Z")
+    snaps = _captured_snapshots()
+    snaps = {"pre": snaps["pre"], "post": snaps["post"]}
+    pre = snaps["pre"]
+    mem = parse_meminfo(pre["proc_meminfo"])
+    phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
+              "capacity_applied", "measuring", "collecting", "done"]
+    lines = (CAPTURED / "timeline.csv").read_text().splitlines()
+    timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*),[^,]*,[^,]*,", r"\1,measuring,,", ln)
+                                       for ln in lines[1:]]) + "\n"
+    toks = engine_tokens(c.prompt, cfg.n_tokens)
+    stdout = (f"MoE backend: fixture-pread ({c.policy})\ncold load: {load_s:.6f} s\n"
+              f"output token ids: {', '.join(map(str, toks))}\n"
+              f"decode: {len(toks)} tokens in {wall_s - load_s:.6f} s\n")
+    start = 1_000_000_000_000
+    return {
+        "spec.json": spec,
+        "status.json": {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True,
+                        "reason": None, "updated": "2026-11-29T19:05:00Z",
+                        "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
+                                    for i, ph in enumerate(phases)]},
+        "host.json": {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
+                      "arch": "x86_64", "page_size": 4096,
+                      "cmdline": pre["proc_cmdline"].strip(),
+                      "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
+                      "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
+                      "mglru": None, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
+                      "agent_source_sha256": None,
+                      "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}},
+        "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
+        "mglru.json": {"requested": None, "method": "absent", "pre": None, "after_set": None,
+                       "post": None},
+        "capacity.json": {"mechanism": "none", "capacity_bytes": 0},
+        "engine.json": {"argv": spec["engine"]["argv"], "cwd": None, "env": {},
+                        "executable": "/opt/engine/decode", "executable_sha256": "e" * 64,
+                        "timeout_s": cfg.timeout_s, "device_of": "/var/tmp/pool", "pid": 4300,
+                        "exit_code": 0, "signal": None, "timed_out": False, "stopped": False,
+                        "exit_seen_by": "pidfd", "start_mono_ns": start,
+                        "end_mono_ns": start + int(wall_s * 1e9), "wall_s": wall_s},
+        "engine.stdout": stdout,
+        "engine.stderr": "",
+        "timeline.csv": timeline,
+        "kmsg.txt": "",
+        "snapshots": snaps,
+    }
+
+
 def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: int = 0,
               repetition: int = 0, host: str = "fixture-a", speed: float = 1.0,
-              seed: int = 0, prefetch_provenance: dict | None = None) -> dict:
+              seed: int = 0, prefetch_provenance: dict | None = None, **engine_kw) -> dict:
     c = parse_cell(cell)
+    if c.is_engine:
+        return engine_parts_for(run_id, cell, campaign=campaign, position=position,
+                                repetition=repetition, host=host, seed=seed, **engine_kw)
     snaps = _captured_snapshots()
     pre = snaps["pre"]
     mem = parse_meminfo(pre["proc_meminfo"])

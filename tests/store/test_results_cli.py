@@ -125,7 +125,7 @@ def test_cli_commands(full, capsys, tmp_path):
     rc, out, _ = _cli(capsys, url, "retention", "recheck", "--json")
     assert rc == 0 and json.loads(out) == []
     rc, out, _ = _cli(capsys, url, "db", "current")
-    assert rc == 0 and out.startswith("0002 (head 0002)")
+    assert rc == 0 and out.startswith("0003 (head 0003)")
     for kind in ("capacity", "reclaim", "equal-memory"):
         png = tmp_path / f"{kind}.png"
         assert _cli(capsys, url, "plot", kind, "-o", str(png))[0] == 0

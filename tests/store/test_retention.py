@@ -32,6 +32,12 @@ def _low_timeline(p):
                                                 for ln in lines[1:]]) + "\n"
 
 
+def _stdout(pattern, repl):
+    def edit(p):
+        p["engine.stdout"] = re.sub(pattern, repl, p["engine.stdout"], flags=re.M)
+    return edit
+
+
 FAULTS = {
     "vmlck_held": ("64m-balloon-mglru", lambda p: _sub(p, "post", "balloon_status",
                                                        r"^VmLck:.*$", "VmLck:\t 1024 kB")),
@@ -54,10 +60,18 @@ FAULTS = {
         p, "pass1-start", "proc_self_status", r"^VmLck:.*$", "VmLck:\t       0 kB")),
     "hint_provenance": ("64m-cgroup-mglru-oracle-advice",
                         lambda p: p["spec.json"].update(hints_provenance=None)),
+    # end-to-end engine runs (docs/engine.md)
+    "engine_exit_ok": ("e2e-prose-admit", lambda p: p["engine.json"].update(exit_code=3)),
+    "engine_backend": ("e2e-prose-nocache", _stdout(r"^MoE backend: .*$",
+                                                    "MoE backend: cpu-fallback (nocache)")),
+    "engine_output_nondegenerate": ("e2e-code-admit", _stdout(
+        r"^output token ids: .*$", "output token ids: " + ", ".join(["17"] * 20))),
+    "engine_load_reported": ("e2e-chat-admit", _stdout(r"^cold load: .*\n", "")),
 }
 CLEAN_CELLS = ["64m-cgroup-mglru", "64m-balloon-mglru", "64m-balloon-classic",
                "64m-cgroup-mglru-pinned", "64m-cgroup-mglru-hybrid",
-               "64m-cgroup-mglru-oracle-advice", "64m-none-mglru"]
+               "64m-cgroup-mglru-oracle-advice", "64m-none-mglru", "e2e-prose-admit",
+               "e2e-code-nocache"]
 
 
 def test_every_rule_has_a_fault_test():
@@ -89,7 +103,27 @@ def test_fingerprint_must_match_the_campaign(store, bundles):
     assert res["failed"] == ["fingerprint_matches"]
     run = [r for r in list_runs(store) if r["run_id"] == "r2"][0]
     v = [x for x in run["verdicts"] if x["rule"] == "fingerprint_matches"][0]
-    assert "agent_sha256" in v["reason"] and v["version"] == 1
+    assert "agent_sha256" in v["reason"] and v["version"] == 2
+
+
+def test_fingerprint_ignores_what_the_campaigns_own_reboots_change():
+    """A memboot reboot rewrites the command line: mem=, bench.lru_gen=, panic= and the order
+    of the other arguments may change; the kernel or another argument may not."""
+    from types import SimpleNamespace as NS
+
+    from bench.runfacts import fingerprint
+
+    def fp(cmdline, kernel="6.1"):
+        return fingerprint(NS(host={"cmdline": cmdline, "kernel": kernel, "arch": "x86_64"},
+                              spec={"agent": {"source_sha256": "a" * 64}}))
+    base = fp("root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a")
+    same = fp("root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a mem=553M "
+              "bench.lru_gen=off panic=10")
+    assert same["digest"] == base["digest"]
+    assert fp("root=/dev/vda rw console=ttyS0 loglevel=7 bench.name=lab-a")["digest"] != \
+        base["digest"]
+    assert fp("root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a",
+              kernel="6.8")["digest"] != base["digest"]
 
 
 def test_recheck_reports_changes_under_new_rule_versions(store, bundles, monkeypatch):
@@ -104,3 +138,30 @@ def test_recheck_reports_changes_under_new_rule_versions(store, bundles, monkeyp
         == [("r1", "caches_dropped", 1, False)]
     assert list_runs(store, rejected=True)[0]["failed"] == ["caches_dropped"]
     assert recheck(store) == []
+
+
+@pytest.mark.parametrize("cell, other", [("e2e-prose-admit", "agent"),
+                                         ("64m-cgroup-mglru", "engine")])
+def test_rules_of_the_other_kind_are_not_evaluated(bundles, cell, other):
+    """Agent-only rules never judge an engine run (no agent data there), nor engine gates an
+    agent run: no verdict of theirs is recorded; the rules both kinds share are."""
+    b = load(read_dir(bundles("r1", cell)))
+    got = {v.rule for v in retention.evaluate(b)}
+    foreign = {r.name for r in retention.RULES if r.kinds == (other,)}
+    shared = {r.name for r in retention.RULES if len(r.kinds) == 2}
+    assert foreign and not got & foreign
+    assert shared <= got
+
+
+def test_engine_run_stores_its_facts_and_verdicts(store, bundles):
+    res = ingest_bundle(store, bundles("e1", "e2e-prose-nocache", wall_s=9.5, load_s=1.5))
+    assert res["retained"] and res["status"] == "ingested"
+    from bench.store.queries import engine_rows
+    row = engine_rows(store)[0]
+    assert (row["prompt"], row["policy"], row["pair_index"], row["pair_order"]) == (
+        "prose", "nocache", 0, "admit-first")
+    assert row["pair_position"] == 1 and row["steady_s"] == pytest.approx(8.0)
+    assert row["backend_found"] and row["tokens"] == 20 and len(row["output_sha256"]) == 64
+    bad = ingest_bundle(store, bundles("e2", "e2e-prose-admit", edit=FAULTS[
+        "engine_output_nondegenerate"][1]))
+    assert bad["failed"] == ["engine_output_nondegenerate"]

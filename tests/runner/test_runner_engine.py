@@ -1,0 +1,213 @@
+"""End-to-end engine runs against the real kernel: the host-side runner runs a real engine
+process (tests/fixtures/engine/engine.py: it decodes by reading a bench pool's expert files
+with page-cache admission, or with O_DIRECT for nocache) instead of the agent, the bundles go
+through ingest into a SQLite database made by the migrations, and the retention gates judge
+them; then a whole end-to-end campaign through the executor on this host. docs/engine.md."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from runner_helpers import RUNNER, read_json, start, verify_manifest, wait
+
+from bench import engine
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = REPO / "tests" / "fixtures" / "engine" / "engine.py"
+LAYERS, EXPERTS, EXPERT_BYTES = 4, 32, 256 << 10       # a 32 MiB pool
+N_TOKENS, K = 40, 2
+PROMPTS = {"prose": "Write a short story about a lighthouse keeper.\n",
+           "code": "def fib(n):\n    # complete this function\n"}
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("bench_runner_agent_e", RUNNER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def table(prompt_dir: Path, *extra: str, **over) -> dict:
+    t = {"command": [str(ENGINE), "--pool", "{pool_dir}", "--prompt-file", "{prompt_file}",
+                     "--n-tokens", "{n_tokens}", "--experts-per-token", str(K),
+                     "{policy_args}", *extra],
+         "backend": "MoE backend: fixture-pread", "n_tokens": N_TOKENS, "pairs": 3,
+         "timeout_s": 120,
+         "tokens_regex": "^output token ids: (?P<tokens>.*)$",
+         "load_regex": "^cold load: (?P<seconds>[0-9.]+) s",
+         "policies": {"admit": {"args": ["--policy", "admit"]},
+                      "nocache": {"args": ["--policy", "nocache"]}},
+         "prompts": {p: str(prompt_dir / f"{p}.txt") for p in PROMPTS}}
+    t.update(over)
+    return t
+
+
+@pytest.fixture(scope="module")
+def pool_and_prompts():
+    from bench.pool import PoolSpec, make_pool
+    # /var/tmp: a disk filesystem (O_DIRECT works there, unlike tmpfs)
+    d = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir="/var/tmp"))
+    make_pool(d / "pool", PoolSpec(LAYERS, EXPERTS, EXPERT_BYTES))
+    for name, text in PROMPTS.items():
+        (d / f"{name}.txt").write_text(text)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def host_of(d: Path, work_dir: Path):
+    return SimpleNamespace(name="local", pool_dir=str(d / "pool"), work_dir=str(work_dir))
+
+
+def spec(d, work_dir, run_id, cell, *extra, pair=0, first="admit", **over):
+    cfg = engine.parse_engine(table(d, *extra, **over), "test")
+    return engine.build_spec(cell, host_of(d, work_dir), cfg, run_id=run_id, pair_index=pair,
+                             first=first, seed=0, campaign="e2e-test", timeline_interval_ms=50,
+                             host_lock_timeout_s=120)
+
+
+def run(d, work_dir, run_id, cell, *extra, **kw) -> tuple[dict, Path]:
+    rc, res = start(spec(d, work_dir, run_id, cell, *extra, **kw), work_dir)
+    assert rc == 0 and res["ok"], res
+    return wait(run_id, work_dir, timeout=180), work_dir / "runs" / run_id
+
+
+# --------------------------------------------------------------------------- no kernel needed
+
+def test_engine_cell_grammar_matches_bench_cells():
+    from bench.cells import parse_cell
+    r = _load_runner()
+    for name in ("e2e-prose-admit", "e2e-code_2-nocache", "e2e-x-admit"):
+        c = parse_cell(name)
+        got = r.parse_engine_cell(name)
+        assert {k: got[k] for k in ("capacity_bytes", "mechanism", "reclaim", "mode",
+                                    "delivery")} == {
+            "capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism,
+            "reclaim": c.reclaim, "mode": c.mode, "delivery": c.delivery}
+        assert (got["prompt"], got["policy"]) == (c.prompt, c.policy)
+        with pytest.raises(r.SpecError):
+            r.parse_cell(name)                   # replay grammar refuses engine names
+    for bad in ("e2e-prose", "e2e-prose-pagecache", "e2e-a-b-admit", "64g-none-mglru"):
+        with pytest.raises(r.SpecError):
+            r.parse_engine_cell(bad)
+
+
+def test_bad_engine_specs_refused_before_touching_anything(pool_and_prompts, tmp_path):
+    d, wd = pool_and_prompts, tmp_path / "wd"
+    ok = spec(d, wd, "x1", "e2e-prose-admit")
+    cases = [
+        (lambda s: s["engine"].update(argv=[str(d / "missing-engine")]), "not an executable"),
+        (lambda s: s["engine"].update(argv=[]), "non-empty list"),
+        (lambda s: s["engine"].update(argv="engine --x"), "non-empty list"),
+        (lambda s: s.update(mode="nocache"), "does not match cell"),
+        (lambda s: s["engine"].update(policy="nocache"), "engine.policy"),
+        (lambda s: s["engine"].update(env={"BAD NAME": "1"}), "engine.env"),
+        (lambda s: s["engine"].update(cwd=str(d / "nope")), "engine.cwd"),
+        (lambda s: s["engine"].update(prompt_file=str(d / "nope.txt")), "does not exist"),
+        (lambda s: s["engine"].update(timeout_s=0), "timeout_s"),
+        (lambda s: s.update(cell="e2e-prose"), "bad engine cell name"),
+    ]
+    for change, why in cases:
+        s = json.loads(json.dumps(ok))
+        change(s)
+        rc, res = start(s, wd)
+        assert rc == 2 and res["ok"] is False, (why, res)
+        assert res["reason"].startswith("bad spec") and why in res["reason"], (why, res)
+        assert not wd.exists(), "a refused spec must not create anything"
+
+
+# --------------------------------------------------------------------------- real runs
+
+ENGINE_FILES = {"spec.json", "status.json", "host.json", "drop.json", "mglru.json",
+                "capacity.json", "engine.json", "engine.stdout", "engine.stderr",
+                "timeline.csv", "kmsg.txt", "runner.json", "runner.log", "manifest.json"}
+
+
+@pytest.mark.root
+def test_a_pair_runs_is_ingested_and_passes_every_gate(pool_and_prompts, work_dir, tmp_path):
+    from bench.store.db import open_store
+    from bench.store.ingest import ingest_bundle
+    from bench.store.queries import engine_results, engine_rows, list_runs
+    d = pool_and_prompts
+    bundles = []
+    for rid, cell in (("p0-a", "e2e-prose-admit"), ("p0-n", "e2e-prose-nocache")):
+        st, b = run(d, work_dir, rid, cell)
+        assert st["phase"] == "done" and st["ok"] is True, st
+        assert [h["phase"] for h in st["history"]] == [
+            "accepted", "locked", "cleaned", "caches_dropped", "mglru_set", "capacity_applied",
+            "measuring", "collecting", "done"]
+        assert ENGINE_FILES <= {p.name for p in b.iterdir()}
+        m = verify_manifest(b)
+        assert {"snapshots/pre/proc_diskstats", "snapshots/post/proc_vmstat"} <= set(m["files"])
+        e = read_json(b / "engine.json")
+        assert e["exit_code"] == 0 and e["signal"] is None and not e["timed_out"]
+        assert e["wall_s"] == pytest.approx((e["end_mono_ns"] - e["start_mono_ns"]) / 1e9)
+        assert e["executable_sha256"] == hashlib.sha256(ENGINE.read_bytes()).hexdigest()
+        assert e["argv"][0] == str(ENGINE) and "--policy" in e["argv"]
+        assert read_json(b / "mglru.json")["requested"] is None
+        assert read_json(b / "capacity.json")["mechanism"] == "none"
+        assert "output token ids:" in (b / "engine.stdout").read_text()
+        bundles.append(b)
+    store = open_store(f"sqlite:///{tmp_path}/e2e.db")
+    try:
+        for b in bundles:
+            res = ingest_bundle(store, b)
+            assert res["status"] == "ingested" and res["retained"], res
+        rows = {r["run_id"]: r for r in engine_rows(store)}
+        a, n = rows["p0-a"], rows["p0-n"]
+        assert a["output_sha256"] == n["output_sha256"] and a["tokens"] == N_TOKENS
+        assert (a["pair_order"], a["pair_position"], n["pair_position"]) == ("admit-first", 0, 1)
+        for r in (a, n):
+            assert r["backend_found"] and r["steady_s"] == pytest.approx(r["wall_s"] - r["load_s"])
+        # nocache reads every routed expert from the device: at least N x layers x k experts
+        assert n["device_bytes"] >= 0.95 * N_TOKENS * LAYERS * K * EXPERT_BYTES
+        verdicts = {v["rule"]: v for v in list_runs(store)[0]["verdicts"]}
+        for rule in ("engine_exit_ok", "engine_backend", "engine_output_nondegenerate",
+                     "engine_load_reported", "caches_dropped", "boot_matches"):
+            assert verdicts[rule]["passed"], verdicts[rule]
+        assert "measured_pass_complete" not in verdicts          # agent-only rules stay out
+        res = engine_results(store)["prompts"][0]
+        assert res["pairs"] == 1 and res["hashes_match"] is True
+        assert res["speedup"] == pytest.approx(n["steady_s"] / a["steady_s"])
+    finally:
+        store.close()
+
+
+@pytest.mark.root
+def test_degenerate_wrong_backend_and_hung_engines_are_rejected(pool_and_prompts, work_dir,
+                                                               tmp_path):
+    from bench.store.db import open_store
+    from bench.store.ingest import ingest_bundle
+    from bench.store.queries import list_runs
+    d = pool_and_prompts
+    st, deg = run(d, work_dir, "deg", "e2e-code-admit", "--degenerate")
+    assert st["ok"] is True                 # the runner ran it; retention judges it
+    st, wrong = run(d, work_dir, "cpu", "e2e-code-nocache", "--backend", "cpu-fallback")
+    assert st["ok"] is True
+    t0 = time.monotonic()
+    st, hung = run(d, work_dir, "hung", "e2e-code-admit", "--sleep", "60", timeout_s=2)
+    assert time.monotonic() - t0 < 40
+    assert st["phase"] == "failed" and "timeout_s" in st["reason"], st
+    e = read_json(hung / "engine.json")
+    assert e["timed_out"] is True and e["signal"] == 15 and 2 <= e["wall_s"] < 15
+    store = open_store(f"sqlite:///{tmp_path}/faults.db")
+    try:
+        failed = {b.name: ingest_bundle(store, b)["failed"] for b in (deg, wrong, hung)}
+        assert failed["deg"] == ["engine_output_nondegenerate"]
+        assert failed["cpu"] == ["engine_backend"]
+        assert "engine_exit_ok" in failed["hung"]
+        why = {r["run_id"]: {v["rule"]: v["reason"] for v in r["verdicts"] if not v["passed"]}
+               for r in list_runs(store)}
+        assert "repeated" in why["deg"]["engine_output_nondegenerate"]
+        assert "cpu-fallback" in why["cpu"]["engine_backend"]
+        assert "timeout_s 2" in why["hung"]["engine_exit_ok"]
+    finally:
+        store.close()

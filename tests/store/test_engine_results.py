@@ -1,0 +1,113 @@
+"""End-to-end engine results (Table 3) over a real database built by the migrations: the golden
+table, `bench results --matrix end-to-end [--json]`, the median of per-pair ratios recomputed
+from the stored rows, a hash mismatch shown loudly, and engine cells kept out of the replay
+tables. Regenerate the golden file with BENCH_UPDATE_GOLDEN=1 (then review the diff)."""
+
+import json
+import re
+
+import pytest
+
+from bench import engine, views
+from bench.cli import main
+from bench.store import queries
+from bench.store.db import open_store
+from bench.store.ingest import ingest_bundle
+from tests.store.test_results_cli import check_golden, render
+
+# (prompt, pair) -> (admit wall s, nocache wall s); cold load 2.0 s everywhere
+WALLS = {("prose", 0): (267.0, 296.0), ("prose", 1): (266.0, 293.0), ("prose", 2): (268.0, 297.5),
+         ("code", 0): (258.0, 284.0), ("code", 1): (257.5, 283.0), ("code", 2): (259.0, 285.5),
+         ("chat", 0): (275.0, 298.0), ("chat", 1): (276.0, 290.0), ("chat", 2): (274.0, 300.0)}
+
+
+def _other_tokens(p):
+    p["engine.stdout"] = re.sub(r"^output token ids: .*$", "output token ids: " +
+                                ", ".join(str(i) for i in range(20)), p["engine.stdout"],
+                                flags=re.M)
+
+
+def populate(store, bundles, mismatch=True):
+    pos = 0
+    for (prompt, pair), walls in sorted(WALLS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        first = engine.pair_orders(pair + 1, 0, prompt)[pair][0]
+        order = ["admit", "nocache"] if first == "admit" else ["nocache", "admit"]
+        for policy in order:
+            wall = walls[0] if policy == "admit" else walls[1]
+            edit = _other_tokens if (mismatch and (prompt, pair, policy) == ("chat", 1, "nocache")) \
+                else None
+            ingest_bundle(store, bundles(f"e2e-r{pos:03d}", f"e2e-{prompt}-{policy}",
+                                         position=pos, repetition=pair, wall_s=wall,
+                                         load_s=2.0, edit=edit))
+            pos += 1
+    # a rejected run (wrong backend) and an incomplete pair: shown, never counted
+    ingest_bundle(store, bundles("e2e-bad", "e2e-prose-admit", position=pos, repetition=3,
+                                 wall_s=100.0, edit=lambda p: p.update({
+                                     "engine.stdout": p["engine.stdout"].replace(
+                                         "fixture-pread", "cpu-fallback")})))
+    # an agent run next to them (another campaign: a matrix is either replay or engine)
+    ingest_bundle(store, bundles("agent-1", "64m-none-mglru", campaign="c2"),
+                  nominal_miss_bytes=2.0e7)
+
+
+@pytest.fixture
+def e2e(tmp_path, bundles):
+    url = f"sqlite:///{tmp_path}/e2e.db"
+    st = open_store(url)
+    populate(st, bundles)
+    yield st, url
+    st.close()
+
+
+def test_golden_engine_table(e2e):
+    res = queries.matrix(e2e[0], "end-to-end")
+    check_golden("matrix_end-to-end.txt", render(views.matrix_table(res)))
+
+
+def test_median_of_pair_ratios_recomputed_from_stored_rows(e2e):
+    store = e2e[0]
+    res = queries.engine_results(store)
+    rows = queries.engine_rows(store)
+    by_prompt = {p["prompt"]: p for p in res["prompts"]}
+    assert set(by_prompt) == {"prose", "code", "chat"}
+    for prompt, p in by_prompt.items():
+        kept = [r for r in rows if r["prompt"] == prompt and r["retained"]]
+        pairs = {}
+        for r in kept:
+            pairs.setdefault(r["pair_index"], {})[r["policy"]] = r
+        ratios = sorted(v["nocache"]["steady_s"] / v["admit"]["steady_s"] for v in pairs.values()
+                        if len(v) == 2)
+        assert p["pairs"] == len(ratios) == 3
+        assert p["speedup"] == pytest.approx(ratios[1])                      # true median
+        assert (p["speedup_min"], p["speedup_max"]) == (pytest.approx(ratios[0]),
+                                                        pytest.approx(ratios[-1]))
+        admits = sorted(v["admit"]["steady_s"] for v in pairs.values())
+        assert p["admit_median_s"] == pytest.approx(admits[1])
+        for r in kept:       # steady-decode time = wall - reported cold load
+            assert r["steady_s"] == pytest.approx(r["wall_s"] - r["load_s"])
+    assert by_prompt["prose"]["n_rejected"] == 1 and by_prompt["prose"]["pairs"] == 3
+    assert by_prompt["chat"]["hashes_match"] is False
+    assert by_prompt["chat"]["mismatched"] == ["c1/fixture-a/1"]
+    assert by_prompt["prose"]["hashes_match"] is True
+    assert any("output hashes differ" in w for w in res["warnings"])
+
+
+def test_engine_cells_stay_out_of_replay_tables(e2e):
+    store = e2e[0]
+    for kind in queries.MATRICES:
+        text = json.dumps(queries.matrix(store, kind))
+        assert "e2e-" not in text, kind
+    assert "agent-1" not in {r["run_id"] for r in queries.engine_results(store)["runs"]}
+
+
+def test_cli_results_end_to_end(e2e, capsys):
+    url = e2e[1]
+    assert main(["results", "--matrix", "end-to-end", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "speedup" in out and "NO" in out and "output hashes differ" in out
+    assert main(["results", "--matrix", "end-to-end", "--db", url, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["matrix"] == "end-to-end" and len(d["runs"]) == 19
+    assert main(["runs", "--rejected", "--db", url, "--json"]) == 0
+    rej = json.loads(capsys.readouterr().out)
+    assert [(r["run_id"], r["failed"]) for r in rej] == [("e2e-bad", ["engine_backend"])]
