@@ -37,6 +37,19 @@ def has_plan(db: str, cid: str) -> bool:
         store.close()
 
 
+def journal_count(db: str, cid: str) -> int:
+    try:
+        store = open_store(db)
+    except Exception:  # noqa: BLE001 - no database yet
+        return 0
+    try:
+        return len(journal_rows(store, cid)) if campaign_row(store, cid) else 0
+    except Exception:  # noqa: BLE001 - being created by the controller
+        return 0
+    finally:
+        store.close()
+
+
 def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pools, lab,
                                                                     lab_inventory, tmp_path):
     db = f"sqlite:///{tmp_path / 'bench.db'}"
@@ -53,8 +66,15 @@ def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pool
     t0 = time.monotonic()
     for i in range(10):
         cmd = resume if has_plan(db, cid) else schedule
+        before = journal_count(db, cid)
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
-        time.sleep(rng.uniform(1.0, 5.0))
+        # a random point of the campaign's progress (not of the wall clock, which a loaded
+        # machine stretches): after 1-10 more journal entries, plus up to a second
+        target, deadline = before + rng.randint(1, 10), time.monotonic() + 120
+        while p.poll() is None and journal_count(db, cid) < target \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.0))
         if p.poll() is not None:
             assert p.returncode == 0, (tmp_path / "controller.log").read_text()[-3000:]
             break
