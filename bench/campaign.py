@@ -141,13 +141,16 @@ def plan_record(plan, expansion, matrix, host_names: list[str], settings: Settin
                           "position": r.position, "boot": r.boot.as_dict(),
                           "estimate_s": r.estimate_s, "candidates": cl,
                           "placement": "one" if len(cl) > 1 else "each"}
+        if getattr(r, "pair", None):      # engine runs: their place in a balanced pair
+            runs[r.run_id]["pair"] = r.pair
     return {"campaign": plan.campaign, "seed": plan.seed, "matrix": matrix.name,
             "matrix_ref": matrix_ref, "scale": getattr(matrix, "scale", None),
             "protocol": dict(getattr(matrix, "protocol", None) or {}),
             "workload": dict(matrix.workload), "hosts": host_names,
             "estimates": {"run_seconds": plan.run_seconds, "reboot_seconds": plan.reboot_seconds},
             "settings": settings.as_dict(), "runs": runs,
-            "order": [r.run_id for r in plan.runs]}
+            "order": [r.run_id for r in plan.runs]} | (
+                {"engine": matrix.engine.as_dict()} if getattr(matrix, "engine", None) else {})
 
 
 def create(store, plan, expansion, matrix, host_names: list[str], settings: Settings,
@@ -356,7 +359,8 @@ class Executor:
             self.rows = {r["run_id"]: r for r in run_rows(self.store, self.cid)}
             self.attempts = attempts_of(self.store, self.cid)
             self.s.data_dir = Path(self.s.data_dir or default_data_dir())
-            self.plan, self.plan_path = workload_plan(self.rec["workload"], self.s.data_dir)
+            if not self.rec.get("engine"):     # engine runs ship no plan (bench.engine_exec)
+                self.plan, self.plan_path = workload_plan(self.rec["workload"], self.s.data_dir)
             set_campaign_state(self.store, self.cid, "running", f"controller pid {me['pid']}")
             self.busy = set(self.hosts)
             threads = [threading.Thread(target=self._worker, args=(h,), name=f"host-{h}",
@@ -545,6 +549,9 @@ class Executor:
                 time.sleep(1.0)
 
     def _deploy_and_start(self, host: str, rid: str, spec: dict | None) -> dict:
+        if self.rec.get("engine"):          # end-to-end engine runs: docs/engine.md
+            from .engine_exec import deploy_and_start
+            return deploy_and_start(self, host, rid, spec)
         from .cells import parse_cell
         from .deploy import deploy
         from .runctl import ensure_file, ensure_pool, preflight, start_run

@@ -211,3 +211,80 @@ def test_degenerate_wrong_backend_and_hung_engines_are_rejected(pool_and_prompts
         assert "timeout_s 2" in why["hung"]["engine_exit_ok"]
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- a whole campaign
+
+def matrix_toml(d: Path, pairs: int) -> str:
+    t = table(d, pairs=pairs, timeout_s=120)
+    q = json.dumps
+    lines = ['name = "e2e-local"', 'description = "engine pairs on this host"',
+             "[order]", "randomize = true", "interleave_reps = true",
+             "[hosts]", 'tags = "any"', 'placement = "each"',
+             "[estimate]", "run_seconds = 5", "reboot_seconds = 60", "[engine]"]
+    lines += [f"{k} = {q(v)}" for k, v in t.items() if k not in ("policies", "prompts")]
+    for pol, p in t["policies"].items():
+        lines += [f"[engine.policies.{pol}]", f"args = {q(p['args'])}"]
+    lines += ["[engine.prompts]"] + [f"{k} = {q(v)}" for k, v in t["prompts"].items()]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.root
+def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_path):
+    """matrix -> expansion -> schedule -> executor (runner on this host, collect, ingest,
+    retention) -> Table 3, with the per-pair median recomputed from the stored rows."""
+    from bench.campaign import Executor, Settings, create
+    from bench.inventory import Host, load_inventory, render_host_toml, select
+    from bench.matrix import expand, load_matrix
+    from bench.schedule import HostState, schedule
+    from bench.store import queries
+    from bench.store.db import open_store
+    d = pool_and_prompts
+    hosts_dir = tmp_path / "hosts"
+    hosts_dir.mkdir()
+    (hosts_dir / "local.toml").write_text(render_host_toml(Host(
+        name="local", address="localhost", transport="local", tags={"machine": "controller"},
+        pool_dir=str(d / "pool"), work_dir=str(tmp_path / "work"))))
+    mpath = tmp_path / "e2e-local.toml"
+    mpath.write_text(matrix_toml(d, pairs=3))
+    m = load_matrix(mpath)
+    hosts = select(load_inventory(hosts_dir), ["local"])
+    exp = expand(m, hosts)
+    plan = schedule(exp.requests, [HostState.from_host(h) for h in hosts], 11,
+                    campaign="e2e-c1", randomize=m.randomize, interleave=m.interleave)
+    assert len(plan.runs) == 12
+    url = f"sqlite:///{tmp_path}/campaign.db"
+    settings = Settings(threads=2, retries=1, data_dir=tmp_path / "data", db_url=url,
+                        hosts_dir=hosts_dir, chunk_s=1.0, retry_pause_s=0.5)
+    store = open_store(url)
+    try:
+        create(store, plan, exp, m, ["local"], settings, str(mpath))
+        res = Executor(store, "e2e-c1", settings).run()
+        assert res["state"] == "done", res
+        assert {r["state"] for r in res["runs"]} == {"validated"}, res["runs"]
+        rows = {r["run_id"]: r for r in queries.engine_rows(store, campaign="e2e-c1")}
+        assert len(rows) == 12
+        # the runs executed in the plan's balanced pair order
+        for r in plan.runs:
+            row = rows[r.run_id]
+            assert (row["prompt"], row["pair_index"], row["pair_order"], row["pair_position"]) \
+                == (r.pair["prompt"], r.pair["index"], r.pair["order"], r.pair["position"])
+            assert row["cell"] == r.cell and row["position"] == r.position
+        table3 = {p["prompt"]: p for p in
+                  queries.engine_results(store, campaign="e2e-c1")["prompts"]}
+        assert set(table3) == set(PROMPTS)
+        for prompt, p in table3.items():
+            pairs = {}
+            for r in rows.values():
+                if r["prompt"] == prompt:
+                    pairs.setdefault(r["pair_index"], {})[r["policy"]] = r
+            ratios = sorted(v["nocache"]["steady_s"] / v["admit"]["steady_s"]
+                            for v in pairs.values())
+            assert p["pairs"] == 3 and p["incomplete"] == []
+            assert p["speedup"] == pytest.approx(ratios[1])
+            assert (p["speedup_min"], p["speedup_max"]) == (pytest.approx(ratios[0]),
+                                                            pytest.approx(ratios[2]))
+            assert p["hashes_match"] is True
+            assert len({v["admit"]["output_sha256"] for v in pairs.values()}) == 1
+    finally:
+        store.close()
