@@ -334,6 +334,9 @@ def engine_exit_ok(b, ctx):
     """Engine runs: the engine started and exited 0 on its own (no signal, no timeout, not
     stopped)."""
     e, f = b.engine or {}, engine_facts(b)
+    if not e:
+        return False, ("the engine never ran (no engine.json): runner "
+                       f"{b.status.get('phase')}: {b.status.get('reason') or 'no reason given'}")
     if e.get("start_error"):
         return False, f"the engine did not start: {e['start_error']}"
     if f["timed_out"]:

@@ -111,3 +111,14 @@ def test_cli_results_end_to_end(e2e, capsys):
     assert main(["runs", "--rejected", "--db", url, "--json"]) == 0
     rej = json.loads(capsys.readouterr().out)
     assert [(r["run_id"], r["failed"]) for r in rej] == [("e2e-bad", ["engine_backend"])]
+
+
+def test_an_engine_that_never_ran_is_named(bundles):
+    """A run the runner stopped before the engine started has no engine.json."""
+    from bench import retention
+    from bench.bundle import load, read_dir
+    b = load(read_dir(bundles("r1", "e2e-prose-admit")))
+    b.engine = None
+    b.status.update(phase="failed", ok=False, reason="host lock still held after 600 s")
+    ok, why = retention.engine_exit_ok(b, {})
+    assert not ok and "never ran" in why and "host lock" in why
