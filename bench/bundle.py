@@ -32,6 +32,9 @@ ENGINE_REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.
                    "timeline.csv", "kmsg.txt")
 
 
+FAILED_REQUIRED = ("spec.json", "status.json")
+
+
 class BundleError(FormatError):
     """A bundle that is damaged or incomplete; `part` names the missing or damaged file."""
 
@@ -58,6 +61,12 @@ class Bundle:
     manifest: dict
     files: dict[str, bytes] = field(repr=False, default_factory=dict)
     engine: dict | None = None                # engine runs: engine.json
+
+    @property
+    def completed(self) -> bool:
+        """The runner went through its whole protocol (status done, ok). A failed run's bundle
+        holds what the runner wrote before it stopped; retention rejects it with the reason."""
+        return self.status.get("phase") == "done" and self.status.get("ok") is True
 
     @property
     def is_engine(self) -> bool:
@@ -113,13 +122,23 @@ def verify(files: dict[str, bytes], where: str = "bundle") -> dict:
         if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             raise BundleError(where, rel, "sha256 does not match the manifest (damaged)")
     spec = _json(files, "spec.json", where) if "spec.json" in listed else {}
-    for part in _required_parts(spec):
+    for part in _required_parts(spec, _failed(files, listed, where)):
         if part not in listed:
             raise BundleError(where, part, "missing from the manifest (incomplete bundle)")
     return manifest
 
 
-def _required_parts(spec: dict) -> list[str]:
+def _failed(files: dict[str, bytes], listed: dict, where: str) -> bool:
+    """A run the runner marked failed: it stopped early and wrote only part of its bundle."""
+    if "status.json" not in listed:
+        return False
+    st = _json(files, "status.json", where)
+    return st.get("phase") == "failed" and st.get("ok") is False
+
+
+def _required_parts(spec: dict, failed: bool = False) -> list[str]:
+    if failed:
+        return list(FAILED_REQUIRED)
     if isinstance(spec.get("engine"), dict):
         return list(ENGINE_REQUIRED) + [f"snapshots/{ph}/{f}" for ph in ("pre", "post")
                                         for f in SNAPSHOT_FILES]
@@ -148,17 +167,29 @@ def load(files: dict[str, bytes], where: str = "bundle") -> Bundle:
         if len(parts) == 3 and parts[0] == "snapshots":
             snapshots.setdefault(parts[1], {})[parts[2]] = data.decode("utf-8", "replace")
     engine = isinstance(spec.get("engine"), dict)
-    records, summary = ([], {}) if engine else _agent(files, where)
+    status = _json(files, "status.json", where)
+    failed = status.get("phase") == "failed" and status.get("ok") is False
+
+    def part(rel: str, default=None):
+        # a failed run's bundle may stop before any part but spec and status
+        if failed and rel not in files:
+            return default
+        return _json(files, rel, where)
+    if engine or (failed and "agent.jsonl" not in files):
+        records, summary = [], {}
+    else:
+        records, summary = _agent(files, where, partial=failed)
     return Bundle(
-        run_id=run_id, spec=spec, status=_json(files, "status.json", where),
-        host=_json(files, "host.json", where), drop=_json(files, "drop.json", where),
-        mglru=_json(files, "mglru.json", where), capacity=_json(files, "capacity.json", where),
+        run_id=run_id, spec=spec, status=status,
+        host=part("host.json", {}), drop=part("drop.json", {}),
+        mglru=part("mglru.json", {}), capacity=part("capacity.json", {}),
         balloon=_json(files, "balloon.json", where) if "balloon.json" in files else None,
         snapshots=snapshots, records=records, summary=summary,
-        timeline=_timeline(files, where),
-        kmsg=[ln for ln in files["kmsg.txt"].decode("utf-8", "replace").splitlines() if ln.strip()],
+        timeline=[] if failed and "timeline.csv" not in files else _timeline(files, where),
+        kmsg=[ln for ln in files.get("kmsg.txt", b"").decode("utf-8", "replace").splitlines()
+              if ln.strip()],
         manifest=manifest, files=dict(files),
-        engine=_json(files, "engine.json", where) if engine else None)
+        engine=part("engine.json") if engine else None)
 
 
 def _json(files: dict[str, bytes], rel: str, where: str) -> dict:
@@ -173,7 +204,8 @@ def _json(files: dict[str, bytes], rel: str, where: str) -> dict:
     return value
 
 
-def _agent(files: dict[str, bytes], where: str) -> tuple[list[dict], dict]:
+def _agent(files: dict[str, bytes], where: str,
+           partial: bool = False) -> tuple[list[dict], dict]:
     records, summary = [], None
     for n, line in enumerate(files["agent.jsonl"].decode("utf-8", "replace").splitlines(), 1):
         if not line.strip():
@@ -181,6 +213,8 @@ def _agent(files: dict[str, bytes], where: str) -> tuple[list[dict], dict]:
         try:
             rec = json.loads(line)
         except ValueError:
+            if partial:     # a killed agent's last line may be cut short
+                continue
             raise BundleError(where, f"agent.jsonl:{n}", "not valid JSON") from None
         if rec.get("summary"):
             summary = rec
@@ -190,6 +224,8 @@ def _agent(files: dict[str, bytes], where: str) -> tuple[list[dict], dict]:
             raise BundleError(where, f"agent.jsonl:{n}", "neither an iteration record nor the "
                               "summary")
     if summary is None:
+        if partial:         # the agent was killed: what it wrote is kept, the run is rejected
+            return records, {}
         raise BundleError(where, "agent.jsonl", "has no summary record (the agent did not finish)")
     return records, summary
 

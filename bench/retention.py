@@ -77,7 +77,9 @@ def evaluate(b: Bundle, ctx: dict | None = None) -> list[Verdict]:
             continue
         try:
             ok, reason = r.check(b, ctx)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
+            # a failed run's partial bundle lacks what most rules read: runner_completed
+            # carries its reason, the others say they could not look
             ok, reason = False, f"could not evaluate: {type(exc).__name__}: {exc}"
         out.append(Verdict(r.name, r.version, bool(ok), reason))
     return out
@@ -99,6 +101,21 @@ def _balloon_vmlck(b: Bundle, phase: str) -> int | None:
 
 def _mb(n: int | None) -> str:
     return "absent" if n is None else f"{n / MiB:.0f} MiB"
+
+
+@rule("runner_completed", 1)
+def runner_completed(b, ctx):
+    """The host-side runner went through its whole protocol (status done, ok). A run it
+    stopped (a balloon that never got ready, a killed agent, a wall it could not set) leaves a
+    partial bundle that is stored and rejected here with the runner's reason, never retried as
+    if the infrastructure had failed."""
+    if b.completed:
+        return True, "runner finished: done, ok"
+    before = [h.get("phase") for h in b.status.get("history") or [] if h.get("phase") !=
+              b.status.get("phase")]
+    return False, (f"runner ended {b.status.get('phase')!r}"
+                   + (f" after phase {before[-1]}" if before else "")
+                   + f": {b.status.get('reason') or 'no reason given'}")
 
 
 @rule("vmlck_held", 1, kinds=("agent",))
@@ -143,9 +160,10 @@ def no_oom(b, ctx):
     return True, "no OOM event in the cgroup or the system"
 
 
-@rule("alive_throughout", 1)
+@rule("alive_throughout", 2)
 def alive_throughout(b, ctx):
-    """The cgroup scope and the balloon stayed alive from warm-up to the end."""
+    """The cgroup scope and the balloon stayed alive from warm-up to the end. v2: the
+    runner's own end state is runner_completed's (v1 also checked it here)."""
     mech = b.spec.get("mechanism")
     if mech == "cgroup":
         for phase in ("pass0-start", b.loop_entry, b.measured_end):
@@ -160,8 +178,6 @@ def alive_throughout(b, ctx):
         if not (bal.get("alive_at_loop_entry") and bal.get("alive_at_end")):
             return False, (f"balloon alive at loop entry {bal.get('alive_at_loop_entry')}, at "
                            f"end {bal.get('alive_at_end')} (signal {bal.get('signal')})")
-    if b.status.get("phase") != "done" or b.status.get("ok") is not True:
-        return False, f"runner ended in {b.status.get('phase')!r}: {b.status.get('reason')}"
     return True, {"cgroup": "scope alive at every snapshot and timeline sample",
                   "balloon": "balloon alive at loop entry and end"}.get(mech, "runner done")
 

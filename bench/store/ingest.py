@@ -62,9 +62,12 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     try:
         b = load(files, where=str(path))
         cell = _cell(b, path)
-        metrics = runfacts.engine_metrics(b) if b.is_engine else runfacts.metrics(b)
-        nominal, source = ((None, None) if b.is_engine
-                           else _nominal(b, path, nominal_miss_bytes, plan))
+        if not b.completed:         # a partial bundle: stored and rejected, no figures
+            metrics, nominal, source = {col: None for col in METRIC_COLUMNS}, None, None
+        else:
+            metrics = runfacts.engine_metrics(b) if b.is_engine else runfacts.metrics(b)
+            nominal, source = ((None, None) if b.is_engine
+                               else _nominal(b, path, nominal_miss_bytes, plan))
     except (BundleError, FormatError) as exc:
         dest = move_aside(path)
         raise BundleError(str(path), getattr(exc, "part", "bundle"),

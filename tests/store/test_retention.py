@@ -5,7 +5,7 @@ import re
 import pytest
 
 from bench import retention
-from bench.bundle import load, read_dir
+from bench.bundle import BundleError, load, read_dir
 from bench.store.ingest import ingest_bundle
 from bench.store.queries import list_runs
 
@@ -38,7 +38,16 @@ def _stdout(pattern, repl):
     return edit
 
 
+def _runner_failed(p):
+    st = p["status.json"]
+    st.update(phase="failed", ok=False, reason="balloon not ready after 900 s")
+    st["history"] = [h for h in st["history"] if h["phase"] in (
+        "accepted", "locked", "cleaned", "caches_dropped", "mglru_set")]
+    st["history"].append({"phase": "failed", "t": "x", "mono_ns": 1})
+
+
 FAULTS = {
+    "runner_completed": ("64m-balloon-mglru", _runner_failed),
     "vmlck_held": ("64m-balloon-mglru", lambda p: _sub(p, "post", "balloon_status",
                                                        r"^VmLck:.*$", "VmLck:\t 1024 kB")),
     "no_oom": ("64m-cgroup-mglru", lambda p: _sub(p, "post", "memory.oom_control",
@@ -165,3 +174,31 @@ def test_engine_run_stores_its_facts_and_verdicts(store, bundles):
     bad = ingest_bundle(store, bundles("e2", "e2e-prose-admit", edit=FAULTS[
         "engine_output_nondegenerate"][1]))
     assert bad["failed"] == ["engine_output_nondegenerate"]
+
+
+def test_a_partial_bundle_of_a_failed_run_is_stored_and_rejected_with_the_runners_reason(
+        store, bundles):
+    """The runner stopped before the agent (a balloon that never got ready): no agent.jsonl,
+    timeline or pass snapshots. It verifies, is stored without figures, and is rejected by
+    runner_completed with the runner's reason: never an infrastructure failure to retry."""
+    def partial(p):
+        _runner_failed(p)
+        for rel in ("agent.jsonl", "timeline.csv", "kmsg.txt"):
+            p.pop(rel, None)
+        for phase in [k for k in p["snapshots"] if k.startswith("pass")]:
+            del p["snapshots"][phase]
+    path = bundles("rf", "64m-balloon-mglru", edit=partial)
+    b = load(read_dir(path))
+    assert not b.completed and b.records == [] and b.summary == {} and b.timeline == []
+    res = ingest_bundle(store, path)
+    assert res["status"] == "ingested" and res["retained"] is False
+    assert "runner_completed" in res["failed"]
+    run = [r for r in list_runs(store) if r["run_id"] == "rf"][0]
+    v = {x["rule"]: x for x in run["verdicts"]}
+    assert v["runner_completed"]["reason"] == ("runner ended 'failed' after phase mglru_set: "
+                                               "balloon not ready after 900 s")
+    assert run["iteration_median_s"] is None and run["device_gb_per_iteration"] is None
+    # a complete bundle still needs every part
+    with pytest.raises(BundleError, match="agent.jsonl"):
+        load(read_dir(bundles("rg", "64m-balloon-mglru",
+                              edit=lambda p: p.pop("agent.jsonl"))))
