@@ -63,6 +63,7 @@ import traceback
 from datetime import datetime, timezone
 
 RUNNER_VERSION = "0.1.0"
+BALLOON_STALL_S = 60        # a balloon whose RSS has not grown for this long has failed
 RUNNER_FILE = os.path.abspath(__file__)
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 MECHANISMS = ("cgroup", "balloon", "memboot", "none")
@@ -994,7 +995,12 @@ class Run:
         self.status["children"] = {"agent": None, "balloon": self.balloon.pid}
         self.balloon_info = {"pid": self.balloon.pid, "alive_at_loop_entry": None,
                              "alive_at_end": None, "exit_code": None, "signal": None}
-        deadline = time.monotonic() + 60 + 8 * nbytes / (1 << 30)   # first touch ~2 s/GiB
+        # first touch runs at ~2 s/GiB on a quiet host, far slower where reclaim must first
+        # free the room or the CPU is emulated: wait while the balloon's RSS still grows, give
+        # up after STALL_S without progress (or at a generous overall bound)
+        t0 = time.monotonic()
+        limit = t0 + 120 + 120 * nbytes / (1 << 30)
+        stall, last_rss = t0 + BALLOON_STALL_S, -1
         line = None
         while line is None:
             text = read_or_none(ready)
@@ -1005,8 +1011,14 @@ class Run:
                 text = read_or_none(ready) or read_or_none(self.path("balloon.jsonl")) or ""
                 raise RunFailed(f"balloon exited ({self.balloon.returncode}) before ready: "
                                 f"{text.strip().splitlines()[-1:] or ''}")
-            if time.monotonic() > deadline:
-                raise RunFailed(f"balloon not ready after {deadline:.0f} s")
+            now = time.monotonic()
+            rss = status_bytes(proc_status(self.balloon.pid), "VmRSS") or 0
+            if rss > last_rss:
+                last_rss, stall = rss, now + BALLOON_STALL_S
+            if now > stall or now > limit:
+                raise RunFailed(f"balloon not ready after {now - t0:.0f} s: RSS {last_rss} of "
+                                f"{nbytes} bytes" + (f", no progress for {BALLOON_STALL_S} s"
+                                                     if now > stall else ""))
             self.check_stop()
             time.sleep(0.05)
         os.unlink(ready)
