@@ -23,7 +23,11 @@ Layout (all names derive from a short `prefix`, default `blab`, so two labs neve
 A "reboot" (`reboot(name, cmdline)`) kills every process of the host's netns, writes a new
 boot_id and command line, and starts sshd again: controllers see the connection drop, a new
 boot_id and the new /proc/cmdline, as after a real reboot. /proc/meminfo, diskstats, vmstat and
-cgroups stay those of this machine.
+cgroups stay those of this machine (so a `mem=` boot is never proven: MemTotal cannot follow).
+`python -m bench.lab_netns reboot NAME --cmdline C` does the same from another process: a test
+inventory's `reboot.method = "command"` runs it (see `main`), so bench's proven reboot drives a
+lab host for real. `kill_sshd(name, everything=False)` kills only the listening sshd, leaving
+the host's detached runners alive.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -125,6 +130,17 @@ class Lab:
         hosts.sort(key=lambda x: x["index"])
         self.state["hosts"] = hosts
         self._save()
+
+    def reload(self) -> None:
+        """Re-read lab.json after another process changed the lab (a host's `reboot.method =
+        "command"` runs `python -m bench.lab_netns reboot` out of process), and reap the sshd
+        processes this process started that the lab no longer records."""
+        before = {h.name: h.sshd_pid for h in self.hosts()}
+        self.state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+        now = {h.name: h.sshd_pid for h in self.hosts()}
+        for name, pid in before.items():
+            if pid and now.get(name) != pid:
+                _reap(pid)
 
     def _save(self) -> None:
         tmp = self.state_file.with_name("lab.json.tmp")
@@ -287,10 +303,23 @@ class Lab:
                 time.sleep(0.05)
         raise LabError(f"{name}: sshd did not answer on {h.address}:22 within {wait}s")
 
-    def kill_sshd(self, name: str) -> list[int]:
-        """Kill every process of the host's netns (sshd and its sessions), as a crash would."""
+    def kill_sshd(self, name: str, *, everything: bool = True) -> list[int]:
+        """Kill every process of the host's netns (sshd, its sessions, detached runners), as a
+        crash would. everything=False kills only the listening sshd: new connections are
+        refused while what runs there (a detached runner, open sessions) goes on, as when a
+        host's sshd dies or its network goes away but the machine keeps running."""
         h = self.host(name)
-        killed = _kill_netns(h.netns)
+        if everything:
+            killed = _kill_netns(h.netns)
+        else:
+            killed = []
+            if h.sshd_pid and _alive(h.sshd_pid):
+                os.kill(h.sshd_pid, signal.SIGKILL)
+                killed = [h.sshd_pid]
+                deadline = time.monotonic() + 5
+                while _alive(h.sshd_pid) and time.monotonic() < deadline:
+                    _reap(h.sshd_pid)
+                    time.sleep(0.02)
         if h.sshd_pid:
             _reap(h.sshd_pid)
         h.sshd_pid = None
@@ -423,3 +452,62 @@ def kill_sshd(host: str, state_dir: Path | None = None) -> list[int]:
 
 def start_sshd(host: str, state_dir: Path | None = None) -> int:
     return Lab(state_dir).start_sshd(host)
+
+
+# `python -m bench.lab_netns reboot NAME`: the lab host's "reboot" as a command ------------------
+
+def _in_netns(netns: str) -> bool:
+    try:
+        return os.stat("/proc/self/ns/net").st_ino == os.stat(f"/run/netns/{netns}").st_ino
+    except OSError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.lab_netns reboot NAME [--cmdline C] [--state-dir D] [--delay S]`.
+
+    What a test inventory's `reboot.method = "command"` runs for a netns lab host (its command
+    line, "{cmdline}" included, goes to --cmdline): `Lab.reboot` (every process of the host's
+    netns killed, a new boot_id and command line written, sshd started again). It touches
+    nothing but the lab: this machine's own boot is never in play. It must run outside the
+    host's network namespace (it kills every process in it), so the inventory's argv enters
+    the controller's namespaces first (`setsid -f nsenter --net=... --mount=... --`); started
+    inside it, it refuses. Its stdio goes to <host dir>/reboot.log at once, so the SSH session
+    that started it ends normally; --delay waits before the kill."""
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m bench.lab_netns",
+                                description="netns lab helpers (root)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("reboot", help="reboot a lab host: new boot_id and command line, "
+                                      "sshd restarted")
+    r.add_argument("name")
+    r.add_argument("--cmdline", default=None, help="the new /proc/cmdline (default: keep)")
+    r.add_argument("--state-dir", type=Path, default=None)
+    r.add_argument("--delay", type=float, default=0.0, help="seconds to wait first")
+    a = p.parse_args(argv)
+    lab = Lab(a.state_dir)
+    h = lab.host(a.name)
+    if _in_netns(h.netns):
+        print(f"{a.name}: refusing to reboot from inside its own network namespace "
+              f"{h.netns} (the reboot kills every process there); enter the controller's "
+              "namespaces first (nsenter)", file=sys.stderr)
+        return 2
+    log = os.open(Path(h.dir) / "reboot.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    if a.delay > 0:
+        time.sleep(a.delay)
+    t0 = time.monotonic()
+    boot_id = lab.reboot(a.name, a.cmdline)
+    print(json.dumps({"t": time.time(), "host": a.name, "boot_id": boot_id,
+                      "cmdline": lab.host(a.name).cmdline,
+                      "seconds": round(time.monotonic() - t0, 3)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
