@@ -19,11 +19,15 @@ these states, each written to the database (with a journal entry) BEFORE the act
 - Infrastructure failures (SSH, deploy, collect, a host-side error before the bundle) are
   retried `retries` times (default 2), each attempt journaled; a run that fails host-side but
   leaves a bundle is ingested and judged by retention (rejected), never retried.
-- Quarantine: runctl's Quarantined (unreachable longer than the host's timeout) or a failed
-  proven reboot. The host's worker stops; its not-yet-started runs of cells placed `one` are
-  handed to another eligible live host (as that host's resolved cell); the others become
-  `pending` with the reason. The run in flight becomes `pending` with its spec kept: a later
-  `bench resume` re-attaches to it by run id.
+- Quarantine: a host unreachable longer than the reconnect timeout (Settings.
+  reconnect_timeout_s, default its reboot.up_timeout) or a failed proven reboot. The same
+  patience applies wherever the host is lost: waiting for a run (runctl.wait_run raises
+  Quarantined), at the start of a worker, while re-attaching to a run, and in any other step
+  (deploy, start, collect), which then probes the host before counting a failed attempt. The
+  host's worker stops; its not-yet-started runs of cells placed `one` are handed to another
+  eligible live host (as that host's resolved cell); the others become `pending` with the
+  reason. The run in flight, and any other run started there, becomes `pending` with its spec
+  kept: a later `bench resume` re-attaches to it by run id.
 - At the end, every host this campaign rebooted is restored to its default boot.
 
 Resume (`resume_action`, pure): validated/rejected and exhausted failures are skipped;
@@ -386,10 +390,16 @@ class Executor:
             release_lock(self.store, self.cid, me)
 
     def _worker(self, host: str) -> None:
+        from .runctl import Quarantined
         hv = self.views[host]
         h = self.hosts[host]
         try:
-            hv.current_boot = self._probe_boot(h)
+            # a host that is down (or rebooting) when the worker starts gets the same patience
+            # as one lost mid-run; an error other than unreachable quarantines it at once
+            hv.current_boot = self._patient(host, "at the start of its worker",
+                                            lambda: self._probe_boot(h))
+        except Quarantined as exc:
+            self._quarantine(host, exc.message, None)
         except BenchError as exc:
             self._quarantine(host, f"unreachable at start: {exc.message}", None)
         while not self._stop.is_set() and not hv.quarantined:
@@ -445,6 +455,7 @@ class Executor:
 
     # one run -------------------------------------------------------------------------------
     def _one(self, host: str, rid: str) -> None:
+        from .errors import CommandTimeout, Unreachable
         from .runctl import Quarantined
         row = self.rows[rid]
         hv = self.views[host]
@@ -459,7 +470,10 @@ class Executor:
                 spec = self._deploy_and_start(host, rid, None)
             else:
                 spec = row["spec"]
-                st = self._status(host, rid)
+                # an unreachable host is waited for, then quarantined (the run stays pending
+                # with its spec), as wait_run does: never a failed attempt
+                st = self._patient(host, f"while re-attaching to {rid}",
+                                   lambda: self._status(host, rid))
                 if st is None:      # never reached the host: start it from the stored spec
                     self._deploy_and_start(host, rid, spec)
                 elif row["state"] != "running":
@@ -474,6 +488,8 @@ class Executor:
         except (HostQuarantined, SafetyError, InputError):
             raise
         except BenchError as exc:
+            if isinstance(exc, (Unreachable, CommandTimeout)):
+                self._lost(host, rid, exc)      # raises HostQuarantined if it stays away
             self._fail(rid, exc)
 
     def _boot(self, host: str, rid: str) -> None:
@@ -582,18 +598,22 @@ class Executor:
         return spec
 
     def _status(self, host: str, rid: str) -> dict | None:
+        """The runner's status of a run (None: the host has no such run). An unreachable
+        host raises Unreachable (a dropped channel too, as in runctl.wait_run): `_one` retries
+        it through `_patient` and quarantines the host, never fails the run over it."""
         from .runctl import _last_json, runner_argv
         from .errors import Unreachable
         h = self.hosts[host]
-        try:
-            t = self.transport_for(h)
-        except Unreachable as exc:
-            # let wait_run's reconnect logic decide about quarantine
-            raise HostError(host, exc.message) from None
+        t = self.transport_for(h)
         try:
             r = t.run(runner_argv(h, "status", rid), timeout=60, check=False)
         finally:
-            t.close()
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - a dead connection may fail to close
+                pass
+        if r.rc < 0:
+            raise Unreachable(host, "the connection dropped during `runner.py status`")
         st = _last_json(r.stdout) or {}
         if r.rc != 0 and st.get("reason") == "no such run":
             return None
@@ -651,6 +671,56 @@ class Executor:
                       {"verdict": "rejected", "failed": failed})
 
     # quarantine and hand-over -------------------------------------------------------------
+    def _reconnect_timeout(self, host: str) -> float:
+        s = self.s.reconnect_timeout_s
+        return float(self.hosts[host].reboot.up_timeout if s is None else s)
+
+    def _patient(self, host: str, what: str, fn: Callable):
+        """fn() with the patience runctl.wait_run has with an unreachable host: Unreachable
+        and CommandTimeout are retried (a fresh connection each time) until the host has been
+        unreachable longer than the reconnect timeout (Settings.reconnect_timeout_s, default
+        its reboot.up_timeout: a host may be rebooting), then runctl.Quarantined. Other errors
+        (authentication, a changed host key, a failing command) are not retried here."""
+        from .errors import CommandTimeout, Unreachable
+        from .runctl import Quarantined
+        limit = self._reconnect_timeout(host)
+        t0 = time.monotonic()
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return fn()
+            except (Unreachable, CommandTimeout) as exc:
+                waited = time.monotonic() - t0
+                if waited > limit:
+                    raise Quarantined(host, f"unreachable for {waited:.0f}s (> {limit:.0f}s, "
+                                      f"{tries} tries) {what}; last error: {exc.message}",
+                                      "`bench resume` when the host is back") from None
+                if tries == 1:
+                    self._journal("warning", f"{host}: unreachable {what} ({exc.message}); "
+                                  f"retrying for up to {limit:.0f}s")
+                time.sleep(min(2.0, max(0.2, limit / 10)))
+
+    def _lost(self, host: str, rid: str, exc: BenchError) -> None:
+        """A step outside wait_run (deploy, start, collect, a reboot's SSH) lost the host: is
+        it gone? Probed with `_patient`: back in time -> return (the step counts as a failed
+        attempt, as any infrastructure error); gone -> the run becomes pending (its spec kept
+        when it has one, so `bench resume` re-attaches) and HostQuarantined is raised, instead
+        of every later run of the host burning its retries on a dead host."""
+        from .runctl import Quarantined
+        try:
+            self.views[host].current_boot = self._patient(
+                host, f"after {rid} lost it ({exc.message})",
+                lambda: self._probe_boot(self.hosts[host]))
+        except Quarantined as q:
+            started = bool(self.rows[rid].get("spec"))
+            self._set(rid, "pending", f"host quarantined: {q.message}; `bench resume` "
+                      + ("re-attaches" if started else "redoes it"), {"quarantine": True})
+            self.rows[rid]["_pending_now"] = True
+            raise HostQuarantined(host, q.message) from None
+        except BenchError:
+            return      # it answers, if badly: the caller counts the failed attempt
+
     def _quarantine(self, host: str, reason: str, rid: str | None) -> None:
         from .store.campaign_exec import reassign
         hv = self.views[host]
@@ -658,6 +728,17 @@ class Executor:
         hv.phase = "quarantined"
         self._journal("quarantine", f"{host} quarantined: {reason}", {"host": host,
                                                                      "reason": reason})
+        with self.cv:
+            # started runs (the runner may hold them, even finished): pending, spec kept, for
+            # a later `bench resume` to re-attach by run id; never handed over or restarted
+            held = [r for r in self.rows.values() if r["host"] == host and r.get("spec")
+                    and r["state"] in ("running", "failed")
+                    and resume_action(r["state"], True, self.attempts.get(r["run_id"], 0),
+                                      self.s.retries) == "reattach"]
+        for r in held:
+            self._set(r["run_id"], "pending", f"{host} quarantined ({reason}); started there: "
+                      "`bench resume` re-attaches", {"quarantine": True})
+            r["_pending_now"] = True
         with self.cv:
             todo = [r for r in self.rows.values() if r["host"] == host and not r.get("spec")
                     and r["state"] in ("planned", "booting", "boot_verified", "deployed",
