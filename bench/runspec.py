@@ -158,6 +158,10 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
     """The spec.json of one run (docs/bundle.md), checked against the host."""
     if isinstance(cell, str):
         cell = parse_cell(cell)
+    if cell.is_engine:
+        raise InputError(f"{cell.name} is an end-to-end engine cell: it runs the engine of an "
+                         "engine matrix, not the replay agent",
+                         hint="bench schedule --matrix end-to-end (docs/engine.md)")
     check_run_id(run_id)
     for name in ("sha256", "trace_sha256", "hints_sha256"):
         v = getattr(plan, name)

@@ -82,6 +82,9 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, verbose=F
     summary = stats.summarize(runs)
     out = {"cell": name, "host": host, "campaign": campaign, **summary,
            "warnings": stats.indicators(summary) + cross_check_warnings(name, scope)}
+    if parse_cell(name).is_engine:
+        out["warnings"].append("an end-to-end engine cell has no replay figures: its pairs "
+                               "are in `bench results --matrix end-to-end`")
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "repetition", "retained",
                                       "iteration_median_s", "device_bytes_per_iteration",
                                       "scan_steal", "locked_fraction")} for r in runs]

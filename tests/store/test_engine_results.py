@@ -122,3 +122,9 @@ def test_an_engine_that_never_ran_is_named(bundles):
     b.status.update(phase="failed", ok=False, reason="host lock still held after 600 s")
     ok, why = retention.engine_exit_ok(b, {})
     assert not ok and "never ran" in why and "host lock" in why
+
+
+def test_an_engine_cell_points_at_the_engine_table(e2e):
+    res = queries.cell_results(e2e[0], "e2e-prose-admit")
+    assert res["n_retained"] == 3 and res["median_s"] is None
+    assert any("--matrix end-to-end" in w for w in res["warnings"])

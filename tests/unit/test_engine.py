@@ -374,3 +374,11 @@ def test_dry_run_golden_end_to_end(capsys):
     runs = [r for h in d["hosts"] for r in h["runs"]]
     assert len(runs) == 18 and {r["host"] for r in runs} == {"gh200-b"}
     assert runs[0]["pair"]["order"] == "admit-first" and runs[0]["pair"]["position"] == 0
+
+
+def test_replay_specs_refuse_engine_cells():
+    from bench.runspec import PlanInfo, build_spec
+    h = SimpleNamespace(name="h", pool_dir="/p", work_dir="/w", mem_total=None)
+    plan = PlanInfo("a" * 64, 1, 2, 64, 3, "t")
+    with pytest.raises(InputError, match="engine cell"):
+        build_spec("e2e-prose-admit", h, plan, run_id="r1")
