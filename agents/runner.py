@@ -553,15 +553,21 @@ def is_our_agent(pid: int, starttime) -> bool:
 
 
 def is_our_engine(p: dict) -> bool:
-    """A recorded engine process: same start time and the same executable as recorded."""
+    """A recorded engine process: the same start time, and the same executable or (a script
+    run by its interpreter) a command line ending in the recorded argv."""
     if p.get("role") != "engine" or not p.get("exe") or p.get("starttime") is None \
             or proc_starttime(p["pid"]) != p["starttime"]:
         return False
     try:
-        exe = os.readlink(f"/proc/{p['pid']}/exe")
+        exe = os.readlink(f"/proc/{p['pid']}/exe").removesuffix(" (deleted)")
+        with open(f"/proc/{p['pid']}/cmdline", "rb") as f:
+            cmd = f.read().decode("utf-8", "replace").split("\0")[:-1]
     except OSError:
         return False
-    return os.path.realpath(p["exe"]) == exe.removesuffix(" (deleted)")
+    argv = p.get("argv") or []
+    script = bool(argv) and len(cmd) >= len(argv) and cmd[len(cmd) - len(argv) + 1:] == argv[1:] \
+        and os.path.basename(cmd[len(cmd) - len(argv)]) == os.path.basename(argv[0])
+    return os.path.realpath(p["exe"]) == exe or script
 
 
 def kill_and_wait(pid: int, timeout: float) -> bool:
@@ -654,12 +660,13 @@ def clean_record(path: str, report: dict, recorded: set | None = None) -> bool:
     report["records"].append(rec.get("run_id"))
     ok = True
     for p in rec.get("pids", []):
-        if p.get("role") == "engine" and is_our_engine(p):
+        engine = is_our_engine(p)
+        if engine:
             try:
                 os.killpg(p["pid"], signal.SIGTERM)     # the engine leads its own session
             except OSError:
                 pass
-        if is_our_agent(p["pid"], p.get("starttime")) or is_our_engine(p):
+        if engine or is_our_agent(p["pid"], p.get("starttime")):
             gone = kill_and_wait(p["pid"], 30.0)
             report["killed"].append({**p, "gone": gone})
             if not gone:
@@ -1260,7 +1267,6 @@ class Run:
         err = open(self.path("engine.stderr"), "wb")
         tl = open(self.path("timeline.csv"), "w")
         tl.write("mono_ns,phase,memory_current,cached,mem_available\n")
-        self.phase("measuring")
         try:
             info["start_mono_ns"] = time.monotonic_ns()
             self.engine = subprocess.Popen(e["argv"], cwd=e["cwd"], env=env,
@@ -1275,10 +1281,11 @@ class Run:
             err.close()
         pid = self.engine.pid
         self.active.data["pids"].append({"role": "engine", "pid": pid, "exe": e["exe"],
-                                         "starttime": proc_starttime(pid)})
+                                         "argv": e["argv"], "starttime": proc_starttime(pid)})
         self.active.save()
         info["pid"] = pid
         self.status["children"] = {"engine": pid}
+        self.phase("measuring")             # written with the engine's pid
         try:
             pidfd = os.pidfd_open(pid)
             info["exit_seen_by"] = "pidfd"

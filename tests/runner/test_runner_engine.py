@@ -213,6 +213,38 @@ def test_degenerate_wrong_backend_and_hung_engines_are_rejected(pool_and_prompts
         store.close()
 
 
+@pytest.mark.root
+def test_an_orphaned_engine_is_stopped_by_the_next_status(pool_and_prompts, work_dir):
+    """The runner dies (SIGKILL) while the engine decodes: the next `status` stops the
+    engine it recorded (same start time, its executable or command line) and seals the
+    bundle as failed."""
+    import os
+    import signal
+    from runner_helpers import runner, wait_phase
+    d = pool_and_prompts
+    rc, res = start(spec(d, work_dir, "orphan", "e2e-prose-admit", "--sleep", "60"), work_dir)
+    assert rc == 0, res
+    bundle = Path(res["bundle"])
+    st = wait_phase(bundle, ("measuring",))
+    end = time.monotonic() + 10
+    while not (st.get("children") or {}).get("engine") and time.monotonic() < end:
+        st = read_json(bundle / "status.json")
+        time.sleep(0.05)
+    engine_pid = st["children"]["engine"]
+    os.kill(res["pid"], signal.SIGKILL)
+    while Path(f"/proc/{res['pid']}").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    rc, st = runner("status", "orphan", "--work-dir", work_dir)
+    assert st["phase"] == "failed" and "died" in st["reason"], st
+    assert "killed 1 process" in st["reason"], st
+    end = time.monotonic() + 10
+    while Path(f"/proc/{engine_pid}").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{engine_pid}").exists() or \
+        "\nState:\tZ" in Path(f"/proc/{engine_pid}/status").read_text()
+    verify_manifest(bundle)
+
+
 # --------------------------------------------------------------------------- a whole campaign
 
 def matrix_toml(d: Path, pairs: int) -> str:
