@@ -291,6 +291,30 @@ class Executor:
         self.plan = None
         self.plan_path = None
         self._stop = threading.Event()
+        self._tp: dict = {}     # host -> its transport, kept for the campaign (see _t)
+        self._ready: dict = {}  # host -> (boot_id, plan sha256) once agent, plan, pool checked
+
+    # connections ---------------------------------------------------------------------------
+    def _t(self, host: str):
+        """The host's transport, one per host for the whole campaign: a new SSH handshake per
+        step cost about a second per run. It reconnects by itself after a drop (a reboot, a
+        restarted sshd); only the host's own worker thread uses it."""
+        t = self._tp.get(host)
+        if t is None:
+            t = self._tp[host] = self.transport_for(self.hosts[host])
+        return t
+
+    def _fresh(self, host: str):
+        self._drop(host)
+        return self._t(host)
+
+    def _drop(self, host: str) -> None:
+        t = self._tp.pop(host, None)
+        if t is not None:
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection
+                pass
 
     # bookkeeping ---------------------------------------------------------------------------
     def _set(self, rid: str, state: str, message: str = "", data: dict | None = None, **kw):
@@ -427,22 +451,24 @@ class Executor:
             self.cv.notify_all()
         if not hv.quarantined and not self._stop.is_set():
             self._restore(host)
+        self._drop(host)
         hv.phase = "quarantined" if hv.quarantined else "finished"
 
     def _probe_boot(self, h) -> tuple:
         from .procfs import cmdline_param, parse_cmdline
         from .reboot import parse_mem
-        t = self.transport_for(h)
         try:
-            cmd = t.run(["cat", "/proc/cmdline"], timeout=30).stdout.strip()
-        finally:
-            t.close()
+            cmd = self._t(h.name).run(["cat", "/proc/cmdline"], timeout=30).stdout.strip()
+        except BenchError:
+            self._drop(h.name)
+            raise
         args = parse_cmdline(cmd)
         mem = cmdline_param(args, "mem")
         lru = cmdline_param(args, "bench.lru_gen")
         return (parse_mem(mem) if mem else None, lru or None)
 
     def _fail(self, rid: str, exc: BaseException) -> None:
+        self._ready.pop(self.rows[rid]["host"], None)     # check everything again next time
         n = self.attempts.get(rid, 0) + 1
         self.attempts[rid] = n
         msg = getattr(exc, "message", str(exc))
@@ -508,16 +534,14 @@ class Executor:
         hv.phase = "rebooting"
         self._set(rid, "booting", f"reboot into {boot.get('label')}",
                   {"boot": boot, "current": list(hv.current_boot)})
-        t = self.transport_for(h)
+        t = self._fresh(host)
+        self._ready.pop(host, None)
         t0 = time.monotonic()
         try:
             res = reboot_host(t, h, format_size(want[0]) if want[0] else None, want[1],
                               lambda e: None)
         finally:
-            try:
-                t.close()
-            except Exception:  # noqa: BLE001
-                pass
+            self._drop(host)        # the next step talks to the new boot
         secs = round(time.monotonic() - t0, 1)
         self._journal("reboot", f"{host}: reboot into {boot.get('label')}: {res.verdict} "
                       f"({res.reason}) in {secs}s", {"host": host, "seconds": secs,
@@ -574,18 +598,27 @@ class Executor:
         h = self.hosts[host]
         hv = self.views[host]
         hv.phase = "deploying"
-        t = self.transport_for(h)
+        t = self._t(host)
         try:
+            boot_id = None
             if spec is None:
                 pf = preflight(h, parse_cell(self.rows[rid]["cell"]), self.plan, rid,
                                self._options(host, rid), t)
                 spec = pf["spec"]
+                boot_id = (pf.get("facts") or {}).get("boot_id")
             lock = self._host_lock(t, h, rid)
             try:
-                deploy(t, h)
-                ensure_file(t, self.plan_path, f"{h.work_dir}/{self.plan.remote_path}",
-                            self.plan.sha256)
-                ensure_pool(t, h, self.plan.geometry)
+                # agent, plan and pool were checked in this boot by an earlier run of this
+                # campaign: skip the checks (each is a command, on a slow host seconds); any
+                # failure or reboot forgets it, and the agent still checks the pool it reads
+                key = (boot_id, self.plan.sha256)
+                if boot_id is None or self._ready.get(host) != key:
+                    deploy(t, h)
+                    ensure_file(t, self.plan_path, f"{h.work_dir}/{self.plan.remote_path}",
+                                self.plan.sha256)
+                    ensure_pool(t, h, self.plan.geometry)
+                    if boot_id is not None:
+                        self._ready[host] = key
                 if self.rows[rid]["state"] != "running":
                     self._set(rid, "deployed", "agent, plan and pool ready")
                     self._set(rid, "running", "starting the runner", spec=spec)
@@ -593,8 +626,9 @@ class Executor:
                 start_run(t, h, spec)
             finally:
                 lock.release()
-        finally:
-            t.close()
+        except BenchError:
+            self._drop(host)        # start the next attempt on a new connection
+            raise
         return spec
 
     def _status(self, host: str, rid: str) -> dict | None:
@@ -627,20 +661,23 @@ class Executor:
         hv = self.views[host]
         hv.phase = "running"
         log: list = []
-        w = wait_run(h, rid, lambda: self.transport_for(h), transport=None,
+        w = wait_run(h, rid, lambda: self._fresh(host), transport=self._t(host),
                      timeout_s=self.s.run_timeout_s,
                      reconnect_timeout_s=self.s.reconnect_timeout_s, chunk_s=self.s.chunk_s,
                      log=log, on_status=lambda st: self._live(rid, st))
         t = w["transport"]
-        for e in log:
-            if e["event"] in ("lost",):
-                self._journal("warning", f"{host}: {rid}: connection lost ({e.get('error')}); "
-                              "re-attached")
+        lost = [e for e in log if e["event"] == "lost"]
+        if lost:        # one warning per outage, not one per reconnect attempt
+            self._journal("warning", f"{host}: {rid}: connection lost "
+                          + (f"{len(lost)} times " if len(lost) > 1 else "")
+                          + f"from {lost[0]['t'][11:19]} to {lost[-1]['t'][11:19]} (last: "
+                          f"{lost[-1].get('error')}); re-attached")
         hv.phase = "collecting"
         try:
             c = collect(t, h, rid, self.s.data_dir)
-        finally:
-            t.close()
+        except BenchError:
+            self._drop(host)
+            raise
         self._set(rid, "collected", f"bundle {c['status']}",
                   {"bundle": c["bundle"], "runner_ok": w["status"].get("ok"),
                    "runner_reason": w["status"].get("reason")})

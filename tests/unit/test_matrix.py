@@ -214,11 +214,29 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
     assert "204m-balloon-mglru" in a and "297m-memboot-classic" in a
     caps = sorted({int(c.split("m-")[0]) for c in a})
     assert caps[0] * MIB < lab.pool_bytes < caps[-1] * MIB     # deep cells below, ample above
+    assert lab.workload["trace"] == "k3"                        # the same trace family, smaller
     # a lab-scale memboot stays above the guests' 512M floor
     boots = {c.boot.mem for r in exp.requests for c in r.candidates if c.boot.mem}
     assert boots and min(boots) >= 512 * MIB
     # the production matrix on lab hosts: every cell skipped with its reason, nothing run
     assert not expand(full, LAB).requests
+
+
+def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
+    """A wall the replay never reaches is rejected (timeline_reaches_wall): the lab trace's
+    distinct experts per pass must exceed the deepest cgroup cell's C + headroom."""
+    from bench.campaign import workload_plan  # noqa: F401 - the executor's own generator
+    from bench.synth import generate, preset
+    from bench.trace import accesses, parse_lines
+    lab = load_matrix("reclaim", "lab")
+    w = lab.workload
+    tr = parse_lines(generate(preset(w["trace"], layers=w["layers"], experts_per_layer=w["experts"],
+                                     expert_bytes=w["expert_bytes"], tokens=w["tokens"])))
+    a = accesses(tr)
+    distinct = len(set(zip(a.layer.tolist(), a.expert.tolist()))) * w["expert_bytes"]
+    deepest = min(c for c in (p.capacity.value * 1536 * MIB for p in lab.points
+                              if p.mechanism == "cgroup"))
+    assert distinct > deepest + lab.protocol["cgroup_headroom"], (distinct, deepest)
 
 
 def test_scale_without_a_mapping_for_an_absolute_capacity_is_refused():
