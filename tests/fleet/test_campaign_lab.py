@@ -17,6 +17,7 @@ import pytest
 
 from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
+from fleet_helpers import offline_campaign
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -144,23 +145,8 @@ def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pool
 def test_watch_and_campaigns_read_the_database_only(tmp_path, capsys):
     """`bench campaigns` / `bench watch --once` on a database with no campaign host reachable:
     they never touch a host."""
-    from bench.campaign import Settings, create
     from bench.cli import main
-    from bench.cli_campaign import build_plan
-    db = f"sqlite:///{tmp_path / 'w.db'}"
-    # an inventory with unreachable hosts: watch must not care
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    from bench.inventory import Host, render_host_toml
-    for i, n in enumerate(NAMES):
-        (hosts / f"{n}.toml").write_text(render_host_toml(
-            Host(name=n, address=f"192.0.2.{i + 1}", transport="ssh")))
-    plan, exp, m = build_plan(str(MATRIX), NAMES, hosts, 3, "w-s3")
-    store = open_store(db)
-    try:
-        create(store, plan, exp, m, NAMES, Settings(hosts_dir=hosts), str(MATRIX))
-    finally:
-        store.close()
+    db = offline_campaign(tmp_path, MATRIX, "w-s3")
     assert main(["campaigns", "--db", db, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["id"] == "w-s3" and rows[0]["states"] == {"planned": 8}
@@ -177,20 +163,11 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
     from rich.console import Console
 
     from bench import views
-    from bench.campaign import Settings, create, progress
-    from bench.cli_campaign import build_plan
+    from bench.campaign import progress
     from bench.store.campaign_exec import journal_rows, run_rows, set_live, transition
-    db = f"sqlite:///{tmp_path / 'l.db'}"
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    from bench.inventory import Host, render_host_toml
-    for i, n in enumerate(NAMES):
-        (hosts / f"{n}.toml").write_text(render_host_toml(
-            Host(name=n, address=f"192.0.2.{i + 1}", transport="ssh")))
-    plan, exp, m = build_plan(str(MATRIX), NAMES, hosts, 3, "l-s3")
+    db = offline_campaign(tmp_path, MATRIX, "l-s3")
     store = open_store(db)
     try:
-        create(store, plan, exp, m, NAMES, Settings(hosts_dir=hosts), str(MATRIX))
         rid = run_rows(store, "l-s3")[0]["run_id"]
         for st in ("boot_verified", "deployed", "running"):
             transition(store, rid, st)
@@ -206,5 +183,13 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
         con.print(views.campaign_renderable(p))
         row = next(line for line in con.export_text().splitlines() if rid in line)
         assert "measuring" in row and "2/2" in row and "17/40" in row, row
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):       # no terminal: plain journal lines
+            views.campaign_live(lambda: p, lambda: True, interval=0,
+                                journal=lambda after: journal_rows(store, "l-s3", after))
+        kinds = [line.split()[2] for line in out.getvalue().splitlines()]
+        assert "state" in kinds and "live" not in kinds, kinds
     finally:
         store.close()

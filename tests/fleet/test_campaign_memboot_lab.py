@@ -36,6 +36,7 @@ from bench.lab_netns import DEFAULT_CMDLINE
 from bench.reboot import local_boot_id
 from bench.store.campaign_exec import journal_rows, run_rows
 from bench.store.db import open_store
+from fleet_helpers import host_bundles
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -52,17 +53,6 @@ def entered(js: list[dict], ref: int, state: str) -> int:
 
 def last_message(js: list[dict], ref: int) -> str:
     return [j["message"] for j in js if j["kind"] == "state" and j["run_ref"] == ref][-1]
-
-
-def host_bundles(lab, cid: str) -> dict[str, list[str]]:
-    """run id -> the lab hosts holding a bundle directory of it."""
-    out: dict[str, list[str]] = {}
-    for name in NAMES:
-        d = Path(lab.host(name).dir) / "work" / "runs"
-        for b in d.iterdir() if d.is_dir() else ():
-            if b.name.startswith(cid):
-                out.setdefault(b.name, []).append(name)
-    return out
 
 
 def mem_total() -> int:

@@ -31,6 +31,7 @@ from bench.campaign import Executor, Settings, create, progress
 from bench.cli_campaign import build_plan
 from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
+from fleet_helpers import host_bundles
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -57,17 +58,6 @@ def host_status(lab, host: str, rid: str) -> dict | None:
         return json.loads(p.read_text())
     except (OSError, ValueError):
         return None
-
-
-def host_bundles(lab, cid: str) -> dict[str, list[str]]:
-    """run id -> the lab hosts holding a bundle directory of it."""
-    out: dict[str, list[str]] = {}
-    for name in NAMES:
-        d = Path(lab.host(name).dir) / "work" / "runs"
-        for b in d.iterdir() if d.is_dir() else ():
-            if b.name.startswith(cid):
-                out.setdefault(b.name, []).append(name)
-    return out
 
 
 def controller_bundles(data_dir: Path, cid: str) -> dict[str, list[str]]:
