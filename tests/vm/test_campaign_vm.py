@@ -1,0 +1,153 @@
+"""Tier 3 acceptance of campaigns: `bench schedule --matrix reclaim --scale lab --hosts
+lab-a,lab-b` runs unattended on the two qemu guests, with real kexec reboots for the memboot
+cells (the proven-reboot gate: boot_id, /proc/cmdline, MemTotal), MGLRU toggled on and off at
+run time, balloon and cgroup v2 cells, every bundle ingested and judged, each guest restored to
+its default boot at the end; then `bench results --cell 204m-balloon-mglru` shows the retained
+runs with amplification and kswapd scan/steal.
+
+The lab scale (bench/data/matrices/reclaim.toml [scale.lab]): 11 cells per guest, one
+repetition, a 384 MiB pool on vdb (a re-sized synthetic K3); 22 runs and 4 reboots plus 2
+restores, about 9-10 minutes on 2 quiet cores. Timings and the cell's figures are printed."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
+
+HOSTS = ["lab-a", "lab-b"]
+MIB = 1 << 20
+
+
+def _sh(connect, host, argv):
+    t = connect(host)
+    try:
+        return t.run(argv, timeout=120, check=False)
+    finally:
+        t.close()
+
+
+@pytest.fixture(scope="module")
+def fresh_pools(lab, lab_hosts, connect):
+    """The campaign's pool geometry differs from the other vm tests': start and end without
+    a pool on either guest (ensure_pool refuses a pool of another geometry)."""
+    def wipe():
+        for n in HOSTS:
+            h = lab_hosts[n]
+            _sh(connect, h, ["rm", "-rf", "--one-file-system", h.pool_dir])
+    wipe()
+    yield
+    wipe()
+
+
+@pytest.fixture(scope="module")
+def campaign(lab, lab_hosts, fresh_pools, tmp_path_factory):
+    from bench.cli import main
+    d = tmp_path_factory.mktemp("campaign-vm")
+    db = f"sqlite:///{d / 'bench.db'}"
+    cid = "reclaim-lab-vm"
+    t0 = time.monotonic()
+    rc = main(["schedule", "--matrix", "reclaim", "--scale", "lab", "--hosts", ",".join(HOSTS),
+               "--hosts-dir", str(lab["hosts_dir"]), "--seed", "11", "--campaign", cid,
+               "--db", db, "--data-dir", str(d / "data"), "--threads", "2", "--retries", "1"])
+    secs = round(time.monotonic() - t0, 1)
+    print(f"reclaim campaign at lab scale: {secs}s, exit {rc}")
+    return {"rc": rc, "db": db, "cid": cid, "seconds": secs, "dir": d}
+
+
+def _progress(c):
+    from bench.campaign import progress
+    from bench.store.db import open_store
+    store = open_store(c["db"])
+    try:
+        return progress(store, c["cid"])
+    finally:
+        store.close()
+
+
+def _journal(c, kinds):
+    from bench.store.campaign_exec import journal_rows
+    from bench.store.db import open_store
+    store = open_store(c["db"])
+    try:
+        return journal_rows(store, c["cid"], kinds=kinds)
+    finally:
+        store.close()
+
+
+def test_reclaim_campaign_completes_unattended_with_real_reboots(campaign, lab_hosts, connect):
+    p = _progress(campaign)
+    diag = json.dumps({k: p[k] for k in ("state", "counts", "quarantined", "warnings",
+                                         "verdicts")}, default=str)
+    assert campaign["rc"] == 0 and p["state"] == "done", diag
+    assert p["total"] == 22 and p["finished"] == 22 and not p["quarantined"], diag
+    reboots = _journal(campaign, ("reboot",))
+    for r in reboots:
+        print(r["message"])
+    for host in HOSTS:
+        mine = [r["data"] for r in reboots if r["data"].get("host") == host]
+        into = [r for r in mine if not r.get("restore")]
+        # the lower bound: one reboot per distinct memboot boot config, each proven
+        assert sorted(r["boot"]["mem"] for r in into) == ["553M", "947M"], mine
+        assert all(r["ok"] for r in mine), mine
+        assert [r for r in mine if r.get("restore")], f"{host} was not restored: {mine}"
+        # restored: the default command line (no mem=) and the full memory again
+        cmd = _sh(connect, lab_hosts[host], ["cat", "/proc/cmdline"]).stdout
+        assert "mem=" not in cmd.split() and not any(a.startswith("mem=") for a in cmd.split())
+
+
+def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
+    from bench.store import queries
+    from bench.store.db import open_store
+    store = open_store(campaign["db"])
+    try:
+        runs = queries.load_runs(store, campaign=campaign["cid"])
+        why = queries.verdicts(store, [r["run_id"] for r in runs])
+    finally:
+        store.close()
+    assert len(runs) == 22
+    by_cell: dict[str, list] = {}
+    for r in runs:
+        by_cell.setdefault(r["cell"], []).append(r)
+    assert {c.split("-")[1] for c in by_cell} == {"balloon", "cgroup", "memboot"}
+    rejected = {r["run_id"]: [f"{v['rule']}: {v['reason']}" for v in why[r["run_id"]]
+                              if not v["passed"]] for r in runs if not r["retained"]}
+    print(f"rejected: {json.dumps(rejected, indent=1)}")
+    for r in runs:
+        assert (r["host"] in HOSTS) and r["campaign_id"] == campaign["cid"]
+        want = r["cell"].split("-")[2] == "mglru"
+        assert r["mglru_loop_entry"] is want and r["mglru_end"] is want, r
+        if r["mechanism"] == "memboot":
+            mem = {"297m": 553, "691m": 947}[r["cell"].split("-")[0]] * MIB
+            # the guest really ran with mem=: MemTotal a little below the mem= it booted
+            assert r["mem_total_bytes"] is not None and mem * 0.75 < r["mem_total_bytes"] <= mem, r
+        else:
+            assert r["mem_total_bytes"] > 1200 * MIB, r
+    # the deep balloon and cgroup cells are what the acceptance reads: retained on both hosts
+    for cell in ("204m-balloon-mglru", "204m-balloon-classic", "204m-cgroup-mglru",
+                 "204m-cgroup-classic"):
+        kept = [r for r in by_cell[cell] if r["retained"]]
+        assert {r["host"] for r in kept} == set(HOSTS), (cell, rejected)
+
+
+def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(campaign, capsys):
+    from bench.cli import main
+    capsys.readouterr()
+    assert main(["results", "--cell", "204m-balloon-mglru", "--db", campaign["db"],
+                 "--campaign", campaign["cid"], "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    with capsys.disabled():     # the figures belong in the CI log
+        print("204m-balloon-mglru: " + json.dumps({k: res[k] for k in (
+            "n_retained", "median_s", "device_gb_per_iteration", "nominal_miss_gb_per_iteration",
+            "amplification", "scan_steal", "locked_fraction", "mglru")}))
+    assert res["n_retained"] == 2 and res["mglru"] == "on"
+    assert res["amplification"] is not None and res["amplification"] > 0
+    assert res["scan_steal"] is not None and res["scan_steal"] >= 1.0
+    assert 0.5 < res["locked_fraction"] < 1.0
+    assert main(["results", "--cell", "204m-balloon-mglru", "--db", campaign["db"],
+                 "--campaign", campaign["cid"]]) == 0
+    out = capsys.readouterr().out
+    assert "204m-balloon-mglru" in out
