@@ -30,6 +30,23 @@ ITERATIONS = 12
 AGENT_SHA = "a" * 64
 
 
+def _status(run_id: str, phases) -> dict:
+    return {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True, "reason": None,
+            "updated": "2026-11-29T19:05:00Z",
+            "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
+                        for i, ph in enumerate(phases)]}
+
+
+def _host(host: str, pre: dict, mem: dict, *, lru, agent_sha) -> dict:
+    return {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
+            "arch": "x86_64", "page_size": 4096, "cmdline": pre["proc_cmdline"].strip(),
+            "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
+            "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
+            "mglru": lru, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
+            "agent_source_sha256": agent_sha,
+            "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}}
+
+
 def _captured_snapshots() -> dict[str, dict[str, str]]:
     out = {}
     for d in sorted((CAPTURED / "snapshots").iterdir()):
@@ -87,18 +104,8 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     start = 1_000_000_000_000
     return {
         "spec.json": spec,
-        "status.json": {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True,
-                        "reason": None, "updated": "2026-11-29T19:05:00Z",
-                        "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
-                                    for i, ph in enumerate(phases)]},
-        "host.json": {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
-                      "arch": "x86_64", "page_size": 4096,
-                      "cmdline": pre["proc_cmdline"].strip(),
-                      "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
-                      "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
-                      "mglru": None, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
-                      "agent_source_sha256": None,
-                      "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}},
+        "status.json": _status(run_id, phases),
+        "host.json": _host(host, pre, mem, lru=None, agent_sha=None),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
         "mglru.json": {"requested": None, "method": "absent", "pre": None, "after_set": None,
                        "post": None},
@@ -185,18 +192,8 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
                                "vmlck_bytes": balloon_bytes, "ok": True})
     parts = {
         "spec.json": spec,
-        "status.json": {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True,
-                        "reason": None, "updated": "2026-11-29T19:05:00Z",
-                        "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
-                                    for i, ph in enumerate(phases)]},
-        "host.json": {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
-                      "arch": "x86_64", "page_size": 4096,
-                      "cmdline": pre["proc_cmdline"].strip(),
-                      "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
-                      "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
-                      "mglru": lru, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
-                      "agent_source_sha256": AGENT_SHA,
-                      "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}},
+        "status.json": _status(run_id, phases),
+        "host.json": _host(host, pre, mem, lru=lru, agent_sha=AGENT_SHA),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
         "mglru.json": {"requested": "on" if c.reclaim == "mglru" else "off",
                        "method": "runtime", "pre": lru, "after_set": lru, "post": lru},
