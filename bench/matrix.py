@@ -682,13 +682,15 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
     m = parse_matrix(data, source)
     if ref_s in names and m.name != ref_s:
         raise MatrixError(f"{source}: key 'name': {m.name!r} differs from the file name")
-    for name in m.scales:       # every scale validates whenever the matrix is loaded
-        scaled = parse_matrix(apply_scale(data, name, source), f"{source} at scale {name}")
+    # every scale validates whenever the matrix is loaded (an unknown one says which exist)
+    scaled = {name: parse_matrix(apply_scale(data, name, source), f"{source} at scale {name}")
+              for name in m.scales}
     if scale is None:
         return m
+    if scale not in scaled:
+        apply_scale(data, scale, source)        # raises: no such scale, naming the ones there are
     from dataclasses import replace
-    scaled = parse_matrix(apply_scale(data, scale, source), f"{source} at scale {scale}")
-    return replace(scaled, scale=scale, scales=m.scales)
+    return replace(scaled[scale], scale=scale, scales=m.scales)
 
 
 def list_matrices() -> list[dict]:
