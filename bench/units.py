@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InputError
+from bench.errors import InputError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 _MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

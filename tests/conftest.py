@@ -36,7 +36,7 @@ def write_trace(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_traces(tmp_path_factory):
     """Four domains of the tiny preset, written by the real generator."""
-    from bench.synth import generate, preset
+    from bench.trace.synth import generate, preset
     d = tmp_path_factory.mktemp("tiny")
     paths = []
     for dom in range(4):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from .db import Store
-from .ingest import _get
-from .models import Bandwidth, Boot, Fingerprint, Host
+from bench.store.db import Store
+from bench.store.ingest import _get
+from bench.store.models import Bandwidth, Boot, Fingerprint, Host
 
 
 def store_bandwidth(store: Store, m: dict) -> int:
-    """m: the result of bench.runctl.measure_bandwidth. Returns the row id."""
+    """m: the result of bench.execute.hostrun.measure_bandwidth. Returns the row id."""
     with store.session() as s, s.begin():
         host = _get(s, Host, name=m["host"])
         boot = _get(s, Boot, dict(cmdline=m["cmdline"], mem_total_bytes=m.get("mem_total_bytes"),

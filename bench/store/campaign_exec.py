@@ -1,4 +1,4 @@
-"""Store side of the campaign executor (bench.campaign): executor run states with their journal
+"""Store side of the campaign executor (bench.execute.campaign): executor run states with their journal
 entries, the controller lock, hand-over of runs between hosts and progress snapshots.
 
 The executor's states are models.RUN_STATES. Every state change
@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 
 from sqlalchemy import func, select, update
 
-from .db import Store, StoreError
-from .models import RUN_STATES as EXEC_STATES
-from .models import Campaign, Cell, Host, JournalEntry, Run
+from bench.store.db import Store, StoreError
+from bench.store.models import RUN_STATES as EXEC_STATES
+from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
 
 
 def _now() -> datetime:
@@ -79,7 +79,7 @@ def set_live(store: Store, run_id: str, data: dict) -> None:
 
 def reassign(store: Store, run_id: str, host: str, cell: str, reason: str) -> None:
     """Hand a not-yet-started run to another host (placement `one`), as that host's cell."""
-    from .campaigns import _cell, _host
+    from bench.store.campaigns import _cell, _host
     with store.session() as s, s.begin():
         run = s.scalar(select(Run).where(Run.run_id == run_id))
         if run is None:

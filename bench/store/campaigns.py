@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from ..cells import parse_cell
-from ..errors import InputError
-from .db import Store, StoreError
-from .models import RUN_STATES, Campaign, Cell, Host, JournalEntry, Run
+from bench.matrix.cells import parse_cell
+from bench.errors import InputError
+from bench.store.db import Store, StoreError
+from bench.store.models import RUN_STATES, Campaign, Cell, Host, JournalEntry, Run
 
 
 def _host(s, name: str) -> Host:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..errors import BenchError, InputError
+from bench.errors import BenchError, InputError
 
 
 class StoreError(BenchError):

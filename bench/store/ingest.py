@@ -4,7 +4,7 @@ nothing; a damaged or incomplete bundle is refused (naming the part) and moved a
 current rule versions (`recheck`), rebuilding each bundle from its stored raw files.
 
 Engine runs (docs/engine.md) store no iterations and no agent summary: one engine_runs row
-(bench.runfacts.engine_facts) and the counter deltas of the whole run (pre -> post)."""
+(bench.judge.measured.engine_facts) and the counter deltas of the whole run (pre -> post)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from pathlib import Path
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from .. import retention, runfacts
-from ..bundle import Bundle, BundleError, load, read_dir
-from ..cells import parse_cell
-from ..errors import BenchError, FormatError
-from .db import Store, StoreError
-from .models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
-                     EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
-                     TimelineSample, Verdict, now)
+from bench.judge import measured, retention
+from bench.judge.bundle import Bundle, BundleError, load, read_dir
+from bench.matrix.cells import parse_cell
+from bench.errors import BenchError, FormatError
+from bench.store.db import Store, StoreError
+from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
+                                EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile,
+                                Run, TimelineSample, Verdict, now)
 
 METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
                   "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
@@ -45,8 +45,8 @@ def move_aside(path: Path) -> Path:
 
 def nominal_from_plan(plan_path: Path, capacity_bytes: int, _cache: dict = {}) -> float:
     """Nominal miss bytes per iteration of the demand model for one capacity."""
-    from ..demand import demand
-    from ..planfile import read_plan
+    from bench.sim.demand import demand
+    from bench.plan.planfile import read_plan
     key = (str(plan_path), capacity_bytes)
     if key not in _cache:
         _cache[key] = demand(read_plan(plan_path), [capacity_bytes])[0][
@@ -65,7 +65,7 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
         if not b.completed:         # a partial bundle: stored and rejected, no figures
             metrics, nominal, source = {col: None for col in METRIC_COLUMNS}, None, None
         else:
-            metrics = runfacts.engine_metrics(b) if b.is_engine else runfacts.metrics(b)
+            metrics = measured.engine_metrics(b) if b.is_engine else measured.metrics(b)
             nominal, source = ((None, None) if b.is_engine
                                else _nominal(b, path, nominal_miss_bytes, plan))
     except (BundleError, FormatError) as exc:
@@ -131,7 +131,7 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
     cell_row = _get(s, Cell, dict(capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism,
                                   reclaim=cell.reclaim, mode=cell.mode, hints=cell.hints,
                                   delivery=cell.delivery), name=cell.name)
-    fp = runfacts.fingerprint(b)
+    fp = measured.fingerprint(b)
     fp_row = _get(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
     boot = _get(s, Boot, dict(cmdline=b.host.get("cmdline", ""),
                               mem_total_bytes=b.host.get("mem_total_bytes"),
@@ -166,7 +166,7 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
                        for p, d in b.files.items()])
     _rows(s, CounterDelta, [dict(r, run_id=rid, interval=name)
                             for name in (("run",) if b.is_engine else ("measured", "run"))
-                            for r in runfacts.interval(b, name)])
+                            for r in measured.interval(b, name)])
     _rows(s, Iteration, [{"run_id": rid, "pass_no": r["pass"], "iter_no": r["iter"],
                           "wall_ns": r["wall_ns"], "bytes": r["bytes"], "reads": r["reads"],
                           "arena_hits": r.get("arena_hits")} for r in b.records])
@@ -195,7 +195,7 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
 
 
 def _engine_row(rid: int, b: Bundle) -> EngineRun:
-    f = runfacts.engine_facts(b)
+    f = measured.engine_facts(b)
     return EngineRun(run_id=rid, prompt=f["prompt"], policy=f["policy"],
                      pair_index=f["pair_index"], pair_order=f["pair_order"],
                      pair_position=f["pair_position"], wall_s=f["wall_s"], load_s=f["load_s"],

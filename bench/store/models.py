@@ -14,7 +14,7 @@ NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
           "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
           "pk": "pk_%(table_name)s"}
 
-# A run's life (DESIGN.md, bench.campaign): written before each action. `done` and `skipped`
+# A run's life (DESIGN.md, bench.execute.campaign): written before each action. `done` and `skipped`
 # are for runs ingested outside a campaign and cells a host cannot run.
 RUN_STATES = ("planned", "booting", "boot_verified", "deployed", "running", "collected",
               "ingested", "validated", "rejected", "failed", "pending", "done", "skipped")
@@ -106,7 +106,7 @@ class Run(Base):
     runner_reason: Mapped[str | None] = mapped_column(Text)
     retained: Mapped[bool | None] = mapped_column(Boolean)
     ingested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # per-run metrics (bench.runfacts.metrics), denormalised so results need no joins
+    # per-run metrics (bench.judge.measured.metrics), denormalised so results need no joins
     iterations: Mapped[int | None] = mapped_column(Integer)
     iteration_median_s: Mapped[float | None] = mapped_column(Float)
     iteration_min_s: Mapped[float | None] = mapped_column(Float)
@@ -234,7 +234,7 @@ class Bandwidth(Base):
 
 
 class EngineRun(Base):
-    """What one end-to-end engine run measured (docs/engine.md, bench.engine.facts): one row per
+    """What one end-to-end engine run measured (docs/engine.md, bench.matrix.engine.facts): one row per
     engine run, next to its runs row. Times in seconds on the host's monotonic clock; steady =
     wall - the cold load the engine reported. `pair_index`/`pair_order`/`pair_position` place
     the run in its balanced pair; `output_sha256` is the SHA-256 of the token ID sequence."""

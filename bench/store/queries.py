@@ -1,6 +1,6 @@
 """Read side: runs with verdicts, per-cell results, campaign-shaped matrices, comparisons,
 sizing and exports. One query per request over the denormalised run metrics; the statistics
-themselves are bench.stats (pure). End-to-end engine cells (docs/engine.md) have their own
+themselves are bench.judge.stats (pure). End-to-end engine cells (docs/engine.md) have their own
 table (`engine_results`, `bench results --matrix end-to-end`) and stay out of the replay ones."""
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from .. import engine, stats
-from ..cells import parse_cell
-from ..errors import InputError
-from ..units import format_size
-from .db import Store
-from .ingest import METRIC_COLUMNS
-from .models import Cell, EngineRun, Host, Run, Verdict
+from bench.matrix import engine
+from bench.judge import stats
+from bench.matrix.cells import parse_cell
+from bench.errors import InputError
+from bench.units import format_size
+from bench.store.db import Store
+from bench.store.ingest import METRIC_COLUMNS
+from bench.store.models import Cell, EngineRun, Host, Run, Verdict
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS

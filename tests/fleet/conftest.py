@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bench.lab_netns import Lab, missing_capabilities
+from bench.lab.netns import Lab, missing_capabilities
 
 
 def lab_skip_reason() -> str | None:
@@ -33,7 +33,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lab_inventory(lab):
-    from bench.inventory import load_inventory
+    from bench.hosts.inventory import load_inventory
     inv = load_inventory(lab.hosts_dir)
     assert sorted(inv) == ["lab-netns-1", "lab-netns-2"]
     return inv

@@ -162,8 +162,8 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
     the snapshot and the rich view show pass and iteration; the plain lines skip it."""
     from rich.console import Console
 
-    from bench import views
-    from bench.campaign import progress
+    from bench.results import views
+    from bench.execute.campaign import progress
     from bench.store.campaign_exec import journal_rows, run_rows, set_live, transition
     db = offline_campaign(tmp_path, MATRIX, "l-s3")
     store = open_store(db)

@@ -1,7 +1,7 @@
 """A proven reboot that fails inside a campaign quarantines its host (netns lab, real sshd).
 
 A test inventory makes lab-netns-1 rebootable with `method = "command"`: the command enters
-the controller's namespaces and runs `python -m bench.lab_netns reboot`, which kills every
+the controller's namespaces and runs `python -m bench.lab.netns reboot`, which kills every
 process of that host's netns and starts its sshd again with the new command line and a new
 boot_id (the lab bind-mounts its own boot_id and cmdline over /proc inside the host, so the
 controller's safety check, which refuses the controller's own boot_id, lets it through; this
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.campaign import Executor, Settings, create, progress
-from bench.cli_campaign import build_plan
-from bench.inventory import RebootSpec, load_inventory, render_host_toml
-from bench.lab_netns import DEFAULT_CMDLINE
-from bench.reboot import local_boot_id
+from bench.execute.campaign import Executor, Settings, create, progress
+from bench.cli.campaign import build_plan
+from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
+from bench.lab.netns import DEFAULT_CMDLINE
+from bench.hosts.reboot import local_boot_id
 from bench.store.campaign_exec import journal_rows, run_rows
 from bench.store.db import open_store
 from fleet_helpers import host_bundles
@@ -68,7 +68,7 @@ def rebootable_inventory(lab, dest: Path) -> Path:
     dest.mkdir()
     pid = os.getpid()       # this process lives in the controller's (root) namespaces
     command = ("setsid", "-f", "nsenter", f"--net=/proc/{pid}/ns/net",
-               f"--mount=/proc/{pid}/ns/mnt", "--", sys.executable, "-m", "bench.lab_netns",
+               f"--mount=/proc/{pid}/ns/mnt", "--", sys.executable, "-m", "bench.lab.netns",
                "reboot", X, "--state-dir", str(lab.state_dir), "--cmdline={cmdline}",
                "--delay", "0.3")
     x = dataclasses.replace(inv[X], mem_total=mem_total(), mem_floor=1 << 30,
@@ -195,7 +195,7 @@ def test_lab_reboot_command_refuses_to_run_inside_its_own_host(lab_host_up, lab)
     would kill itself halfway through; it refuses and changes nothing."""
     lab = lab_host_up
     h = lab.host(X)
-    r = subprocess.run(["ip", "netns", "exec", h.netns, sys.executable, "-m", "bench.lab_netns",
+    r = subprocess.run(["ip", "netns", "exec", h.netns, sys.executable, "-m", "bench.lab.netns",
                         "reboot", X, "--state-dir", str(lab.state_dir)],
                        capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(REPO)))

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.campaign import Executor, Settings, create, progress
-from bench.cli_campaign import build_plan
+from bench.execute.campaign import Executor, Settings, create, progress
+from bench.cli.campaign import build_plan
 from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
 from fleet_helpers import host_bundles
@@ -337,7 +337,7 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
     # 2. X answers the worker's first look, then is gone when the run is re-attached: the
     # re-attachment waits, then quarantines; the run keeps its spec and its attempts
     lab.start_sshd(X)
-    from bench.ssh import transport_for as real
+    from bench.hosts.ssh import transport_for as real
     calls = {X: 0}
 
     def flaky(h):

@@ -94,7 +94,7 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
 
 def test_demo_without_root_runs_the_trace_part_and_says_what_it_needs(tmp_path, monkeypatch,
                                                                       capsys):
-    import bench.demo
+    import bench.execute.demo
     from bench.cli import main
     monkeypatch.setattr(bench.demo.os, "geteuid", lambda: 1000)
     db = f"sqlite:///{tmp_path / 'never.db'}"

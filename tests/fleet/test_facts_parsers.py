@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import facts
-from bench.deploy import source_hash
+from bench.hosts import facts
+from bench.hosts.deploy import source_hash
 from bench.errors import FormatError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.deploy import deploy, deploy_hosts, source_hash
+from bench.hosts.deploy import deploy, deploy_hosts, source_hash
 from bench.errors import AuthError, CommandFailed, CommandTimeout, HostKeyError, Unreachable
-from bench.facts import probe_hosts
-from bench.hostlock import HostLock, HostLocked, wait_released
-from bench.inventory import load_inventory, render_host_toml
-from bench.ssh import SSHTransport, transport_for
-from bench.transport import LocalTransport
+from bench.hosts.facts import probe_hosts
+from bench.hosts.lock import HostLock, HostLocked, wait_released
+from bench.hosts.inventory import load_inventory, render_host_toml
+from bench.hosts.ssh import SSHTransport, transport_for
+from bench.hosts.transport import LocalTransport
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import InventoryError
-from bench.inventory import check_inventory, load_host_file, load_inventory, select
+from bench.hosts.inventory import check_inventory, load_host_file, load_inventory, select
 
 REPO_HOSTS = Path(__file__).resolve().parents[2] / "hosts"
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import lab_netns
-from bench.bundle import read_dir, verify
+from bench.lab import netns as lab_netns
+from bench.judge.bundle import read_dir, verify
 from bench.cli import main
 from bench.errors import SafetyError
-from bench.runctl import plan_from_trace_file, run_hosts
-from bench.runspec import RunOptions
-from bench.synth import generate, preset
+from bench.execute.hostrun import plan_from_trace_file, run_hosts
+from bench.matrix.runspec import RunOptions
+from bench.trace.synth import generate, preset
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools")]
 NAMES = ["lab-netns-1", "lab-netns-2"]

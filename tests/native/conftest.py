@@ -1,5 +1,5 @@
 """Fixtures for the native agent tests: the build, an ext4 file system on a direct-I/O loop
-device, a pool on it, and plans written with bench.planfile (so the formats are tested end to
+device, a pool on it, and plans written with bench.plan.planfile (so the formats are tested end to
 end between the Python writer and the C reader)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nativelib as nl  # noqa: E402
-from bench.planfile import Plan, write_plan  # noqa: E402
-from bench.pool import PoolSpec, make_pool  # noqa: E402
+from bench.plan.planfile import Plan, write_plan  # noqa: E402
+from bench.plan.pool import PoolSpec, make_pool  # noqa: E402
 from native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES  # noqa: E402
 
 

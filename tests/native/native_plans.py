@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from bench.planfile import REPLAY, Plan
-from bench.trace import Iteration, Pass
+from bench.plan.planfile import REPLAY, Plan
+from bench.trace.parse import Iteration, Pass
 
 # Small on purpose: the machine is shared. Not a multiple of 512 or of the page size, so the
 # O_DIRECT length rounding and the page-rounded device reads are exercised.

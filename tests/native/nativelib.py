@@ -202,7 +202,7 @@ def loopfs_or_skip(size_bytes: int, prefix: str):
 
 def pool_on(fs: LoopFs, layers: int, experts: int, expert_bytes: int) -> Path:
     """A pool of real data on the loop file system, synced so the cold pass reads the device."""
-    from bench.pool import PoolSpec, make_pool
+    from bench.plan.pool import PoolSpec, make_pool
     d = fs.mnt / "pool"
     make_pool(d, PoolSpec(layers, experts, expert_bytes))
     os.sync()

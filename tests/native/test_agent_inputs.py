@@ -1,5 +1,5 @@
 """Fail-stop on bad inputs: every one exits non-zero with a one-line reason in the summary and
-on stderr, and reports no pass as done. Plans are made with bench.planfile, then damaged with
+on stderr, and reports no pass as done. Plans are made with bench.plan.planfile, then damaged with
 struct so the exact defect is known."""
 
 import json
@@ -9,7 +9,7 @@ import struct
 import pytest
 
 import nativelib as nl
-from bench.planfile import HINT, Plan, encode, write_plan
+from bench.plan.planfile import HINT, Plan, encode, write_plan
 from native_plans import make_plan
 
 pytestmark = pytest.mark.native
@@ -185,7 +185,7 @@ def test_paper_scale_pool_of_82432_files(agent, tmp_path):
     (CAP_SYS_RESOURCE) every file is open at once; without it the agent falls back to one open
     per read, and says so. Either way the replay completes and its bytes are exact."""
     import resource
-    from bench.pool import PoolSpec, make_pool
+    from bench.plan.pool import PoolSpec, make_pool
     pool = tmp_path / "big"
     make_pool(pool, PoolSpec(92, 896, 64))
     p = tmp_path / "plan.bpln"

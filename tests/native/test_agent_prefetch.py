@@ -5,7 +5,7 @@ probe fully served did not wait for the device)."""
 import pytest
 
 import nativelib as nl
-from bench.planfile import oracle_hints, write_plan
+from bench.plan.planfile import oracle_hints, write_plan
 from native_plans import distinct_plan, mixed_plan
 
 pytestmark = [pytest.mark.native, pytest.mark.root]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import nativelib as nl
-from bench.planfile import frequency_table
+from bench.plan.planfile import frequency_table
 from native_plans import EXPERT_BYTES, distinct_plan, mixed_plan
 
 pytestmark = [pytest.mark.native, pytest.mark.root]

@@ -6,11 +6,11 @@ replay (probe, deploy check, snapshots, collect, ingest)? Goal: at most 2% of th
 
 Standalone, as root: `.venv/bin/python tests/perf/campaign_overhead.py [--runs 5]
 [--tokens 1500] [--threads 4] [--json]`. It brings up its own 2-host netns lab
-(bench.lab_netns, bridge prefix `bov`, subnet 10.200.93) in a temporary state directory, writes
+(bench.lab.netns, bridge prefix `bov`, subnet 10.200.93) in a temporary state directory, writes
 its own matrix (one `none`/`classic` cell, placement each, --runs repetitions per host; the
 workload is the `tiny` synth preset re-sized to --layers x --experts x --expert-bytes, at most
 256 MiB, with --tokens tokens, so one replay pass takes a few seconds on a 2-core box), runs it
-with the real bench.campaign.Executor (a temporary SQLite database and data dir) and always
+with the real bench.execute.campaign.Executor (a temporary SQLite database and data dir) and always
 tears the lab down and removes the temporary directory (failure or not; --keep keeps the
 directory, minus the lab, for inspection).
 
@@ -62,9 +62,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
 
-from bench.campaign import Executor, Settings, create  # noqa: E402
-from bench.cli_campaign import build_plan  # noqa: E402
-from bench.lab_netns import Lab, missing_capabilities  # noqa: E402
+from bench.execute.campaign import Executor, Settings, create  # noqa: E402
+from bench.cli.campaign import build_plan  # noqa: E402
+from bench.lab.netns import Lab, missing_capabilities  # noqa: E402
 from bench.store.campaign_exec import campaign_row, journal_rows, run_rows  # noqa: E402
 from bench.store.db import open_store  # noqa: E402
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sqlalchemy import insert  # noqa: E402
 
 from bench.cli import main  # noqa: E402
-from bench.retention import RULES  # noqa: E402
+from bench.judge.retention import RULES  # noqa: E402
 from bench.store.campaigns import _cell, _host  # noqa: E402
 from bench.store.db import open_store  # noqa: E402
 from bench.store.models import Campaign, Run, Verdict  # noqa: E402

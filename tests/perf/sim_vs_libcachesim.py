@@ -5,7 +5,7 @@
 Four synthetic domains (92 layers x 896 experts, k=16): seeded Zipf popularity per layer and
 domain, 35% of each token's choices copied from the previous token at the same layer. Times the
 full grid (lru, lfu, static, belady x per-layer, global x budgets) with
-`bench.sim.simulate_accesses` (the trace flattened once, untimed, as for libCacheSim), and
+`bench.sim.simulate.simulate_accesses` (the trace flattened once, untimed, as for libCacheSim), and
 libCacheSim doing the same per budget (its fastest Python use: one reused Request, the bound get;
 Belady gets next_access_vtime precomputed for free; per-layer = one cache per layer). libCacheSim
 has no static policy: static is compared with one libCacheSim LRU pass per budget. Prints the
@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from bench.sim import simulate_accesses
-from bench.stackdist import prev_next
-from bench.trace import accesses, parse_lines
+from bench.sim.simulate import simulate_accesses
+from bench.sim.stackdist import prev_next
+from bench.trace.parse import accesses, parse_lines
 
 BUDGETS = (8, 16, 32, 64, 128, 159, 256, 512)
 NEVER = 2**63 - 1
@@ -99,7 +99,7 @@ def main(argv=None):
     ours_t = {p: 0.0 for p in policies}
     theirs_t = {p: 0.0 for p in policies}
     ours_rows = {}
-    accs = {tr.source: accesses(tr) for tr in traces}  # flattening (bench.trace) not timed
+    accs = {tr.source: accesses(tr) for tr in traces}  # flattening (bench.trace.parse) not timed
     for tr in traces:
         for regime in ("per-layer", "global"):
             for p in policies:

@@ -1,5 +1,5 @@
 """Fixtures for the host-side cell runner (agents/runner.py) against the real kernel: the agent
-build, an ext4 pool on a direct-I/O loop device, plans written by bench.planfile from synthetic
+build, an ext4 pool on a direct-I/O loop device, plans written by bench.plan.planfile from synthetic
 traces, a work dir, and a spec builder. Loop device, pool and mount helpers come from
 tests/native/nativelib.py."""
 

@@ -21,9 +21,9 @@ SECTOR = 512
 
 
 def make_plan_file(path: Path, tokens: int) -> Path:
-    from bench.planfile import plan_from_trace, write_plan
-    from bench.synth import generate, preset
-    from bench.trace import parse_lines
+    from bench.plan.planfile import plan_from_trace, write_plan
+    from bench.trace.synth import generate, preset
+    from bench.trace.parse import parse_lines
     lines = generate(preset("tiny", k=4, experts_per_layer=EXPERTS, layers=LAYERS,
                             expert_bytes=EXPERT_BYTES, tokens=tokens, spec_accept=0.0,
                             fallback=0.0))
@@ -32,7 +32,7 @@ def make_plan_file(path: Path, tokens: int) -> Path:
 
 
 def make_spec(run_id, cell, *, pool, plan, agent, **over) -> dict:
-    from bench.cells import parse_cell
+    from bench.matrix.cells import parse_cell
     c = parse_cell(cell)
     spec = {
         "format": 1, "run_id": run_id, "campaign": "test", "position": 0, "repetition": 0,

@@ -19,7 +19,7 @@ import pytest
 
 from runner_helpers import RUNNER, read_json, start, verify_manifest, wait
 
-from bench import engine
+from bench.matrix import engine
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "tests" / "fixtures" / "engine" / "engine.py"
@@ -53,7 +53,7 @@ def table(prompt_dir: Path, *extra: str, **over) -> dict:
 
 @pytest.fixture(scope="module")
 def pool_and_prompts():
-    from bench.pool import PoolSpec, make_pool
+    from bench.plan.pool import PoolSpec, make_pool
     # /var/tmp: a disk filesystem (O_DIRECT works there, unlike tmpfs)
     d = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir="/var/tmp"))
     make_pool(d / "pool", PoolSpec(LAYERS, EXPERTS, EXPERT_BYTES))
@@ -83,7 +83,7 @@ def run(d, work_dir, run_id, cell, *extra, **kw) -> tuple[dict, Path]:
 # --------------------------------------------------------------------------- no kernel needed
 
 def test_engine_cell_grammar_matches_bench_cells():
-    from bench.cells import parse_cell
+    from bench.matrix.cells import parse_cell
     r = _load_runner()
     for name in ("e2e-prose-admit", "e2e-code_2-nocache", "e2e-x-admit"):
         c = parse_cell(name)
@@ -265,10 +265,10 @@ def matrix_toml(d: Path, pairs: int) -> str:
 def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_path):
     """matrix -> expansion -> schedule -> executor (runner on this host, collect, ingest,
     retention) -> Table 3, with the per-pair median recomputed from the stored rows."""
-    from bench.campaign import Executor, Settings, create
-    from bench.inventory import Host, load_inventory, render_host_toml, select
-    from bench.matrix import expand, load_matrix
-    from bench.schedule import HostState, schedule
+    from bench.execute.campaign import Executor, Settings, create
+    from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
+    from bench.matrix.load import expand, load_matrix
+    from bench.matrix.schedule import HostState, schedule
     from bench.store import queries
     from bench.store.db import open_store
     d = pool_and_prompts

@@ -76,7 +76,7 @@ def check_common(bundle: Path, st: dict, passes=2):
 # --------------------------------------------------------------------------- pure / no kernel
 
 def test_cell_grammar_matches_bench_cells():
-    from bench.cells import parse_cell
+    from bench.matrix.cells import parse_cell
     from bench.errors import InputError
     r = _load_runner()
     good = ["64g-balloon-mglru", "64g-cgroup-classic", "93g-memboot-mglru",
@@ -97,7 +97,7 @@ def test_cell_grammar_matches_bench_cells():
 
 
 def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
-    from bench.pool import PoolSpec, make_pool
+    from bench.plan.pool import PoolSpec, make_pool
     from runner_helpers import make_plan_file
     pool = tmp_path / "pool"
     make_pool(pool, PoolSpec(8, 64, 4096))

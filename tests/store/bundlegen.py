@@ -7,7 +7,7 @@ lru_gen/enabled is written by the generator (this kernel has no MGLRU). `edit(pa
 change any part before the manifest is written, which is how tests inject one fault.
 
 Engine cells (e2e-{prompt}-{admit|nocache}) get an engine bundle instead (docs/engine.md): the
-spec built by bench.engine.build_spec from ENGINE (a fixture config), the captured pre/post
+spec built by bench.matrix.engine.build_spec from ENGINE (a fixture config), the captured pre/post
 snapshots, engine.json with `wall_s`, and engine.stdout in the fixture engine's format with
 `load_s` and a token sequence derived from the prompt alone (so a pair's hashes match).
 """
@@ -20,8 +20,8 @@ import random
 import re
 from pathlib import Path
 
-from bench.cells import parse_cell
-from bench.procfs import parse_meminfo
+from bench.matrix.cells import parse_cell
+from bench.hosts.procfs import parse_meminfo
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "captured"
 POOL_BYTES = 192 << 20
@@ -80,7 +80,7 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
                      repetition: int = 0, host: str = "fixture-a", wall_s: float = 12.0,
                      load_s: float = 2.0, seed: int = 0, **_ignored) -> dict:
     from types import SimpleNamespace
-    from bench import engine
+    from bench.matrix import engine
     c = parse_cell(cell)
     cfg = engine.parse_engine(ENGINE, "bundlegen")
     first = engine.pair_orders(repetition + 1, seed, c.prompt)[repetition][0]

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from bench import engine, views
+from bench.matrix import engine
+from bench.results import views
 from bench.cli import main
 from bench.store import queries
 from bench.store.db import open_store
@@ -115,8 +116,8 @@ def test_cli_results_end_to_end(e2e, capsys):
 
 def test_an_engine_that_never_ran_is_named(bundles):
     """A run the runner stopped before the engine started has no engine.json."""
-    from bench import retention
-    from bench.bundle import load, read_dir
+    from bench.judge import retention
+    from bench.judge.bundle import load, read_dir
     b = load(read_dir(bundles("r1", "e2e-prose-admit")))
     b.engine = None
     b.status.update(phase="failed", ok=False, reason="host lock still held after 600 s")

@@ -5,7 +5,7 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from bench.bundle import BundleError
+from bench.judge.bundle import BundleError
 from bench.store import campaigns
 from bench.store.ingest import ingest_bundle, stored_bundle
 from bench.store.models import (CounterDelta, Iteration, JournalEntry, RawFile, Run,

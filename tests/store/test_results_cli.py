@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench import views
+from bench.results import views
 from bench.cli import main
 from bench.store import queries
 from bench.store.ingest import ingest_bundle

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from bench import retention
-from bench.bundle import BundleError, load, read_dir
+from bench.judge import retention
+from bench.judge.bundle import BundleError, load, read_dir
 from bench.store.ingest import ingest_bundle
 from bench.store.queries import list_runs
 
@@ -120,7 +120,7 @@ def test_fingerprint_ignores_what_the_campaigns_own_reboots_change():
     of the other arguments may change; the kernel or another argument may not."""
     from types import SimpleNamespace as NS
 
-    from bench.runfacts import fingerprint
+    from bench.judge.measured import fingerprint
 
     def fp(cmdline, kernel="6.1"):
         return fingerprint(NS(host={"cmdline": cmdline, "kernel": kernel, "arch": "x86_64"},

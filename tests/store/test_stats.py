@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import stats
+from bench.judge import stats
 
 pos = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False, allow_infinity=False)
 

@@ -3,8 +3,8 @@ state, and which transitions the executor may make."""
 
 import pytest
 
-from bench.campaign import (STATES, TERMINAL, TRANSITIONS, can_transition, plan_record,
-                            resume_action, Settings)
+from bench.execute.campaign import (STATES, TERMINAL, TRANSITIONS, can_transition, plan_record,
+                                    resume_action, Settings)
 from bench.errors import InputError
 
 
@@ -74,8 +74,8 @@ def test_resume_never_restarts_a_started_run_from_the_top():
 
 def test_plan_record_keeps_candidates_for_hand_over():
     from types import SimpleNamespace as NS
-    from bench.matrix import BootConfig, Candidate, RunRequest
-    from bench.schedule import HostState, schedule
+    from bench.matrix.load import BootConfig, Candidate, RunRequest
+    from bench.matrix.schedule import HostState, schedule
     cands = (Candidate("a", "1g-none-classic", BootConfig()),
              Candidate("b", "2g-none-classic", BootConfig()))
     reqs = [RunRequest("p", "1x", r, cands) for r in range(2)] + \
@@ -94,9 +94,9 @@ def test_plan_record_keeps_candidates_for_hand_over():
 def test_run_options_take_the_matrixs_protocol_unless_settings_override(tmp_path):
     """The cgroup headroom and balloon cap travel matrix -> campaign record -> run options (a
     lab-scale wall of C + 16M, not C + 6G); explicit settings win."""
-    from bench.cli_campaign import build_plan
-    from bench.campaign import Executor, create
-    from bench.inventory import load_inventory
+    from bench.cli.campaign import build_plan
+    from bench.execute.campaign import Executor, create
+    from bench.hosts.inventory import load_inventory
     from bench.store.campaign_exec import run_rows
     from bench.store.db import open_store
     hosts = tmp_path / "hosts"

@@ -6,7 +6,8 @@ import json
 import pytest
 import typer.main
 
-from bench.cli import app, main
+from bench.cli.app import app
+from bench.cli import main
 from tests.conftest import header, rec
 
 

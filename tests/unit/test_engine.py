@@ -1,4 +1,4 @@
-"""End-to-end engine cells (bench.engine, docs/engine.md), pure parts: the [engine] table, argv
+"""End-to-end engine cells (bench.matrix.engine, docs/engine.md), pure parts: the [engine] table, argv
 substitution without a shell, balanced pair order, the output gates, pair statistics, engine
 cell names, the end-to-end matrix and the scheduler keeping pairs adjacent (properties)."""
 
@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench import engine
-from bench.cells import engine_cell, parse_cell
+from bench.matrix import engine
+from bench.matrix.cells import engine_cell, parse_cell
 from bench.cli import main
 from bench.errors import InputError
-from bench.matrix import BootConfig, Candidate, MatrixError, RunRequest, expand, load_matrix
-from bench.matrix import parse_matrix
-from bench.schedule import HostState, schedule
+from bench.matrix.load import BootConfig, Candidate, MatrixError, RunRequest, expand, load_matrix
+from bench.matrix.load import parse_matrix
+from bench.matrix.schedule import HostState, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -249,7 +249,7 @@ def test_bad_engine_cell_names(bad):
 # the matrix --------------------------------------------------------------------------------------
 
 def gh(name, machine):
-    from bench.inventory import Host, RebootSpec
+    from bench.hosts.inventory import Host, RebootSpec
     return Host(name=name, address=name, transport="ssh", tags={"machine": machine},
                 mem_total=480 << 30, reboot=RebootSpec(allowed=True, method="kexec"))
 
@@ -377,7 +377,7 @@ def test_dry_run_golden_end_to_end(capsys):
 
 
 def test_replay_specs_refuse_engine_cells():
-    from bench.runspec import PlanInfo, build_spec
+    from bench.matrix.runspec import PlanInfo, build_spec
     h = SimpleNamespace(name="h", pool_dir="/p", work_dir="/w", mem_total=None)
     plan = PlanInfo("a" * 64, 1, 2, 64, 3, "t")
     with pytest.raises(InputError, match="engine cell"):

@@ -1,5 +1,8 @@
-"""Data flows one way: pure modules import no I/O library; only views and the CLI import
-rich and typer (checked statically per module, and at run time for transitive imports)."""
+"""The folder tree is the data flow (DESIGN.md, Layout): one package per stage, and a stage
+imports only the stages before it (plus the root modules and the shipped host agents). Checked
+statically on every import statement of every module, function-level ones included; the I/O
+and UI library rules are checked statically per module and, for pure modules, at run time for
+transitive imports."""
 
 import ast
 import subprocess
@@ -9,39 +12,100 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "bench"
-IO_LIBS = {"fabric", "paramiko", "sqlalchemy", "alembic", "rich", "typer", "click", "subprocess",
-           "socket"}
+# the stages in import order (README, Layout: plan comes before sim because the demand model
+# and recall simulate over replay plans)
+STAGES = ["trace", "plan", "sim", "matrix", "hosts", "lab", "judge", "store", "execute",
+          "results", "cli"]
+ROOT = {"errors", "units", "paths", "__init__", "__main__"}
+BASE = {"errors", "units", "paths", "agents"}     # importable from every stage
+IO_LIBS = {"fabric", "paramiko", "invoke", "sqlalchemy", "alembic", "rich", "typer", "click",
+           "subprocess", "socket", "matplotlib"}
 UI_LIBS = {"rich", "typer", "click"}
-PURE = ["trace", "synth", "locality", "stackdist", "policies", "sim", "demand", "recall",
-        "engine", "planfile", "pool", "units", "errors", "procfs", "cells", "bundle", "counters",
-        "runfacts", "retention", "stats", "runspec", "matrix", "schedule"]
-UI = {"views", "cli", "__main__"}  # and every cli_<area> module
+# data in, data out (file reads allowed): no I/O library, not even transitively
+PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.pool",
+        "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall",
+        "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
+        "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "judge.bundle",
+        "judge.counters", "judge.measured", "judge.retention", "judge.stats", "judge.engine",
+        "judge.judgement", "execute.progress", "errors", "units"]
 
 
-def _imports(path: Path) -> set[str]:
+def imports(path: Path) -> set[str]:
+    """Every module an import statement of the file names (absolute, dotted)."""
     tree = ast.parse(path.read_text())
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    here = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names.add(mod)
+            if mod in ("bench",) or mod.startswith("bench."):
+                names |= {f"{mod}.{a.name}" for a in node.names}
     return names
 
 
-MODULES = sorted(p.stem for p in PKG.glob("*.py"))
+def stage_of(module: str) -> str | None:
+    """The stage (or root name) of a bench module name, None for other packages."""
+    parts = module.split(".")
+    if parts[0] != "bench" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def order_violations(path: Path) -> list[str]:
+    own = stage_of(".".join(path.relative_to(PKG.parent).with_suffix("").parts))
+    if own in ROOT or own is None:
+        allowed = {"errors", "units", "paths"} if own in ("units", "paths") else set()
+        if own in ("__init__", "__main__"):
+            return []
+    else:
+        allowed = set(STAGES[:STAGES.index(own) + 1]) | BASE if own in STAGES else BASE
+    bad = []
+    for mod in imports(path):
+        st = stage_of(mod)
+        if st is None or st == own:
+            continue
+        if st not in allowed and st not in (STAGES + sorted(BASE)):
+            continue            # a name imported from the bench root (e.g. __version__)
+        if st not in allowed:
+            bad.append(f"{mod} (stage {st})")
+    return sorted(bad)
+
+
+MODULES = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py"))
+
+
+def test_every_module_lives_in_a_stage_or_the_root():
+    loose = [m for m in MODULES if "/" not in m and Path(m).stem not in ROOT]
+    assert loose == []
+    packages = {Path(m).parts[0] for m in MODULES if "/" in m}
+    assert packages == set(STAGES), packages
+
+
+@pytest.mark.parametrize("mod", MODULES)
+def test_imports_follow_the_stage_order(mod):
+    assert order_violations(PKG / mod) == []
 
 
 @pytest.mark.parametrize("mod", MODULES)
 def test_only_views_and_cli_import_ui_libraries(mod):
-    if mod in UI or mod.startswith("cli_"):
+    if mod.startswith("cli/") or mod in ("results/views.py", "__main__.py"):
         return
-    assert not (_imports(PKG / f"{mod}.py") & UI_LIBS)
+    assert not ({m.split(".")[0] for m in imports(PKG / mod)} & UI_LIBS)
 
 
-@pytest.mark.parametrize("mod", [m for m in PURE if (PKG / f"{m}.py").exists()])
+@pytest.mark.parametrize("mod", PURE)
 def test_pure_modules_import_no_io_library(mod):
-    assert not (_imports(PKG / f"{mod}.py") & IO_LIBS)
+    path = PKG / (mod.replace(".", "/") + ".py")
+    assert path.exists(), f"{path} is listed as pure but does not exist"
+    assert not ({m.split(".")[0] for m in imports(path)} & IO_LIBS)
     code = (f"import sys, bench.{mod}; bad = {sorted(IO_LIBS)!r}; "
             "print(','.join(m for m in bad if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -49,22 +113,37 @@ def test_pure_modules_import_no_io_library(mod):
     assert out == "", f"bench.{mod} pulls in {out} (transitively)"
 
 
-def test_the_check_would_catch_an_offender(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import os\nfrom rich.table import Table\n")
-    assert _imports(bad) & UI_LIBS == {"rich"}
-
-
 @pytest.mark.parametrize("libs, owners", [
-    ({"fabric", "paramiko", "invoke"}, {"ssh"}),
-    ({"sqlalchemy", "alembic"}, {"store"}),
+    ({"fabric", "paramiko", "invoke"}, {"hosts/ssh.py"}),
+    ({"sqlalchemy", "alembic"}, {"store/"}),
+    ({"matplotlib"}, {"results/plots.py"}),
 ])
 def test_one_module_owns_each_io_library(libs, owners):
-    """Only bench/ssh.py imports fabric and paramiko; only bench/store/ imports SQLAlchemy."""
+    """Only bench/hosts/ssh.py imports fabric and paramiko; only bench/store/ SQLAlchemy."""
     offenders = []
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG)
-        owner = rel.parts[0].removesuffix(".py")
-        if owner not in owners and _imports(path) & libs:
-            offenders.append(str(rel))
+    for mod in MODULES:
+        if any(mod == o or (o.endswith("/") and mod.startswith(o)) for o in owners):
+            continue
+        if {m.split(".")[0] for m in imports(PKG / mod)} & libs:
+            offenders.append(mod)
     assert offenders == []
+
+
+def test_the_checks_would_catch_offenders(tmp_path, monkeypatch):
+    """A judge module importing the executor, a sim module importing matrix, and a UI
+    import are all reported (the checks are not vacuous)."""
+    fake = tmp_path / "bench"
+    (fake / "judge").mkdir(parents=True)
+    (fake / "sim").mkdir()
+    (fake / "judge" / "bad.py").write_text(
+        "import os\nfrom bench.execute.campaign import x\nfrom bench.store import db\n"
+        "def f():\n    from bench.trace.parse import y\n")
+    (fake / "sim" / "bad.py").write_text("from ..matrix.cells import Cell\n"
+                                         "from rich.table import Table\n")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", fake)
+    assert order_violations(fake / "judge" / "bad.py") == [
+        "bench.execute.campaign (stage execute)", "bench.execute.campaign.x (stage execute)",
+        "bench.store (stage store)", "bench.store.db (stage store)"]
+    assert order_violations(fake / "sim" / "bad.py") == [
+        "bench.matrix.cells (stage matrix)", "bench.matrix.cells.Cell (stage matrix)"]
+    assert {m.split(".")[0] for m in imports(fake / "sim" / "bad.py")} & UI_LIBS == {"rich"}

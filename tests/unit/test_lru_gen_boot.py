@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.deploy import boot_hook_unit
+from bench.hosts.deploy import boot_hook_unit
 
 SCRIPT = Path(__file__).resolve().parents[2] / "agents" / "lru_gen_boot.sh"
 

@@ -8,9 +8,9 @@ import pytest
 
 from bench.cli import main
 from bench.errors import InputError
-from bench.inventory import Host, RebootSpec
-from bench.matrix import (MIB, BootConfig, MatrixError, expand, list_matrices, load_matrix,
-                          parse_matrix, shipped_names)
+from bench.hosts.inventory import Host, RebootSpec
+from bench.matrix.load import (MIB, BootConfig, MatrixError, expand, list_matrices, load_matrix,
+                               parse_matrix, shipped_names)
 
 ROOT = Path(__file__).resolve().parents[2]
 G = 1 << 30
@@ -225,9 +225,9 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
 def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
     """A wall the replay never reaches is rejected (timeline_reaches_wall): the lab trace's
     distinct experts per pass must exceed the deepest cgroup cell's C + headroom."""
-    from bench.campaign import workload_plan  # noqa: F401 - the executor's own generator
-    from bench.synth import generate, preset
-    from bench.trace import accesses, parse_lines
+    from bench.execute.campaign import workload_plan  # noqa: F401 - the executor's own generator
+    from bench.trace.synth import generate, preset
+    from bench.trace.parse import accesses, parse_lines
     lab = load_matrix("reclaim", "lab")
     w = lab.workload
     tr = parse_lines(generate(preset(w["trace"], layers=w["layers"], experts_per_layer=w["experts"],
@@ -242,7 +242,7 @@ def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
 def test_scale_without_a_mapping_for_an_absolute_capacity_is_refused():
     d = doc(scale={"small": {"capacities": {"128G": "0.1mem"}}})
     with pytest.raises(MatrixError, match=r"scale\.small\.capacities.*no entry for 64G"):
-        from bench.matrix import apply_scale
+        from bench.matrix.load import apply_scale
         parse_matrix(apply_scale(d, "small", "m.toml"), "m.toml")
 
 
@@ -269,14 +269,14 @@ def test_workload_resize_only_for_presets_and_pool_follows_it():
 
 
 def test_preset_geometry_matches_the_synth_presets():
-    from bench.matrix import PRESET_GEOMETRY
-    from bench.synth import PRESETS
+    from bench.matrix.load import PRESET_GEOMETRY
+    from bench.trace.synth import PRESETS
     assert PRESET_GEOMETRY == {k: (p.layers, p.experts_per_layer, p.expert_bytes)
                                for k, p in PRESETS.items()}
 
 
 def test_protocol_reaches_the_run_options():
-    from bench.matrix import DEFAULT_CGROUP_HEADROOM
+    from bench.matrix.load import DEFAULT_CGROUP_HEADROOM
     m = parse_matrix(doc(protocol={"cgroup_headroom": "32M", "balloon_max": "1G"}), "m")
     assert m.protocol == {"cgroup_headroom": 32 * MIB, "balloon_max": G}
     assert parse_matrix(doc(), "m").protocol == {"cgroup_headroom": DEFAULT_CGROUP_HEADROOM,

@@ -19,7 +19,7 @@ def test_wheel_carries_sources_agents_migrations_and_matrices(tmp_path):
     for needed in ("bench/native/Makefile", "bench/native/replay.c", "bench/native/plan.h",
                    "bench/agents/runner.py", "bench/agents/lru_gen_boot.sh",
                    "bench/migrations/env.py", "bench/migrations/versions/0001_initial_schema.py",
-                   "bench/data/matrices/reclaim.toml", "bench/guest/rcS"):
+                   "bench/data/matrices/reclaim.toml", "bench/lab/guest/rcS"):
         assert needed in names, needed
     native = {n.split("/")[-1] for n in names if n.startswith("bench/native/")}
     assert native >= {p.name for p in (ROOT / "native").glob("*.[ch]")}

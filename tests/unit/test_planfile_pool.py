@@ -6,10 +6,11 @@ import struct
 import pytest
 
 from bench.errors import FormatError, PoolError
-from bench.planfile import (HINT, decode, encode, frequency_table, hints_from_file, oracle_hints,
-                            plan_from_trace, previous_token_hints, read_plan, write_plan)
-from bench.pool import HEADER, MAGIC, PoolSpec, check_pool, load_manifest, make_pool
-from bench.trace import parse_lines
+from bench.plan.planfile import (HINT, decode, encode, frequency_table, hints_from_file,
+                                 oracle_hints, plan_from_trace, previous_token_hints, read_plan,
+                                 write_plan)
+from bench.plan.pool import HEADER, MAGIC, PoolSpec, check_pool, load_manifest, make_pool
+from bench.trace.parse import parse_lines
 from tests.conftest import header, rec
 
 

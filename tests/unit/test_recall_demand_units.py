@@ -2,12 +2,12 @@
 
 import pytest
 
-from bench.demand import amplification, demand, plan_keys
+from bench.sim.demand import amplification, demand, plan_keys
 from bench.errors import InputError
-from bench.planfile import HINT, Plan, oracle_hints, plan_from_trace, previous_token_hints
-from bench.recall import recall, recall_report
-from bench.synth import generate, preset
-from bench.trace import Iteration, Pass, parse_lines
+from bench.plan.planfile import HINT, Plan, oracle_hints, plan_from_trace, previous_token_hints
+from bench.sim.recall import recall, recall_report
+from bench.trace.synth import generate, preset
+from bench.trace.parse import Iteration, Pass, parse_lines
 from bench.units import format_size, parse_size
 from tests.conftest import header, rec
 
@@ -41,7 +41,7 @@ def test_recall_of_a_recorded_plan_keeps_its_label():
 
 
 def test_previous_token_recall_tracks_w1_on_synthetic_traces():
-    from bench.locality import trace_stats
+    from bench.trace.locality import trace_stats
     t = parse_lines(list(generate(preset("k3", tokens=200, layers=8, spec_accept=0, fallback=0))))
     p = plan_from_trace(t)
     r = recall(p, previous_token_hints(p))["recall"]

@@ -1,4 +1,4 @@
-"""bench.runspec on data: specs built from cells, inventory entries, plan info and probed facts,
+"""bench.matrix.runspec on data: specs built from cells, inventory entries, plan info and probed facts,
 and the refusals (each naming the fix)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.errors import InputError, SafetyError
-from bench.inventory import Host
-from bench.runspec import PlanInfo, RunOptions, build_spec
+from bench.hosts.inventory import Host
+from bench.matrix.runspec import PlanInfo, RunOptions, build_spec
 
 GiB = 1 << 30
 HOST = Host(name="gh200-a", address="10.0.0.21", transport="ssh", mem_total=480 * GiB,

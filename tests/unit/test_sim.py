@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.errors import InputError
-from bench.policies import belady_hits, lfu_hits
-from bench.sim import simulate, static_table
-from bench.stackdist import (COLD, lru_misses, lru_stack_distances, lru_steady_misses,
-                             prev_next)
-from bench.trace import parse_lines
+from bench.sim.policies import belady_hits, lfu_hits
+from bench.sim.simulate import simulate
+from bench.sim.simulate import static_table
+from bench.sim.stackdist import COLD, lru_misses, lru_stack_distances, lru_steady_misses, prev_next
+from bench.trace.parse import parse_lines
 
 C = COLD
 STREAM = [1, 2, 3, 1, 4, 1, 2, 5, 1, 2, 3, 4, 5]

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.policies import belady_hits, lfu_hits
-from bench.sim import simulate
-from bench.stackdist import lru_stack_distances, prev_next
-from bench.trace import accesses, parse_lines
+from bench.sim.policies import belady_hits, lfu_hits
+from bench.sim.simulate import simulate
+from bench.sim.stackdist import lru_stack_distances, prev_next
+from bench.trace.parse import accesses, parse_lines
 
 lc = pytest.importorskip("libcachesim", reason="libcachesim not installed (pip install .[test])")
 

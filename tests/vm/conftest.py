@@ -16,7 +16,7 @@ import pytest
 def lab(tmp_path_factory):
     if os.environ.get("BENCH_SKIP_VM") == "1":
         pytest.skip("BENCH_SKIP_VM=1")
-    from bench import lab_vm
+    from bench.lab import vm as lab_vm
     why = lab_vm.missing_capabilities(build=True)
     if why:
         pytest.skip("VM lab unavailable: " + "; ".join(why))
@@ -42,12 +42,12 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def lab_hosts(lab):
-    from bench.inventory import load_inventory
+    from bench.hosts.inventory import load_inventory
     return load_inventory(lab["hosts_dir"])
 
 
 @pytest.fixture(scope="session")
 def connect():
     """Host -> Transport: the controller's own SSH transport, host keys verified."""
-    from bench.ssh import transport_for
+    from bench.hosts.ssh import transport_for
     return transport_for

@@ -59,7 +59,7 @@ def campaign(lab, lab_hosts, fresh_pools, tmp_path_factory):
 
 
 def _progress(c):
-    from bench.campaign import progress
+    from bench.execute.campaign import progress
     from bench.store.db import open_store
     store = open_store(c["db"])
     try:

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench.errors import HostKeyError, SafetyError
-from bench.reboot import (LRU_ENABLED, observe, read_boot_id, reboot_host, restore_host,
-                          set_mglru_runtime)
+from bench.hosts.reboot import (LRU_ENABLED, observe, read_boot_id, reboot_host, restore_host,
+                                set_mglru_runtime)
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def test_host_keys_are_verified_not_accepted(lab, lab_hosts, tmp_path):
     empty.write_text("")
     from dataclasses import replace
 
-    from bench.ssh import SSHTransport
+    from bench.hosts.ssh import SSHTransport
     t = SSHTransport(replace(h, ssh=replace(h.ssh, known_hosts=str(empty))))
     with pytest.raises(HostKeyError):
         t.run(["true"], timeout=60)
@@ -117,7 +117,7 @@ def test_late_host_is_power_cycled_then_quarantined(lab, lab_hosts, connect):
     controller-side power_cycle of the inventory (restart of the guest's qemu with the default
     command line) runs, and the host is quarantined with the reason. Runs last: it leaves
     lab-b booting its default command line, and waits for it."""
-    from bench.lab_vm import wait_for_boot
+    from bench.lab.vm import wait_for_boot
     b = lab_hosts["lab-b"]
     tb = connect(b)
     r = reboot_host(tb, b, "768M", None, _log("lab-b"), down_timeout=90, up_timeout=3)

@@ -1,4 +1,4 @@
-"""Pure parts of bench.reboot, tested with data (no qemu, no SSH): command-line editing, the
+"""Pure parts of bench.hosts.reboot, tested with data (no qemu, no SSH): command-line editing, the
 MemTotal range mem= implies, the gate, the safety checks, the one-shot command builders.
 Observed values come from the lab's Debian 6.1 guests (1536 MiB, x86_64, TCG)."""
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from bench.errors import InputError, SafetyError
-from bench.inventory import load_host_file
-from bench.reboot import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
-                          grub_oneshot_plan, kexec_exec_argv, kexec_load_argv, memtotal_range,
-                          next_cmdline, normalize_lru, normalize_mem, observation_from_files,
-                          parse_mem, reboot_host, split_head_output)
+from bench.hosts.inventory import load_host_file
+from bench.hosts.reboot import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
+                                grub_oneshot_plan, kexec_exec_argv, kexec_load_argv,
+                                memtotal_range, next_cmdline, normalize_lru, normalize_mem,
+                                observation_from_files, parse_mem, reboot_host, split_head_output)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a"

@@ -1,4 +1,4 @@
-"""Tier 3: `bench run` (bench.runctl.run_hosts, the library behind the command) on a qemu guest
+"""Tier 3: `bench run` (bench.execute.hostrun.run_hosts, the library behind the command) on a qemu guest
 with a real kernel 6.1: a full cgroup v2 memory controller, MGLRU toggled at run time, an
 mlocked balloon, device bytes from the guest's own /proc/diskstats of its pool disk vdb.
 
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.bundle import load, read_dir, verify
-from bench.counters import find
-from bench.procfs import parse_flat_keyed, parse_status
-from bench.runctl import plan_from_trace_file, run_hosts
-from bench.runfacts import delta, devices, metrics, snap
-from bench.runspec import RunOptions, build_spec
-from bench.synth import generate, preset
+from bench.judge.bundle import load, read_dir, verify
+from bench.judge.counters import find
+from bench.hosts.procfs import parse_flat_keyed, parse_status
+from bench.execute.hostrun import plan_from_trace_file, run_hosts
+from bench.judge.measured import delta, devices, metrics, snap
+from bench.matrix.runspec import RunOptions, build_spec
+from bench.trace.synth import generate, preset
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
 
@@ -63,7 +63,7 @@ def work(tmp_path_factory, lab, lab_hosts):
 
 def _set_mglru(connect, host, on: bool) -> None:
     """Start from the opposite of what the cell asks, so the runner must toggle at run time."""
-    from bench.reboot import set_mglru_runtime
+    from bench.hosts.reboot import set_mglru_runtime
     t = connect(host)
     try:
         set_mglru_runtime(t, on)
@@ -287,6 +287,6 @@ def _keys(d: dict, prefix: str = "") -> list[str]:
 
 
 def _plan_of(b):
-    from bench.runspec import PlanInfo
+    from bench.matrix.runspec import PlanInfo
     return PlanInfo(sha256=b.spec["plan_sha256"], layers=LAYERS, experts_per_layer=EXPERTS,
                     expert_bytes=EXPERT_BYTES, iterations=1, trace="t")

@@ -1,0 +1,298 @@
+"""`bench matrix list|show` and `bench schedule --dry-run`: matrices and the campaign plan.
+
+`--dry-run` is planning only: nothing touches a host; the plan comes from the inventory files,
+the matrix and the seed. Without it the campaign is created in the store and run by the
+executor (bench.execute.campaign); `bench resume`, `bench campaigns` and `bench watch` continue, list
+and follow campaigns (watch reads the database only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bench.cli.hosts import HostsDirOpt, JsonOpt
+
+matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
+                                                    "repetitions, ordering and host constraints.")
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
+                                               "else the local SQLite).")]
+DataDirOpt = Annotated[Optional[Path], typer.Option(
+    "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, else "
+                       "~/.local/share/bench).")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="Agent threads per run.")]
+RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retries per run "
+                                                           "(rejections are never retried).")]
+ReconnectOpt = Annotated[Optional[float], typer.Option(
+    "--reconnect-timeout", help="Longest a host may stay unreachable before it is quarantined "
+                                "(default: its reboot.up_timeout).")]
+MatrixArg = Annotated[str, typer.Argument(help="A shipped matrix name (bench matrix list) or a "
+                                               "path to a matrix TOML file.")]
+ScaleOpt = Annotated[Optional[str], typer.Option(
+    "--scale", help="Apply the matrix's [scale.NAME] (e.g. lab: the same cells re-sized for "
+                    "the vm lab's small guests).")]
+
+
+@matrix_app.command("list")
+def matrix_list(json_out: JsonOpt = False) -> None:
+    """List the shipped matrices."""
+    from bench.results import views
+    from bench.matrix.load import list_matrices
+    rows = list_matrices()
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.matrix_list_table(rows))
+
+
+@matrix_app.command("show")
+def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
+    """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
+    ordering, hosts, cells."""
+    from bench.results import views
+    from bench.matrix.load import load_matrix
+    m = load_matrix(matrix, scale).as_dict()
+    if json_out:
+        views.emit_json(m)
+    else:
+        print(views.matrix_text(m), end="")
+
+
+def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
+               campaign: str | None = None, scale: str | None = None):
+    """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
+    from bench.hosts.inventory import load_inventory, select
+    from bench.matrix.load import expand, load_matrix
+    from bench.matrix.schedule import HostState, schedule
+    m = load_matrix(matrix, scale)
+    hosts = select(load_inventory(hosts_dir), host_names)
+    exp = expand(m, hosts)
+    plan = schedule(exp.requests, [HostState.from_host(h) for h in hosts], seed,
+                    campaign=campaign or f"{m.name}-s{seed}", randomize=m.randomize,
+                    interleave=m.interleave, run_seconds=m.run_seconds,
+                    reboot_seconds=m.reboot_seconds)
+    return plan, exp, m
+
+
+def schedule_cmd(
+    matrix: Annotated[str, typer.Option("--matrix", help="Matrix name or TOML file.")],
+    hosts: Annotated[Optional[str], typer.Option(
+        "--hosts", help="Comma-separated host names (default: every inventory host).")] = None,
+    hosts_dir: HostsDirOpt = None,
+    scale: ScaleOpt = None,
+    seed: Annotated[Optional[int], typer.Option(
+        "--seed", help="Random seed of the order (default: a fresh one, printed).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the ordered plan per host, reboots and estimated duration; "
+                          "touch nothing.")] = False,
+    campaign: Annotated[Optional[str], typer.Option(
+        "--campaign", help="Campaign id (default <matrix>-s<seed>-<UTC time>).")] = None,
+    db: DbOpt = None,
+    data_dir: DataDirOpt = None,
+    threads: ThreadsOpt = 8,
+    retries: RetriesOpt = 2,
+    reconnect_timeout: ReconnectOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Schedule a matrix on hosts: randomized with a recorded seed, grouped by boot config so
+    each host reboots as few times as the matrix allows, repetitions interleaved. Without
+    --dry-run: create the campaign in the database and run it (one run at a time per host,
+    hosts in parallel, every step journaled; `bench resume` continues it after any crash)."""
+    import secrets
+    import time as _time
+
+    from bench.results import views
+    names = [x.strip() for x in hosts.split(",") if x.strip()] if hosts else None
+    if seed is None:
+        seed = secrets.randbelow(1_000_000)
+        if not json_out:
+            views.say(f"seed {seed}")
+    if not dry_run and campaign is None:
+        from bench.matrix.load import load_matrix
+        campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
+                    + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
+    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale)
+    if not dry_run:
+        from bench.execute.campaign import Settings, create
+        from bench.hosts.inventory import load_inventory, select
+        from bench.store.db import open_store
+        host_names = [h.name for h in select(load_inventory(hosts_dir), names)]
+        s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
+                     hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout,
+                     passes=int(m.workload.get("passes") or 2))
+        store = open_store(db)
+        try:
+            cid = create(store, plan, exp, m, host_names, s, str(matrix))
+        finally:
+            store.close()
+        if not json_out:
+            views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
+                      f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}")
+        _execute(cid, s, json_out)
+        return
+    if json_out:
+        views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
+                         "workload": m.workload,
+                         **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
+                         "warnings": exp.warnings})
+    else:
+        print(views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+
+
+def _settings_from(rec: dict, **over):
+    from bench.execute.campaign import Settings
+    s = Settings()
+    for k, v in (rec.get("settings") or {}).items():
+        if hasattr(s, k) and k not in ("db_url",):
+            setattr(s, k, Path(v) if k in ("data_dir", "hosts_dir") and v else v)
+    for k, v in over.items():
+        if v is not None:
+            setattr(s, k, v)
+    return s
+
+
+def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
+    """Run an executor (make_executor(store) -> object with run()) in a thread while the main
+    thread shows the live view (plain lines without a terminal); returns its result."""
+    import threading
+
+    from bench.results import views
+    from bench.execute.campaign import progress
+    from bench.store.campaign_exec import journal_rows
+    from bench.store.db import open_store
+    store = open_store(db_url)
+    out: dict = {}
+
+    def work():
+        try:
+            out["result"] = make_executor(store).run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            out["error"] = exc
+    th = threading.Thread(target=work, name="executor", daemon=True)
+    th.start()
+    try:
+        if not json_out:
+            views.campaign_live(lambda: progress(store, cid), lambda: not th.is_alive(),
+                                journal=lambda after: journal_rows(store, cid, after))
+        th.join()
+        if "error" in out:
+            raise out["error"]
+        if json_out:
+            out["progress"] = progress(store, cid)
+        return out
+    finally:
+        store.close()
+
+
+def _execute(cid: str, settings, json_out: bool) -> None:
+    from bench.results import views
+    from bench.execute.campaign import Executor
+    out = run_live(cid, settings.db_url,
+                   lambda store: Executor(store, cid, settings, log=None), json_out)
+    res = out["result"]
+    if json_out:
+        views.emit_json(out["progress"])
+    else:
+        views.say(f"campaign {cid}: {res['state']}")
+    if res["state"] != "done":
+        raise typer.Exit(1)
+
+
+CampaignArg = Annotated[Optional[str], typer.Argument(
+    help="Campaign id (default: the newest campaign).")]
+
+
+def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDirOpt = None,
+               hosts_dir: HostsDirOpt = None, threads: Annotated[Optional[int], typer.Option(
+                   "--threads", help="Agent threads (default: the campaign's).")] = None,
+               retries: Annotated[Optional[int], typer.Option(
+                   "--retries", help="Infrastructure retries per run (default: the "
+                   "campaign's).")] = None,
+               reconnect_timeout: ReconnectOpt = None, json_out: JsonOpt = False) -> None:
+    """Continue a campaign after the controller died at any point: finished runs are kept,
+    running ones re-attached by run id and collected, the rest started; nothing is repeated."""
+    from bench.execute.campaign import load_record
+    from bench.store.campaign_exec import latest_campaign
+    from bench.store.db import StoreError, open_store
+    store = open_store(db)
+    try:
+        cid = campaign or latest_campaign(store)
+        if cid is None:
+            raise StoreError("no campaign in the database", hint="start one with "
+                             "`bench schedule --matrix NAME --hosts a,b`")
+        rec = load_record(store, cid)
+    finally:
+        store.close()
+    s = _settings_from(rec, threads=threads, retries=retries, data_dir=data_dir,
+                       hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout)
+    s.db_url = db
+    _execute(cid, s, json_out)
+
+
+def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """List campaigns with their progress (runs per state)."""
+    from bench.results import views
+    from bench.store.campaign_exec import campaign_list
+    from bench.store.db import open_store
+    store = open_store(db)
+    try:
+        rows = campaign_list(store)
+    finally:
+        store.close()
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.campaigns_table(rows))
+
+
+def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
+              interval: Annotated[float, typer.Option("--interval", help="Seconds between "
+                                                      "polls.")] = 1.0,
+              once: Annotated[bool, typer.Option("--once", help="Print one snapshot and "
+                                                 "exit.")] = False,
+              json_out: JsonOpt = False) -> None:
+    """Follow a campaign from another shell (read-only: polls the database, touches no host);
+    ends when no controller holds the campaign any more, or on Ctrl-C."""
+    import time as _time
+
+    from bench.results import views
+    from bench.execute.campaign import progress
+    from bench.store.campaign_exec import journal_rows, latest_campaign, lock_holder
+    from bench.store.db import StoreError, open_store
+    store = open_store(db)
+    try:
+        cid = campaign or latest_campaign(store)
+        if cid is None:
+            raise StoreError("no campaign in the database")
+        if once or json_out:
+            p = progress(store, cid)
+            if json_out:
+                views.emit_json(p)
+            else:
+                views.console.print(views.campaign_renderable(p))
+            return
+        seen = {"t": _time.monotonic()}
+
+        def finished():
+            # stop when no live controller drives it (after a grace for a restarting one)
+            from bench.store.campaign_exec import lock_is_stale
+            h = lock_holder(store, cid)
+            if h and not lock_is_stale(h, 30.0):
+                seen["t"] = _time.monotonic()
+            return _time.monotonic() - seen["t"] > 5.0
+        try:
+            views.campaign_live(lambda: progress(store, cid), finished, interval,
+                                journal=lambda after: journal_rows(store, cid, after))
+        except KeyboardInterrupt:
+            pass
+    finally:
+        store.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(matrix_app, name="matrix")
+    app.command("schedule")(schedule_cmd)
+    app.command("resume")(resume_cmd)
+    app.command("campaigns")(campaigns_cmd)
+    app.command("watch")(watch_cmd)

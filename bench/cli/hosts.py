@@ -1,0 +1,203 @@
+"""`bench hosts ...`: the inventory, host keys, facts, deploy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bench.errors import BenchError, HostError
+
+hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
+                                                   "keys, facts, agent deploy.")
+
+HostsDirOpt = Annotated[Optional[Path], typer.Option(
+    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else the repo's hosts/).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (default: all).",
+                                                         show_default=False)]
+
+
+def _hosts(hosts_dir: Path | None, names: list[str] | None):
+    from bench.hosts.inventory import load_inventory, select
+    return select(load_inventory(hosts_dir), names)
+
+
+@hosts_app.command("list")
+def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
+    """List the inventory's hosts."""
+    from bench.results import views
+    rows = [h.as_dict() for h in _hosts(hosts_dir, None)]
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.hosts_table(rows))
+
+
+@hosts_app.command("check")
+def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
+    """Validate every inventory file (all problems, not just the first); exit 2 if any."""
+    from bench.results import views
+    from bench.hosts.inventory import check_inventory
+    rows = check_inventory(hosts_dir)
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.inventory_check_table(rows))
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(2)
+
+
+@hosts_app.command("probe")
+def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
+                json_out: JsonOpt = False) -> None:
+    """Probe hosts in parallel: kernel, arch, page size, cmdline, boot_id, memory, MGLRU,
+    cgroup backend, systemd, pool device, python3, agent hash. Exit 1 if a host failed."""
+    from bench.results import views
+    from bench.hosts.facts import probe_hosts
+    results = [r.as_dict() for r in probe_hosts(_hosts(hosts_dir, hosts))]
+    if json_out:
+        views.emit_json(results)
+    else:
+        views.print_table(views.probe_table(results))
+        for r in results:
+            if r["error"] and r["error"].get("hint"):
+                views.say(f"[bold]{r['host']}:[/] fix: {r['error']['hint']}")
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
+@hosts_app.command("deploy")
+def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
+                 force: Annotated[bool, typer.Option("--force", help="Rebuild even when the "
+                                                     "host's agent is current.")] = False,
+                 json_out: JsonOpt = False) -> None:
+    """Copy native/ sources and agents/ to each host's work_dir, build with make, check the
+    agent's source_sha256 (skips hosts already current). Exit 1 if a host failed."""
+    from bench.results import views
+    from bench.hosts.deploy import deploy_hosts
+    results = deploy_hosts(_hosts(hosts_dir, hosts), force=force)
+    if json_out:
+        views.emit_json(results)
+    else:
+        views.print_table(views.deploy_table(results))
+        for r in results:
+            if r.get("error") and r["error"].get("output"):
+                views.say(f"[bold]{r['host']}[/] build output:\n{r['error']['output']}")
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
+@hosts_app.command("trust")
+def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+                hosts_dir: HostsDirOpt = None,
+                yes: Annotated[bool, typer.Option("--yes", help="Append without asking (only "
+                                                  "after checking the fingerprint!).")] = False,
+                json_out: JsonOpt = False) -> None:
+    """Fetch a host's SSH key, show its SHA256 fingerprint and append it to the host's
+    known_hosts after confirmation. A changed key is refused (remove the old one first)."""
+    from bench.results import views
+    from bench.hosts.ssh import append_known_host, fetch_host_key, known_host_status
+    (h,) = _hosts(hosts_dir, [host])
+    if h.transport == "local":
+        raise BenchError(f"{h.name} uses the local transport: there is no host key")
+    key_type, key_b64, fp = fetch_host_key(h)
+    status = known_host_status(h, key_type, key_b64)
+    info = {"host": h.name, "address": h.address, "port": h.port, "key_type": key_type,
+            "fingerprint": fp, "known_hosts": h.known_hosts_path, "status": status}
+    if status == "changed":
+        raise HostError(h.name, f"{h.known_hosts_path} holds a DIFFERENT {key_type} key for "
+                        f"{h.address}; the host now offers {fp}",
+                        "verify out of band; remove the old line with ssh-keygen -R first")
+    if status == "known":
+        info["added"] = False
+    else:
+        if not yes:
+            if json_out:
+                raise BenchError("--json needs --yes (no interactive confirmation)")
+            views.say(f"{h.name} ({h.address}:{h.port}) offers {key_type} key {fp}")
+            if not typer.confirm(f"append it to {h.known_hosts_path}?", default=False):
+                raise typer.Exit(1)
+        append_known_host(h, key_type, key_b64)
+        info["added"] = True
+    if json_out:
+        views.emit_json(info)
+    else:
+        views.say(f"{h.name}: {key_type} {fp} " + ("added to " if info["added"]
+                                                    else "already in ") + h.known_hosts_path)
+
+
+@hosts_app.command("collect")
+def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+                  run_id: Annotated[str, typer.Argument(help="Run id on that host.")],
+                  hosts_dir: HostsDirOpt = None,
+                  data_dir: Annotated[Optional[Path], typer.Option(
+                      "--data-dir", help="Where bundles go (default $BENCH_DATA_DIR, else "
+                      "~/.local/share/bench).")] = None,
+                  json_out: JsonOpt = False) -> None:
+    """Collect a run's bundle from a host (after a quarantine or a lost controller): the
+    runner's status, then, if the run ended, the bundle into <data_dir>/bundles/<host>/<run_id>/
+    with its manifest verified. Exit 1 while the run is still going."""
+    from bench.results import views
+    from bench.execute.hostrun import collect_run
+    (h,) = _hosts(hosts_dir, [host])
+    res = collect_run(h, run_id, data_dir=data_dir)
+    if json_out:
+        views.emit_json(res)
+    else:
+        st = res["status"] or {}
+        views.say(f"{h.name} run {run_id}: phase {st.get('phase')}, ok {st.get('ok')}"
+                  + (f", reason: {st.get('reason')}" if st.get("reason") else ""))
+        if res["collected"]:
+            f = res["figures"] or {}
+            med, dev = f.get("iteration_median_s"), f.get("device_gb_per_iteration")
+            views.say(f"bundle {res['bundle']} (manifest verified); median iteration "
+                      + ("-" if med is None else f"{med * 1e3:.3f} ms")
+                      + ", device " + ("-" if dev is None else f"{dev:.4f} GB") + "/iteration")
+        else:
+            views.say("the run has not ended yet: collect again later")
+    if not res["collected"]:
+        raise typer.Exit(1)
+
+
+@hosts_app.command("bandwidth")
+def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+                    hosts_dir: HostsDirOpt = None,
+                    threads: Annotated[int, typer.Option("--threads", help="Agent threads.")] = 8,
+                    max_bytes: Annotated[str, typer.Option(
+                        "--max-bytes", help="Read at most about this much of the pool per pass "
+                        "(0 = all of it), e.g. 64G.")] = "0",
+                    db: Annotated[Optional[str], typer.Option(
+                        "--db", help="Database URL (default $BENCH_DB, else the local SQLite).")]
+                    = None,
+                    json_out: JsonOpt = False) -> None:
+    """Raw read bandwidth of the host's pool device with the agent: drop_caches, then every
+    pool file read once cold (pass 0) and once warm (pass 1); device bytes from the pool
+    device's diskstats around each pass. Stored with the host's boot_id and fingerprint."""
+    from bench.results import views
+    from bench.execute.hostrun import measure_bandwidth
+    from bench.store.bandwidth import store_bandwidth
+    from bench.store.db import open_store
+    from bench.units import parse_size
+    (h,) = _hosts(hosts_dir, [host])
+    m = measure_bandwidth(h, threads=threads, max_bytes=parse_size(max_bytes, "--max-bytes"))
+    store = open_store(db)
+    try:
+        m["id"] = store_bandwidth(store, m)
+    finally:
+        store.close()
+    if json_out:
+        views.emit_json(m)
+    else:
+        for p in ("cold", "warm"):
+            x = m[p]
+            dev = x["device_bytes"]
+            views.say(f"{h.name} (boot {m['boot_id']}, device {m['device']}): {p}: "
+                      f"{x['bytes'] / 1e9:.3f} GB in {x['seconds']:.3f} s = "
+                      f"{(x['gb_per_s'] or 0):.3f} GB/s; device read "
+                      + ("-" if dev is None else f"{dev / 1e9:.3f} GB"))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(hosts_app, name="hosts")

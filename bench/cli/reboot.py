@@ -1,0 +1,96 @@
+"""`bench hosts reboot|restore|mglru`: proven reboots for mem= and MGLRU, and runtime toggles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bench.cli.hosts import HostsDirOpt, JsonOpt, hosts_app
+
+HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--up-timeout", help="Seconds to wait for SSH with a new boot_id (default: inventory).")]
+
+
+def _host_and_transport(hosts_dir: Path | None, name: str):
+    from bench.hosts.inventory import load_inventory, select
+    from bench.hosts.ssh import transport_for
+    host = select(load_inventory(hosts_dir), [name])[0]
+    return host, transport_for(host)
+
+
+def _show(result, json_out: bool) -> None:
+    from bench.results import views
+    if json_out:
+        views.emit_json(result.as_dict())
+    elif result.ok:
+        views.say(f"[green]proven[/]: {result.host} booted {result.cmdline!r} "
+                  f"(boot_id {result.after.boot_id}, MemTotal {result.after.memtotal}, "
+                  f"{result.seconds_to_ssh:.0f}s to SSH)")
+    else:
+        views.say(f"[red]quarantined[/]: {result.host}: {result.reason}")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _log():
+    from bench.results import views
+    return lambda ev: views.say(f"[dim]{ev.line()}[/]")
+
+
+@hosts_app.command("reboot")
+def hosts_reboot(
+    host: HostArg,
+    mem: Annotated[Optional[str], typer.Option(help="mem= for the next boot (93G), or none.")] = None,
+    lru_gen: Annotated[Optional[str], typer.Option(help="MGLRU at boot: on or off "
+                                                   "(applied early at boot by bench.lru_gen=).")] = None,
+    up_timeout: TimeoutOpt = None,
+    hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Reboot a rebootable host with a new command line and prove it: new boot_id, mem= in
+    /proc/cmdline, MemTotal in range, MGLRU mask. Exit 1 if it ends quarantined."""
+    from bench.hosts.reboot import reboot_host
+    h, t = _host_and_transport(hosts_dir, host)
+    try:
+        _show(reboot_host(t, h, mem, lru_gen, _log(), up_timeout=up_timeout), json_out)
+    finally:
+        t.close()
+
+
+@hosts_app.command("restore")
+def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, hosts_dir: HostsDirOpt = None,
+                  json_out: JsonOpt = False) -> None:
+    """Boot the host's default command line again and prove it."""
+    from bench.hosts.reboot import restore_host
+    h, t = _host_and_transport(hosts_dir, host)
+    try:
+        _show(restore_host(t, h, _log(), up_timeout=up_timeout), json_out)
+    finally:
+        t.close()
+
+
+@hosts_app.command("mglru")
+def hosts_mglru(host: HostArg,
+                state: Annotated[str, typer.Argument(help="on or off.")],
+                hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
+    """Toggle MGLRU at run time (recorded as a runtime toggle) and read it back."""
+    from bench.results import views
+    from bench.errors import InputError
+    from bench.hosts.reboot import set_mglru_runtime
+    if state not in ("on", "off"):
+        raise InputError(f"MGLRU state {state!r}", hint="allowed values: on, off")
+    _h, t = _host_and_transport(hosts_dir, host)
+    try:
+        res = set_mglru_runtime(t, state == "on", _log())
+    finally:
+        t.close()
+    if json_out:
+        views.emit_json(res)
+    else:
+        views.say(f"{host}: MGLRU {state} at run time: {res}")
+
+
+def register(app: typer.Typer) -> None:
+    """Commands join the `hosts` group that cli_hosts registers."""

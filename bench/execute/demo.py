@@ -1,0 +1,405 @@
+"""`bench demo`: the main job on this machine, end to end, in a few minutes.
+
+Two parts. The trace pipeline (`run_demo`, also alone as `bench demo --trace-only`) runs every
+pure stage of the data flow: synthesize four domains, parse them with the canonical parser,
+check them, measure locality (Table 1), simulate the policies under fair windows (Fig. 1,
+per-layer and global, same-domain and off-domain static tables), run the demand model over the
+capacity sweep (Table 2's miss column, capacities scaled to the model's pool), and write the
+replay plan, hint plans and a frequency table the agent reads.
+
+The measured part (`prepare_campaign`, then `DemoExecutor`; needs root) runs a small campaign on
+the local host through the real executor: a synthetic trace of 8 layers x 32 experts x 1 MiB (a
+256 MiB pool, made under --out), cgroup walls at 1/4 and 1/2 of the pool (they bite: the pool
+does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small C
+would lock nearly the whole machine: balloon cells run only where that lock is at most
+`max_lock` (default 2G) and are skipped with the reason otherwise; one balloon cell sits at
+C = MemAvailable - max_lock/2 so that one does run. Cells the host cannot run are listed as
+skipped with the reason: memboot (the local host never reboots), MGLRU where the kernel has no
+/sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
+
+Why its own matrix, written to <out>/matrix.toml, rather than the shipped `smoke`: smoke's
+capacities are fractions of the host's memory (3-6 GiB here) on the 8 MiB `tiny` pool, so no
+cgroup wall bites and its balloons would lock 18-21 GiB of a shared machine; the balloon that
+runs needs a capacity computed from this machine's MemAvailable, which no matrix can express.
+The file is a plain matrix: `bench schedule --matrix <out>/matrix.toml --hosts local
+--hosts-dir <out>/hosts` runs it again. Its [protocol] sets the cgroup headroom to 16 MiB (the
+agent's own anonymous memory is a few MiB; the default 6 GiB would hide a 64 MiB wall) and
+balloon_max to max_lock, which the runner enforces at run time (MemAvailable moves).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bench.sim.demand import demand
+from bench.trace.locality import locality
+from bench.plan.planfile import (frequency_table, oracle_hints, plan_from_trace,
+                                 previous_token_hints, write_plan)
+from bench.sim.recall import recall_report
+from bench.sim.simulate import simulate
+from bench.trace.synth import generate, preset
+from bench.trace.parse import parse_trace, suspicious_first_passes
+from bench.units import parse_size
+
+DOMAINS = ("prose", "code", "math", "chat")
+# The paper's capacity sweep (Table 2) on the 1.45 TB K3 pool, as fractions of the pool so
+# every model preset is swept over the same relative capacities.
+PAPER_POOL_BYTES = 1.45e12
+PAPER_CAPACITIES = ("448G", "256G", "128G", "64G")
+
+
+def sweep_capacities(pool_bytes: int) -> list[int]:
+    """The paper's capacities scaled to this pool, rounded down to whole MiB."""
+    mib = 1 << 20
+    return [max(mib, int(parse_size(c) / PAPER_POOL_BYTES * pool_bytes) // mib * mib)
+            for c in PAPER_CAPACITIES]
+
+Step = Callable[[str], None]
+
+
+def run_demo(out: Path, model: str = "k3", budgets: tuple[int, ...] = (8, 16, 32),
+             seed: int = 0, step: Step = lambda _msg: None) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for d, name in enumerate(DOMAINS):
+        step(f"synthesizing the {name} trace ({model})")
+        p = out / f"{model}-{name}.jsonl"
+        tmp = p.with_name(p.name + ".tmp")
+        with tmp.open("w") as fh:
+            for line in generate(preset(model, domain=d, seed=seed)):
+                fh.write(line + "\n")
+        tmp.replace(p)
+        paths.append(p)
+    step("parsing with the canonical parser")
+    traces = [parse_trace(p) for p in paths]
+    step("measuring locality")
+    stats = locality(traces)
+    rows = []
+    for t in traces:
+        step(f"simulating policies on {Path(t.source).name} (per-layer, fair windows)")
+        rows += simulate(t, regime="per-layer", budgets=budgets)
+    step("simulating the global pool on the prose trace")
+    rows += simulate(traces[0], regime="global", budgets=budgets)
+    step("off-domain static tables (trained on prose)")
+    off = []
+    for t in traces[1:]:
+        off += simulate(t, policies=("static", "lru"), regime="per-layer", budgets=budgets,
+                        train=traces[0])
+    step("demand model over the capacity sweep")
+    plan = plan_from_trace(traces[0], meta={"source": traces[0].source})
+    pool_bytes = plan.layers * plan.experts_per_layer * plan.expert_bytes
+    demand_rows = demand(plan, sweep_capacities(pool_bytes))
+    step("writing the replay plan, hint plans and frequency table")
+    write_plan(out / "plan.bin", plan)
+    oracle = oracle_hints(plan)
+    write_plan(out / "plan.oracle-hints.bin", oracle)
+    write_plan(out / "plan.previous-token-hints.bin", previous_token_hints(plan))
+    freq = frequency_table(plan)
+    (out / "plan.freq").write_text("# layer expert count\n" + "".join(
+        f"{l} {e} {n}\n" for (l, e), n in sorted(freq.items())))
+    return {
+        "directory": str(out),
+        "parse": [t.summary() for t in traces],
+        "suspicious_first_pass": suspicious_first_passes(traces),
+        "locality": stats,
+        "sim": rows,
+        "sim_off_domain": off,
+        "demand": demand_rows,
+        "recall": recall_report(plan, oracle),
+        "plan": {"iterations": len(plan.iterations), "passes": plan.passes, "reads": plan.reads,
+                 "logical_bytes": plan.logical_bytes, "distinct_experts": len(freq)},
+    }
+
+
+# the measured part: a campaign on the local host ------------------------------------------------
+
+MIB = 1 << 20
+DEMO_TRACE = {"layers": 8, "experts_per_layer": 32, "expert_bytes": MIB, "tokens": 150}
+DEMO_POOL = (DEMO_TRACE["layers"] * DEMO_TRACE["experts_per_layer"]
+             * DEMO_TRACE["expert_bytes"])                               # 256 MiB
+CGROUP_HEADROOM = 16 * MIB
+HOST = "local"
+
+MATRIX_TEMPLATE = """\
+# Written by `bench demo` for this machine (MemAvailable {avail_mib} MiB at {when}).
+# Cgroup walls at 1/4 and 1/2 of the {pool_mib} MiB pool, `none`, balloons at the same
+# capacities (each locks MemAvailable - C: skipped above --max-lock {max_lock}) and one at
+# C = MemAvailable - {lock_mib} MiB that locks about {lock_mib} MiB; a memboot and an MGLRU cell
+# that this host may not be able to run (then listed as skipped with the reason).
+name = "demo"
+description = "bench demo: cgroup walls, balloon and none on a 256 MiB pool, local host"
+reference = "bench demo"
+repetitions = 1
+
+[workload]
+trace = "{trace}"
+batch = 1
+pool = "{pool_mib}M"
+passes = 2
+
+[order]
+randomize = false
+interleave_reps = true
+
+[hosts]
+tags = "any"
+placement = "each"
+
+[estimate]
+run_seconds = 20
+reboot_seconds = 120
+
+[protocol]
+cgroup_headroom = "{headroom_mib}M"
+balloon_max = "{max_lock_mib}M"
+
+[cells]
+capacities = ["0.25pool", "0.5pool"]
+mechanisms = ["cgroup", "balloon"]
+reclaims = ["classic"]
+
+[[cells.extra]]
+capacity = "{balloon_mib}M"
+mechanism = "balloon"
+reclaim = "classic"
+
+[[cells.extra]]
+capacity = "1pool"
+mechanism = "none"
+reclaim = "classic"
+
+[[cells.extra]]
+capacity = "0.25pool"
+mechanism = "cgroup"
+reclaim = "mglru"
+
+[[cells.extra]]
+capacity = "0.25pool"
+mechanism = "memboot"
+reclaim = "classic"
+"""
+
+
+def root_needs() -> str | None:
+    """None as root, else what the measured part needs (one sentence with the fix)."""
+    if os.geteuid() == 0:
+        return None
+    return ("the measured part needs root: it creates memory cgroups, mlocks balloon memory, "
+            "drops the page cache and reads block-device counters; run it as root "
+            "(sudo .venv/bin/bench demo)")
+
+
+def tool_needs() -> str | None:
+    missing = [t for t in ("make",) if shutil.which(t) is None]
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        missing.append("a C compiler")
+    if missing:
+        return (f"the agent is built on the host and needs {' and '.join(missing)}: "
+                "apt-get install build-essential")
+    return None
+
+
+def mem_available() -> int:
+    from bench.hosts.procfs import parse_meminfo
+    with open("/proc/meminfo") as fh:
+        return parse_meminfo(fh.read())["MemAvailable"]
+
+
+def drop_caches() -> None:
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as fh:
+        fh.write("3\n")
+
+
+def _mem_total() -> int:
+    from bench.hosts.procfs import parse_meminfo
+    with open("/proc/meminfo") as fh:
+        return parse_meminfo(fh.read())["MemTotal"]
+
+
+def write_trace(out: Path, seed: int = 0) -> Path:
+    """The demo's synthetic trace (deterministic; rewritten only when absent)."""
+    p = out / "demo-trace.jsonl"
+    if not p.exists():
+        params = preset("tiny", seed=seed, **DEMO_TRACE)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text("\n".join(generate(params)) + "\n")
+        tmp.replace(p)
+    return p
+
+
+def write_hosts(out: Path) -> Path:
+    """An inventory with the local host whose pool and work dir live under out."""
+    from bench.hosts.inventory import Host, render_host_toml
+    d = out / "hosts"
+    d.mkdir(parents=True, exist_ok=True)
+    h = Host(name=HOST, address="localhost", transport="local",
+             tags={"machine": "controller"}, mem_total=_mem_total(),
+             pool_dir=str((out / "pool").resolve()), work_dir=str((out / "work").resolve()))
+    (d / f"{HOST}.toml").write_text("# Written by `bench demo`: this machine, pool and work "
+                                    "dir under the demo directory. Never rebooted.\n"
+                                    + render_host_toml(h))
+    return d
+
+
+def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
+    from bench.units import format_size
+    lock = max(MIB, max_lock // 2 // MIB * MIB)
+    return MATRIX_TEMPLATE.format(
+        avail_mib=avail // MIB, when=time.strftime("%Y-%m-%d %H:%M:%S"),
+        pool_mib=DEMO_POOL // MIB, max_lock=format_size(max_lock), lock_mib=lock // MIB,
+        headroom_mib=CGROUP_HEADROOM // MIB, max_lock_mib=max_lock // MIB,
+        trace=str(trace.resolve()), balloon_mib=max(MIB, avail - lock) // MIB)
+
+
+def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:
+    """Why this host cannot (or, for the lock cap, may not) run this resolved cell; None: runs."""
+    from bench.matrix.cells import parse_cell
+    from bench.units import format_size
+    cell = parse_cell(cand.cell)
+    if cell.reclaim == "mglru" and facts.get("mglru") is None:
+        return (f"kernel {facts.get('kernel') or ''} has no MGLRU (/sys/kernel/mm/lru_gen "
+                "absent)").replace("  ", " ")
+    if cell.mechanism == "cgroup" and (facts.get("cgroup") or {}).get("backend") == "none":
+        return "no memory cgroup mounted (neither cgroup2 nor a v1 memory hierarchy)"
+    if cell.mechanism == "balloon":
+        lock = avail - cell.capacity_bytes
+        if lock <= 0:
+            return (f"MemAvailable {format_size(avail // MIB * MIB)} is already at or below C: "
+                    "a balloon has nothing to lock")
+        if lock > max_lock:
+            need = -(-lock // (1 << 30))
+            return (f"the balloon would lock {lock / (1 << 30):.1f} GiB (MemAvailable - C), above "
+                    f"--max-lock {format_size(max_lock)}; pass --max-lock {need}G to run it")
+    return None
+
+
+@dataclass
+class DemoCampaign:
+    campaign: str
+    out: Path
+    hosts_dir: Path
+    data_dir: Path
+    matrix_path: Path
+    trace: Path
+    db_url: str | None
+    max_lock: int
+    mem_available: int
+    runs: list[dict] = field(default_factory=list)      # {run_id, cell}
+    skipped: list[dict] = field(default_factory=list)   # {point, cell, reason}
+    facts: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"campaign": self.campaign, "directory": str(self.out),
+                "hosts_dir": str(self.hosts_dir), "data_dir": str(self.data_dir),
+                "matrix": str(self.matrix_path), "trace": str(self.trace),
+                "max_lock_bytes": self.max_lock, "mem_available_bytes": self.mem_available,
+                "runs": self.runs, "skipped": self.skipped}
+
+
+def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | None = None,
+                     max_lock: int = 2 << 30, seed: int = 0, threads: int = 2,
+                     step: Step = lambda _msg: None) -> tuple[DemoCampaign, object]:
+    """Trace, inventory, matrix, host facts, the plan with this host's skips, and the campaign
+    created in the store. Returns (DemoCampaign, campaign Settings)."""
+    from bench.execute.campaign import Settings, create
+    from bench.hosts.facts import probe
+    from bench.hosts.inventory import load_inventory, select
+    from bench.matrix.load import Skip, expand, load_matrix
+    from bench.matrix.schedule import HostState, schedule
+    from bench.hosts.ssh import transport_for
+    from bench.store.db import open_store
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    step(f"writing the demo trace ({DEMO_TRACE['layers']} layers x "
+         f"{DEMO_TRACE['experts_per_layer']} experts x 1 MiB, a {DEMO_POOL // MIB} MiB pool)")
+    trace = write_trace(out, seed)
+    hosts_dir = write_hosts(out)
+    host = select(load_inventory(hosts_dir), [HOST])[0]
+    step("probing the local host")
+    t = transport_for(host)
+    try:
+        pr = probe(t, host)
+    finally:
+        t.close()
+    if pr.error:
+        raise pr.exception or RuntimeError(pr.error["message"])
+    facts = pr.facts
+    # every run starts from dropped caches (the runner drops them before applying C), and
+    # dropping them raises MemAvailable by the reclaimable cache it only partly counted: read it
+    # the same way, so that the balloon cell locks about max_lock/2 at run time as well
+    drop_caches()
+    avail = mem_available()
+    mpath = out / "matrix.toml"
+    mpath.write_text(matrix_text(trace, avail, max_lock))
+    m = load_matrix(mpath)
+    exp = expand(m, [host])
+    keep = []
+    for req in exp.requests:
+        why = host_skip(req.candidates[0], facts, avail, max_lock)
+        if why is None:
+            keep.append(req)
+        else:
+            exp.skipped.append(Skip(req.point, HOST, why, req.candidates[0].cell))
+    exp.requests = keep
+    skipped = []
+    for s in exp.skipped:
+        cell = s.cell
+        if cell is None:
+            p = next(p for p in m.points if p.key == s.point)
+            b, _ = p.capacity.resolve(m.pool_bytes, host.mem_total)
+            cell = p.cell(b).name if b else None
+        skipped.append({"point": s.point, "cell": cell, "reason": s.reason})
+    cid = f"demo-s{seed}-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    plan = schedule(exp.requests, [HostState.from_host(host)], seed, campaign=cid,
+                    randomize=m.randomize, interleave=m.interleave, run_seconds=m.run_seconds,
+                    reboot_seconds=m.reboot_seconds)
+    ddir = Path(data_dir) if data_dir else out / "data"
+    settings = Settings(threads=threads, retries=1, data_dir=ddir, db_url=db_url,
+                        hosts_dir=hosts_dir, passes=int(m.workload.get("passes") or 2),
+                        chunk_s=2.0, retry_pause_s=1.0)
+    store = open_store(db_url)
+    try:
+        create(store, plan, exp, m, [HOST], settings, str(mpath))
+    finally:
+        store.close()
+    demo = DemoCampaign(cid, out, hosts_dir, ddir, mpath, trace, db_url, max_lock, avail,
+                        runs=[{"run_id": r.run_id, "cell": r.cell} for r in plan.runs],
+                        skipped=skipped, facts=facts)
+    return demo, settings
+
+
+def demo_results(demo: DemoCampaign) -> dict:
+    """The campaign's runs with their states and measured figures, and the reclaim-shaped
+    matrix (`bench results --matrix reclaim --campaign ID`)."""
+    from bench.store import queries
+    from bench.store.campaign_exec import campaign_row, run_rows
+    from bench.store.db import open_store
+    store = open_store(demo.db_url)
+    try:
+        camp = campaign_row(store, demo.campaign)
+        rows = run_rows(store, demo.campaign)
+        measured = {r["run_id"]: r for r in queries.load_runs(store, campaign=demo.campaign)}
+        table = queries.matrix(store, "reclaim", campaign=demo.campaign)
+        why = queries.verdicts(store, [r["run_id"] for r in rows])
+    finally:
+        store.close()
+    runs = []
+    for r in rows:
+        m = measured.get(r["run_id"]) or {}
+        runs.append({"run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
+                     "retained": m.get("retained"),
+                     "iteration_median_s": m.get("iteration_median_s"),
+                     "device_bytes": m.get("device_bytes"),
+                     "device_bytes_per_iteration": m.get("device_bytes_per_iteration"),
+                     "locked_fraction": m.get("locked_fraction"),
+                     "failed_rules": [f"{v['rule']}: {v['reason']}"
+                                      for v in why.get(r["run_id"], []) if not v["passed"]]})
+    return {"campaign": demo.campaign, "state": (camp or {}).get("state"), "runs": runs,
+            "table": table, "skipped": demo.skipped, **{k: v for k, v in demo.as_dict().items()
+                                                        if k not in ("runs", "skipped")}}

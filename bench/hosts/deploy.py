@@ -1,0 +1,216 @@
+"""Deploy the native agent's sources and the host-side agents to a host and build it there.
+
+What travels: native/Makefile, native/*.c, native/*.h (never binaries or objects) and agents/
+(without caches), as one tar.gz put into <work_dir>, extracted into fresh native/ and agents/
+directories, then `make -C <work_dir>/native`. The build is proven by `bench-agent version`:
+its source_sha256 must equal `source_hash(native_dir)` computed here over the same files
+(recipe of native/Makefile: sha256 of the concatenated bytes of Makefile and every *.c and *.h
+directly in native/, in byte order of their names). A host whose agent already reports the
+local hash and whose agents/ carries the local agents hash is skipped ("current").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from bench.errors import CommandFailed, HostError, InputError
+
+
+def _sources_root() -> Path:
+    """Where native/ and agents/ are: next to bench/ in a checkout, inside the installed
+    package otherwise (the wheel ships them as bench/native and bench/agents)."""
+    pkg = Path(__file__).resolve().parents[1]
+    return pkg.parent if (pkg.parent / "native" / "Makefile").exists() else pkg
+
+
+REPO = _sources_root()
+AGENTS_STAMP = ".bench-agents-sha256"
+
+
+def native_sources(native_dir: Path) -> list[Path]:
+    native_dir = Path(native_dir)
+    files = [p for p in native_dir.iterdir() if p.is_file() and
+             (p.name == "Makefile" or p.suffix in (".c", ".h"))]
+    if not any(p.name == "Makefile" for p in files):
+        raise InputError(f"{native_dir}: no Makefile; is this the native/ directory?")
+    return sorted(files, key=lambda p: p.name.encode())
+
+
+def source_hash(native_dir: Path) -> str:
+    """sha256 over Makefile + *.c + *.h of native_dir, concatenated in byte order of names."""
+    h = hashlib.sha256()
+    for p in native_sources(native_dir):
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def agents_files(agents_dir: Path) -> list[Path]:
+    agents_dir = Path(agents_dir)
+    if not agents_dir.is_dir():
+        return []
+    return sorted((p for p in agents_dir.rglob("*") if p.is_file()
+                   and "__pycache__" not in p.parts and p.suffix != ".pyc"),
+                  key=lambda p: str(p.relative_to(agents_dir)).encode())
+
+
+def agents_hash(agents_dir: Path) -> str:
+    """sha256 over (relative path, NUL, bytes, NUL) of every file of agents/."""
+    h = hashlib.sha256()
+    for p in agents_files(agents_dir):
+        h.update(str(p.relative_to(agents_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def make_bundle(repo: Path = REPO, native: bool = True) -> bytes:
+    """The tar.gz that is shipped: native/ sources (unless native=False) and agents/, files'
+    mtimes set to now (so make always rebuilds what it extracts)."""
+    now = time.time()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        entries = [(p, f"native/{p.name}") for p in native_sources(repo / "native")] \
+            if native else []
+        entries += [(p, f"agents/{p.relative_to(repo / 'agents')}")
+                    for p in agents_files(repo / "agents")]
+        for path, arc in entries:
+            data = path.read_bytes()
+            info = tarfile.TarInfo(arc)
+            info.size = len(data)
+            info.mtime = now
+            info.mode = path.stat().st_mode & 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def remote_agent(transport, work_dir: str) -> dict | None:
+    """What `<work_dir>/native/bench-agent version` reports, or None if it is absent/broken."""
+    from bench.hosts.facts import parse_agent
+    from bench.errors import FormatError
+    try:
+        r = transport.run([f"{work_dir}/native/bench-agent", "version"], timeout=30, check=False)
+    except CommandFailed:
+        return None
+    if r.rc != 0:
+        return None
+    try:
+        return parse_agent(r.stdout)
+    except FormatError:
+        return None
+
+
+def deploy(transport, host, repo: Path = REPO, force: bool = False,
+           build_timeout: float = 900.0) -> dict:
+    """Ship, build and verify on one host. Returns {host, status: current|deployed, ...};
+    raises CommandFailed (with the compiler output) when the build fails."""
+    local_hash = source_hash(repo / "native")
+    local_agents = agents_hash(repo / "agents")
+    wd = host.work_dir
+    before = remote_agent(transport, wd)
+    stamp = transport.run(["cat", f"{wd}/agents/{AGENTS_STAMP}"], timeout=30, check=False)
+    remote_agents = stamp.stdout.strip() if stamp.rc == 0 else None
+    out = {"host": host.name, "source_sha256": local_hash, "agents_sha256": local_agents,
+           "before": before["source_sha256"] if before else None}
+    agent_current = bool(before) and before["source_sha256"] == local_hash
+    if not force and agent_current and remote_agents == local_agents:
+        return dict(out, status="current", seconds=0.0)
+    t0 = time.monotonic()
+    # only the host agents changed: ship them, keep the built agent (a build on a slow host
+    # takes minutes)
+    agents_only = agent_current and not force
+    transport.run(["mkdir", "-p", wd], timeout=30)
+    remote_tar = f"{wd}/.bench-deploy.tar.gz"
+    with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
+        tmp.write(make_bundle(repo, native=not agents_only))
+        tmp.flush()
+        transport.put(Path(tmp.name), remote_tar)
+    transport.run(["rm", "-rf", f"{wd}/agents"] + ([] if agents_only else [f"{wd}/native"]),
+                  timeout=60)
+    transport.run(["tar", "-xzf", remote_tar, "-C", wd], timeout=120)
+    transport.run(["rm", "-f", remote_tar], timeout=30)
+    if agents_only:
+        transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
+                       f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
+        return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
+                    agent=before, build_output="", shipped="agents")
+    r = transport.run(["make", "-C", f"{wd}/native"], timeout=build_timeout, check=False)
+    if r.rc != 0:
+        output = (r.stdout + r.stderr).strip()
+        raise CommandFailed(host.name, ["make", "-C", f"{wd}/native"], r.rc, output,
+                            hint="the compiler output is above; fix native/ and deploy again")
+    after = remote_agent(transport, wd)
+    if after is None:
+        raise HostError(host.name, f"{wd}/native/bench-agent version does not run after the build")
+    if after["source_sha256"] != local_hash:
+        raise HostError(host.name, f"built agent reports source_sha256 {after['source_sha256']}, "
+                        f"local sources hash to {local_hash}",
+                        "the Makefile's hash recipe and bench.hosts.deploy.source_hash disagree")
+    transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
+                   f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
+    return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
+                agent=after, build_output=(r.stdout + r.stderr)[-4000:],
+                boot_hook=install_boot_hook(transport, host))
+
+
+BOOT_UNIT = "/etc/systemd/system/bench-lru-gen.service"
+
+
+def boot_hook_unit(work_dir: str) -> str:
+    """The systemd unit that applies bench.lru_gen= early at boot (agents/lru_gen_boot.sh)."""
+    return f"""[Unit]
+Description=bench: apply bench.lru_gen= from the kernel command line (MGLRU state at boot)
+DefaultDependencies=no
+Before=sysinit.target
+ConditionPathExists=/sys/kernel/mm/lru_gen/enabled
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh {work_dir}/agents/lru_gen_boot.sh
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def install_boot_hook(transport, host) -> dict:
+    """On a rebootable host with systemd, install and enable the MGLRU boot unit. Elsewhere say
+    why not: without it `--lru-gen` reboots fail their gate, runtime toggles still work."""
+    if not host.reboot.allowed:
+        return {"installed": False, "reason": "host is not rebootable"}
+    if transport.run(["test", "-d", "/run/systemd/system"], check=False, timeout=30).rc != 0:
+        return {"installed": False,
+                "reason": "no systemd: run agents/lru_gen_boot.sh from the host's early init "
+                          "(the lab guests' init applies bench.lru_gen itself)"}
+    transport.run(["sh", "-c", 'cat > "$1"', "bench-deploy", BOOT_UNIT], timeout=30,
+                  stdin=boot_hook_unit(host.work_dir))
+    transport.run(["systemctl", "daemon-reload"], timeout=60)
+    transport.run(["systemctl", "enable", "bench-lru-gen.service"], timeout=60)
+    return {"installed": True, "unit": BOOT_UNIT}
+
+
+def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = False) -> list[dict]:
+    """Deploy to every host in parallel; errors are returned per host as data."""
+    from bench.hosts.facts import _error, run_parallel
+    if transport_for is None:
+        from bench.hosts.ssh import transport_for as default
+        transport_for = default
+
+    def one(host) -> dict:
+        t = None
+        try:
+            t = transport_for(host)
+            return dict(deploy(t, host, repo, force), ok=True, error=None)
+        except Exception as exc:  # noqa: BLE001 - one host's failure is data
+            err = _error(exc)
+            if isinstance(exc, CommandFailed):
+                err["output"] = exc.stderr
+            return {"host": host.name, "ok": False, "status": "failed", "error": err}
+        finally:
+            if t is not None:
+                t.close()
+
+    return run_parallel(list(hosts), one)
+

@@ -1,0 +1,98 @@
+"""One way to run commands on a host: run (argv, never a shell string), put, get, timeouts.
+
+`LocalTransport` runs on this machine with subprocess; `bench.hosts.ssh.SSHTransport` (the only
+module that imports fabric/paramiko) runs over SSH. Both raise the typed errors of
+bench.errors (CommandFailed with stderr, CommandTimeout, Unreachable, AuthError, HostKeyError)
+and return `Result`s. Commands are argv lists; the SSH side quotes every element with shlex,
+so no user string is ever pasted into a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from bench.errors import CommandFailed, CommandTimeout, InputError
+
+
+@dataclass(frozen=True)
+class Result:
+    host: str
+    argv: tuple[str, ...]
+    rc: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def quote_argv(argv: Sequence[str]) -> str:
+    """The one place an argv becomes a shell command line: every element shlex-quoted."""
+    if not argv:
+        raise InputError("empty command")
+    for a in argv:
+        if not isinstance(a, str):
+            raise InputError(f"command arguments must be strings, got {a!r}")
+        if "\0" in a:
+            raise InputError("command arguments must not contain NUL bytes")
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+@runtime_checkable
+class Transport(Protocol):
+    host: str
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = 60.0, check: bool = True,
+            stdin: str | None = None, env: Mapping[str, str] | None = None) -> Result: ...
+
+    def put(self, local: Path, remote: str) -> None: ...
+
+    def get(self, remote: str, local: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalTransport:
+    """This machine, through subprocess (no shell)."""
+
+    def __init__(self, host: str = "local"):
+        self.host = host
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = 60.0, check: bool = True,
+            stdin: str | None = None, env: Mapping[str, str] | None = None) -> Result:
+        quote_argv(argv)  # same validation as the SSH side
+        full_env = None if env is None else {**os.environ, **env}
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(list(argv), input=stdin, capture_output=True, text=True,
+                               timeout=timeout, env=full_env)
+        except subprocess.TimeoutExpired:
+            raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
+        except FileNotFoundError:
+            raise CommandFailed(self.host, list(argv), 127, f"{argv[0]}: not found") from None
+        res = Result(self.host, tuple(argv), p.returncode, p.stdout, p.stderr,
+                     time.monotonic() - t0)
+        if check and p.returncode != 0:
+            raise CommandFailed(self.host, list(argv), p.returncode, p.stderr)
+        return res
+
+    def put(self, local: Path, remote: str) -> None:
+        Path(remote).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, remote)
+
+    def get(self, remote: str, local: Path) -> None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(remote, local)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,415 @@
+"""Retention rules (DESIGN.md): a run's numbers count only if every rule passes.
+
+Each rule is a pure function of a loaded bundle and a context ({"campaign_fingerprint": dict or
+None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever
+its logic changes: `bench retention recheck` re-evaluates stored runs under the current
+versions and reports what changed. A rule that does not apply passes and says why.
+
+Rules apply to replay-agent runs, to end-to-end engine runs (docs/engine.md), or to both
+(`kinds`); a rule is not evaluated on a run of a kind it does not cover (no verdict), so
+agent-only rules never reject an engine run for lacking agent data, nor the engine gates
+(engine_exit_ok, engine_backend, engine_output_nondegenerate, engine_load_reported) an agent
+run, and agent runs keep exactly the verdicts they had.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.judge.bundle import Bundle
+from bench.judge.counters import find
+from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
+from bench.judge.measured import (delta, engine_facts, fingerprint, measured_records, mglru_state,
+                                  snap)
+from bench.units import parse_size
+
+MiB = 1 << 20
+VMLCK_TOLERANCE = 0.99          # VmLck must reach 99% of the request (page rounding)
+WALL_FRACTION = 0.95            # memory.current must reach 95% of the wall
+MEMBOOT_MIN_FRACTION = 0.80     # MemTotal under mem=X lies in [0.8 X, X]
+DROP_RESIDUE_BYTES = 512 * MiB  # page cache left after drop_caches, beyond Shmem
+KMSG_BAD = re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O|"
+                      r"Out of memory|oom-kill|invoked oom-killer|Killed process|"
+                      r"EXT4-fs error|XFS .*error|nvme.*(timeout|reset)", re.IGNORECASE)
+
+
+KINDS = ("agent", "engine")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    version: int
+    check: Callable[[Bundle, dict], tuple[bool, str]]
+    doc: str
+    kinds: tuple[str, ...] = KINDS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: str
+    version: int
+    passed: bool
+    reason: str
+
+
+RULES: list[Rule] = []
+
+
+def rule(name: str, version: int, kinds: tuple[str, ...] = KINDS):
+    def deco(fn):
+        RULES.append(Rule(name, version, fn, (fn.__doc__ or "").strip(), kinds))
+        return fn
+    return deco
+
+
+def run_kind(b: Bundle) -> str:
+    return "engine" if b.is_engine else "agent"
+
+
+def evaluate(b: Bundle, ctx: dict | None = None) -> list[Verdict]:
+    ctx = ctx or {}
+    out = []
+    kind = run_kind(b)
+    for r in RULES:
+        if kind not in r.kinds:
+            continue
+        try:
+            ok, reason = r.check(b, ctx)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
+            # a failed run's partial bundle lacks what most rules read: runner_completed
+            # carries its reason, the others say they could not look
+            ok, reason = False, f"could not evaluate: {type(exc).__name__}: {exc}"
+        out.append(Verdict(r.name, r.version, bool(ok), reason))
+    return out
+
+
+def retained(verdicts: list[Verdict]) -> bool:
+    return all(v.passed for v in verdicts)
+
+
+def _vmlck(text: str | None) -> int | None:
+    return None if text is None else status_bytes(parse_status(text), "VmLck")
+
+
+def _balloon_vmlck(b: Bundle, phase: str) -> int | None:
+    s = b.snapshots.get(phase, {})
+    pid = (b.balloon or {}).get("pid") or b.capacity.get("pid")
+    return _vmlck(s.get("balloon_status") or s.get(f"proc_{pid}_status"))
+
+
+def _mb(n: int | None) -> str:
+    return "absent" if n is None else f"{n / MiB:.0f} MiB"
+
+
+@rule("runner_completed", 1)
+def runner_completed(b, ctx):
+    """The host-side runner went through its whole protocol (status done, ok). A run it
+    stopped (a balloon that never got ready, a killed agent, a wall it could not set) leaves a
+    partial bundle that is stored and rejected here with the runner's reason, never retried as
+    if the infrastructure had failed."""
+    if b.completed:
+        return True, "runner finished: done, ok"
+    before = [h.get("phase") for h in b.status.get("history") or [] if h.get("phase") !=
+              b.status.get("phase")]
+    return False, (f"runner ended {b.status.get('phase')!r}"
+                   + (f" after phase {before[-1]}" if before else "")
+                   + f": {b.status.get('reason') or 'no reason given'}")
+
+
+@rule("vmlck_held", 1, kinds=("agent",))
+def vmlck_held(b, ctx):
+    """The balloon's and the pinned arena's requested VmLck reached at loop entry and held at
+    the end."""
+    notes = []
+    if b.spec.get("mechanism") == "balloon":
+        want = b.capacity.get("requested_bytes")
+        if not want:
+            return False, "balloon run without requested_bytes in capacity.json"
+        for phase in (b.loop_entry, "post"):
+            got = _balloon_vmlck(b, phase)
+            if got is None or got < VMLCK_TOLERANCE * want:
+                return False, f"balloon VmLck {_mb(got)} at {phase}, requested {_mb(want)}"
+        notes.append(f"balloon VmLck >= {_mb(want)} at loop entry and end")
+    arena = int(b.summary.get("arena_bytes") or 0)
+    if b.spec.get("mode") in ("pinned", "hybrid") or arena:
+        if not arena:
+            return False, f"{b.spec.get('mode')} run with no arena_bytes in the agent summary"
+        for what, got in (("after preload", b.summary.get("vmlck_bytes")),
+                          ("at the end", b.summary.get("vmlck_end_bytes"))):
+            if got is None or got < VMLCK_TOLERANCE * arena:
+                return False, f"arena VmLck {_mb(got)} {what}, arena {_mb(arena)}"
+        notes.append(f"arena VmLck >= {_mb(arena)} after preload and at the end")
+    return True, "; ".join(notes) or "no balloon and no arena: nothing locked to check"
+
+
+@rule("no_oom", 1)
+def no_oom(b, ctx):
+    """No OOM: cgroup memory.events oom/oom_kill (v2) or memory.oom_control oom_kill (v1) and
+    the system's vmstat oom_kill unchanged over the run."""
+    for source, key in (("cgroup", "memory.events.oom"), ("cgroup", "memory.events.oom_kill"),
+                        ("cgroup", "memory.oom_control.oom_kill"), ("vmstat", "oom_kill")):
+        d = delta(b, "run", source, key)
+        if d:
+            return False, f"{key} rose by {d} during the run"
+    if snap(b, "post").get(("cgroup", "memory.oom_control.under_oom")):
+        return False, "the cgroup was under_oom at the end"
+    if delta(b, "run", "vmstat", "oom_kill") is None:
+        return False, "vmstat oom_kill missing from the pre/post snapshots"
+    return True, "no OOM event in the cgroup or the system"
+
+
+@rule("alive_throughout", 2)
+def alive_throughout(b, ctx):
+    """The cgroup scope and the balloon stayed alive from warm-up to the end. v2: the
+    runner's own end state is runner_completed's (v1 also checked it here)."""
+    mech = b.spec.get("mechanism")
+    if mech == "cgroup":
+        for phase in ("pass0-start", b.loop_entry, b.measured_end):
+            s = b.snapshots.get(phase, {})
+            if find(s, "memory.stat") is None or any(k.endswith(".err") and "memory." in k
+                                                     for k in s):
+                return False, f"the scope's memory files were unreadable at {phase}"
+        if any(r["memory_current"] is None for r in b.timeline):
+            return False, "memory.current missing from the timeline (scope gone?)"
+    if mech == "balloon":
+        bal = b.balloon or {}
+        if not (bal.get("alive_at_loop_entry") and bal.get("alive_at_end")):
+            return False, (f"balloon alive at loop entry {bal.get('alive_at_loop_entry')}, at "
+                           f"end {bal.get('alive_at_end')} (signal {bal.get('signal')})")
+    return True, {"cgroup": "scope alive at every snapshot and timeline sample",
+                  "balloon": "balloon alive at loop entry and end"}.get(mech, "runner done")
+
+
+@rule("mglru_as_requested", 1, kinds=("agent",))
+def mglru_as_requested(b, ctx):
+    """MGLRU main bit as the cell asks (mglru on, classic off) at loop entry and at the end."""
+    want = b.spec.get("reclaim") == "mglru"
+    for phase in (b.loop_entry, "post"):
+        state = mglru_state(b, phase)
+        if state is None and want:
+            return False, f"lru_gen/enabled absent at {phase} but the cell asks for MGLRU"
+        if state is not None and state != want:
+            return False, f"MGLRU {'on' if state else 'off'} at {phase}, cell asks " \
+                          f"{'on' if want else 'off'}"
+    return True, f"MGLRU {'on' if want else 'off'} at loop entry and end"
+
+
+@rule("boot_matches", 1)
+def boot_matches(b, ctx):
+    """Same boot throughout (and the new one when the controller rebooted), mem= as expected,
+    MemTotal in range for memboot cells."""
+    exp = b.spec.get("expect_boot") or {}
+    ids = {p: (b.snapshots.get(p, {}).get("proc_sys_kernel_random_boot_id") or "").strip()
+           for p in ("pre", "post")}
+    host_id = b.host.get("boot_id")
+    if len({ids["pre"], ids["post"], host_id}) != 1:
+        return False, f"boot_id changed: host.json {host_id}, pre {ids['pre']}, post {ids['post']}"
+    if exp.get("boot_id") and exp["boot_id"] != host_id:
+        return False, f"boot_id {host_id} is not the expected new boot {exp['boot_id']}"
+    mem = cmdline_param(parse_cmdline(b.host.get("cmdline", "")), "mem")
+    if (exp.get("mem") or None) != mem:
+        return False, f"mem= on the cmdline is {mem!r}, expected {exp.get('mem')!r}"
+    total = b.host.get("mem_total_bytes")
+    if b.spec.get("mechanism") == "memboot":
+        if not mem:
+            return False, "memboot cell without mem= on the cmdline"
+        cap = parse_size(mem.upper(), "mem=")
+        if total is None or not MEMBOOT_MIN_FRACTION * cap <= total <= cap:
+            return False, f"MemTotal {total} outside [{MEMBOOT_MIN_FRACTION:g} x, 1 x] mem={mem}"
+    return True, f"boot {host_id[:8] if host_id else '?'} throughout, mem={mem or 'none'}"
+
+
+@rule("caches_dropped", 1)
+def caches_dropped(b, ctx):
+    """Caches really dropped before warm-up: Cached after drop_caches, less Shmem, is small."""
+    after = b.drop.get("cached_after_bytes")
+    if after is None:
+        return False, "drop.json has no cached_after_bytes"
+    shmem = snap(b, "pre").get(("meminfo", "Shmem"), 0)
+    residue = after - shmem
+    if residue > DROP_RESIDUE_BYTES:
+        return False, f"{_mb(residue)} of page cache left after drop_caches (beyond Shmem)"
+    return True, f"{_mb(max(residue, 0))} left after drop_caches (beyond Shmem)"
+
+
+@rule("no_swap", 1)
+def no_swap(b, ctx):
+    """No swap activity: pswpin and pswpout unchanged over the run."""
+    for key in ("pswpin", "pswpout"):
+        d = delta(b, "run", "vmstat", key)
+        if d is None:
+            return False, f"vmstat {key} missing from the pre/post snapshots"
+        if d:
+            return False, f"{key} rose by {d} pages during the run"
+    return True, "no pages swapped in or out"
+
+
+@rule("measured_pass_complete", 1, kinds=("agent",))
+def measured_pass_complete(b, ctx):
+    """The measured pass completed every iteration of the plan, without agent errors."""
+    want = b.summary.get("iterations")
+    recs = measured_records(b)
+    got = [r["iter"] for r in recs]
+    if not want or got != list(range(want)):
+        return False, f"measured pass has {len(got)} of {want} iterations"
+    if b.summary.get("ok") is not True or b.summary.get("errors"):
+        return False, f"agent reports ok={b.summary.get('ok')}, errors={b.summary.get('errors')}: " \
+                      f"{b.summary.get('reason')}"
+    if b.summary.get("passes_done", b.passes) < b.passes:
+        return False, f"agent did {b.summary.get('passes_done')} of {b.passes} passes"
+    return True, f"all {want} iterations measured"
+
+
+@rule("timeline_reaches_wall", 1, kinds=("agent",))
+def timeline_reaches_wall(b, ctx):
+    """Cgroup cells below the pool size: memory.current reaches the wall while measuring."""
+    if b.spec.get("mechanism") != "cgroup":
+        return True, "not a cgroup cell"
+    if b.spec.get("capacity_bytes", 0) >= b.spec.get("pool_bytes", 0):
+        return True, "capacity not below the pool size: no wall to reach"
+    wall = b.capacity.get("limit_read_back") or b.capacity.get("limit_bytes")
+    peak = max((r["memory_current"] for r in b.timeline
+                if r["phase"] == "measuring" and r["memory_current"] is not None), default=None)
+    if not wall:
+        return False, "capacity.json has no limit read back"
+    if peak is None or peak < WALL_FRACTION * wall:
+        return False, f"memory.current peaked at {_mb(peak)} while measuring, wall {_mb(wall)}"
+    return True, f"memory.current reached {_mb(peak)} of the {_mb(wall)} wall"
+
+
+@rule("kernel_log_clean", 1)
+def kernel_log_clean(b, ctx):
+    """No I/O error or OOM line among the kernel log lines of the run."""
+    for line in b.kmsg:
+        if KMSG_BAD.search(line):
+            return False, f"kernel log: {line.strip()[:160]}"
+    return True, f"{len(b.kmsg)} kernel log lines, none an I/O error or OOM"
+
+
+@rule("preload_outside", 1, kinds=("agent",))
+def preload_outside(b, ctx):
+    """Pinned/hybrid: the arena was preloaded and locked before loop entry, so the measured
+    interval holds no preload."""
+    arena = int(b.summary.get("arena_bytes") or 0)
+    if b.spec.get("mode") not in ("pinned", "hybrid") and not arena:
+        return True, "no arena: nothing preloaded"
+    if b.passes < 2:
+        return False, "a single pass cannot separate preload from measurement"
+    got = _vmlck(b.snapshots.get(b.loop_entry, {}).get("proc_self_status"))
+    if got is None or got < VMLCK_TOLERANCE * arena:
+        return False, f"agent VmLck {_mb(got)} at loop entry, arena {_mb(arena)}: preload not " \
+                      "finished when the clock started"
+    return True, f"arena of {_mb(arena)} locked before loop entry " \
+                 f"(preload {_mb(b.summary.get('preload_bytes'))} excluded)"
+
+
+@rule("fingerprint_matches", 2)
+def fingerprint_matches(b, ctx):
+    """Kernel, cmdline (less mem=, lru_gen and panic=, in any order), agent hash and
+    controller version match the campaign's fingerprint for this host. v2: v1 compared the
+    command line in order, and a memboot reboot (which rewrites it) rejected every run after
+    it."""
+    want = ctx.get("campaign_fingerprint")
+    if not b.spec.get("campaign"):
+        return True, "not part of a campaign"
+    if not want:
+        return True, "first run of the campaign on this host: its fingerprint is the reference"
+    got = fingerprint(b)
+    diff = [k for k in ("kernel", "arch", "cmdline", "agent_sha256", "controller_version")
+            if got.get(k) != want.get(k)]
+    if diff:
+        k = diff[0]
+        return False, f"{k} {got.get(k)!r} differs from the campaign's {want.get(k)!r}"
+    return True, f"fingerprint {got['digest']} matches the campaign"
+
+
+@rule("hint_provenance", 1, kinds=("agent",))
+def hint_provenance(b, ctx):
+    """Prefetch runs record their hint plan's provenance (oracle or predictor) and hash; a
+    recall figure must come from the run that produced this very hint plan."""
+    if b.spec.get("prefetch", "none") == "none":
+        return True, "no prefetch"
+    prov = b.spec.get("hints_provenance")
+    if not isinstance(prov, dict) or prov.get("kind") not in ("oracle", "predictor",
+                                                              "previous_token", "file"):
+        return False, f"hints_provenance {prov!r} does not say oracle or predictor"
+    if not b.spec.get("hints_sha256"):
+        return False, "hint plan hash not recorded"
+    if "recall" in prov and prov.get("hints_sha256") != b.spec["hints_sha256"]:
+        return False, "the recall figure comes from a different hint plan than the one replayed"
+    return True, f"{prov['kind']} hints {b.spec['hints_sha256'][:12]}" + (
+        f", recall {prov['recall']:.3f} from the same plan" if "recall" in prov else "")
+
+
+# end-to-end engine runs (docs/engine.md) ---------------------------------------------------------
+
+@rule("engine_exit_ok", 1, kinds=("engine",))
+def engine_exit_ok(b, ctx):
+    """Engine runs: the engine started and exited 0 on its own (no signal, no timeout, not
+    stopped)."""
+    e, f = b.engine or {}, engine_facts(b)
+    if not e:
+        return False, ("the engine never ran (no engine.json): runner "
+                       f"{b.status.get('phase')}: {b.status.get('reason') or 'no reason given'}")
+    if e.get("start_error"):
+        return False, f"the engine did not start: {e['start_error']}"
+    if f["timed_out"]:
+        return False, f"the engine ran past its timeout_s {e.get('timeout_s')} and was stopped"
+    if e.get("stopped"):
+        return False, "the engine was stopped on request before it finished"
+    if f["signal"]:
+        return False, f"the engine was killed by signal {f['signal']}"
+    if f["exit_code"] != 0:
+        tail = b.text("engine.stderr").strip().splitlines()[-1:] or ["(no stderr)"]
+        return False, f"the engine exited {f['exit_code']}: {tail[0][:160]}"
+    if f["wall_s"] is None:
+        return False, "engine.json has no wall time"
+    return True, f"exited 0 after {f['wall_s']:.3f} s"
+
+
+@rule("engine_backend", 1, kinds=("engine",))
+def engine_backend(b, ctx):
+    """Engine runs: the expected backend string appears in the engine's output (stdout or
+    stderr), so the run used the backend the comparison is about."""
+    f, want = engine_facts(b), b.spec["engine"]["backend"]
+    if not f["backend_found"]:
+        hint = [ln.strip() for ln in (b.text("engine.stdout") + "\n" + b.text("engine.stderr"))
+                .splitlines() if "backend" in ln.lower()][:1]
+        return False, f"backend {want!r} not in the engine's output" + (
+            f" (it printed: {hint[0][:120]})" if hint else "")
+    return True, f"backend line: {f['backend_line'][:160]}"
+
+
+@rule("engine_output_nondegenerate", 1, kinds=("engine",))
+def engine_output_nondegenerate(b, ctx):
+    """Engine runs: output token IDs found, at least min_tokens of them, not ending in a
+    cycle of period <= 4 over half the output (bench.matrix.engine.degenerate); the hash is
+    recorded."""
+    f = engine_facts(b)
+    if f["degenerate"]:
+        return False, f["degenerate"]
+    return True, f"{f['tokens']} tokens, output sha256 {f['output_sha256'][:16]}"
+
+
+@rule("engine_load_reported", 1, kinds=("engine",))
+def engine_load_reported(b, ctx):
+    """Engine runs: the engine reported its cold model load, within [0, wall time], so the
+    steady-decode time (wall - load) is defined."""
+    f = engine_facts(b)
+    if f["load_s"] is None:
+        return False, (f"no cold-load time matches /{b.spec['engine']['load_regex']}/ in the "
+                       "engine's output")
+    if f["wall_s"] is not None and not 0 <= f["load_s"] <= f["wall_s"]:
+        return False, f"cold load {f['load_s']:.3f} s is outside [0, wall {f['wall_s']:.3f} s]"
+    return True, f"cold load {f['load_s']:.3f} s" + (
+        "" if f["steady_s"] is None else f", steady decode {f['steady_s']:.3f} s")
+
+
+def rule_table() -> list[dict]:
+    return [{"rule": r.name, "version": r.version, "doc": r.doc, "kinds": list(r.kinds)}
+            for r in RULES]
+
+

@@ -1,0 +1,583 @@
+"""The virtual-machine lab (test tier 3): Debian guests under qemu (TCG), reached over SSH.
+
+Image: built offline from Debian's packages with debootstrap (minbase + sshd, python3, kexec,
+gcc/make, the Debian kernel 6.1 with its initramfs), turned into an ext4 disk with
+`mkfs.ext4 -d`, cached in $BENCH_LAB_CACHE (default /var/cache/bench-lab) under a key that
+hashes everything that goes into it. Init is busybox init with bench/guest/rcS (mounts,
+`bench.lru_gen=on|off` from the kernel command line, network, sshd); the guest's SSH host key
+is made at build time and recorded in the lab's known_hosts; root logs in with the lab key.
+
+Guests: `lab_up(count)` starts `count` qemu-system-x86_64 (TCG) guests in parallel, each with a
+qcow2 overlay on the cached image (vda), its own ext4 pool disk (vdb, mounted at /srv/bench),
+user-mode networking with 127.0.0.1:PORT -> 22, serial console to a log file; it waits until
+each answers SSH with a boot_id (qemu accepts TCP on the forwarded port while the guest is still
+down) and writes inventory files <state>/hosts/lab-a.toml, lab-b.toml ... (bench.hosts.inventory's
+schema). Runtime state lives in $BENCH_LAB_DIR (default /run/bench-lab-vm). `lab_down()` stops
+exactly the qemu processes this lab started (PIDs from the state file, checked against
+/proc/PID/cmdline). `python3 -m bench.lab.vm up|down|status|build|power-cycle NAME`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.errors import (AuthError, BenchError, CommandFailed, CommandTimeout, HostError,
+                          HostKeyError, InputError)
+
+GUEST_DIR = Path(__file__).resolve().parent / "guest"
+SUITE = "bookworm"
+IMAGE_VERSION = 3          # bump when the build recipe changes
+PACKAGES = ["openssh-server", "python3", "kexec-tools", "make", "gcc", "libc6-dev",
+            "iproute2", "linux-image-amd64", "initramfs-tools", "busybox", "kmod", "procps",
+            "zstd", "e2fsprogs", "util-linux"]
+HOST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
+              "debootstrap": "debootstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client",
+              "ssh-keygen": "openssh-client"}
+GUEST_MEM_MIB = 1536
+MEM_FLOOR = "512M"
+POOL_DISK_BYTES = 4 << 30
+NAMES = "abcdefghij"
+BASE_APPEND = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BENCH_LAB_CACHE", "/var/cache/bench-lab"))
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("BENCH_LAB_DIR", "/run/bench-lab-vm"))
+
+
+def _say(log: Callable[[str], None] | None, msg: str) -> None:
+    if log:
+        log(f"{time.strftime('%H:%M:%S')} lab: {msg}")
+
+
+def _run(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired:
+        raise CommandTimeout("lab", f"`{' '.join(argv)}` ran past {timeout}s") from None
+    except FileNotFoundError:
+        raise CommandFailed("lab", list(argv), 127, f"{argv[0]}: not found") from None
+    if p.returncode != 0:
+        raise CommandFailed("lab", list(argv), p.returncode, p.stderr or p.stdout)
+    return p
+
+
+# capabilities ---------------------------------------------------------------------------------
+
+def missing_capabilities(build: bool = True) -> list[str]:
+    """Why the lab cannot run here (empty when it can): not root, missing tools (with the Debian
+    package that has them), no mirror for debootstrap (only when an image must be built)."""
+    why = []
+    if os.geteuid() != 0:
+        why.append("not root (debootstrap and mkfs of the guest image need root)")
+    for tool, pkg in HOST_TOOLS.items():
+        if shutil.which(tool) is None and not (build is False and tool == "debootstrap"):
+            why.append(f"no {tool} (Debian package {pkg})")
+    if build and not _cached_image_ok() and mirror() is None:
+        why.append("no Debian mirror in the apt sources for debootstrap (set BENCH_LAB_MIRROR)")
+    return why
+
+
+def mirror() -> str | None:
+    """The Debian mirror this machine's apt uses ($BENCH_LAB_MIRROR wins)."""
+    env = os.environ.get("BENCH_LAB_MIRROR")
+    if env:
+        return env
+    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            urls = []
+            if parts[0] == "URIs:":
+                urls = parts[1:]
+            elif parts[0] == "deb":
+                urls = [p for p in parts[1:] if "://" in p][:1]
+            for u in urls:
+                if u.rstrip("/").endswith("/debian") and "security" not in u:
+                    return u
+    return None
+
+
+# image -----------------------------------------------------------------------------------------
+
+def lab_key(cache: Path | None = None) -> Path:
+    """The lab's SSH identity (ed25519, made once per cache); .pub next to it."""
+    cache = cache or cache_dir()
+    key = cache / "lab_ed25519"
+    if not key.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab", "-f", str(key)])
+    return key
+
+
+def image_key(pubkey: str) -> str:
+    h = hashlib.sha256()
+    h.update(f"{IMAGE_VERSION} {SUITE} {' '.join(PACKAGES)}\n{pubkey}\n".encode())
+    for f in sorted(GUEST_DIR.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _image_dir(cache: Path | None = None) -> Path:
+    cache = cache or cache_dir()
+    pub = (lab_key(cache).with_suffix(".pub")).read_text()
+    return cache / f"image-{image_key(pub)}"
+
+
+def _cached_image_ok() -> bool:
+    try:
+        d = _image_dir()
+    except BenchError:
+        return False
+    return (d / "manifest.json").exists()
+
+
+_SLIM = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+         "var/cache/apt/archives", "var/lib/apt/lists"]
+_SLIM_MODULES = ["drivers/gpu", "drivers/net/wireless", "drivers/media", "drivers/infiniband",
+                 "drivers/staging", "drivers/bluetooth", "drivers/iio", "sound", "net/wireless",
+                 "net/mac80211", "drivers/net/ethernet"]
+
+
+def tree_key() -> str:
+    return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
+
+
+def _debootstrap_tree(cache: Path, url: str, log) -> Path:
+    """The pristine debootstrap result, cached apart from the image (so a change of the guest
+    files rebuilds the image in seconds without downloading again)."""
+    tree = cache / f"tree-{tree_key()}"
+    if (tree / "etc/debian_version").exists():
+        return tree
+    tmp = cache / f"tree-{tree_key()}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    _say(log, f"debootstrap {SUITE} from {url} (minutes, network bound)")
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+          str(tmp), url], timeout=1800)
+    shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
+    (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    tmp.rename(tree)
+    return tree
+
+
+def build_image(log: Callable[[str], None] | None = None, force: bool = False) -> dict:
+    """Build (or find cached) the guest image. Returns its manifest (paths, kernel release,
+    build seconds, whether it came from the cache)."""
+    cache = cache_dir()
+    d = _image_dir(cache)
+    man = d / "manifest.json"
+    if man.exists() and not force:
+        m = json.loads(man.read_text())
+        m["cached"] = True
+        _say(log, f"image cached in {d}")
+        return m
+    why = missing_capabilities(build=True)
+    if why:
+        raise BenchError("cannot build the lab image: " + "; ".join(why))
+    t0 = time.monotonic()
+    url = mirror()
+    cache.mkdir(parents=True, exist_ok=True)
+    tree = _debootstrap_tree(cache, url, log)
+    t_ds = time.monotonic() - t0
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    root = work / "root"
+    try:
+        _run(["cp", "-a", str(tree), str(root)], timeout=900)
+        _say(log, f"tree ready after {t_ds:.0f}s; configuring")
+        _configure_tree(root, lab_key(cache).with_suffix(".pub").read_text())
+        kernels = sorted((root / "boot").glob("vmlinuz-*"))
+        if not kernels:
+            raise BenchError("no kernel in the guest tree (linux-image-amd64 not installed?)")
+        release = kernels[-1].name[len("vmlinuz-"):]
+        _run(["chroot", str(root), "update-initramfs", "-u", "-k", release], timeout=600)
+        for sub in _SLIM:
+            shutil.rmtree(root / sub, ignore_errors=True)
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        for sub in _SLIM_MODULES:
+            shutil.rmtree(root / "lib/modules" / release / "kernel" / sub, ignore_errors=True)
+        _run(["chroot", str(root), "depmod", release], timeout=300)
+        out = work / "out"
+        out.mkdir()
+        shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
+        shutil.copy2(root / "boot" / f"initrd.img-{release}", out / "initrd.img")
+        shutil.copy2(root / "etc/ssh/ssh_host_ed25519_key.pub", out / "host_key.pub")
+        used = int(_run(["du", "-sb", str(root)]).stdout.split()[0])
+        size_mib = (int(used * 1.3) >> 20) + 1024   # room for builds and logs in the guest
+        _say(log, f"mkfs.ext4 -d ({used >> 20} MiB tree, {size_mib} MiB image)")
+        _run(["mkfs.ext4", "-q", "-F", "-L", "benchroot", "-d", str(root),
+              str(out / "base.img"), f"{size_mib}M"], timeout=900)
+        manifest = {"key": d.name, "kernel": release, "suite": SUITE, "mirror": url,
+                    "packages": PACKAGES, "build_seconds": round(time.monotonic() - t0, 1),
+                    "debootstrap_seconds": round(t_ds, 1), "tree_bytes": used,
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if d.exists():
+            shutil.rmtree(d)
+        out.rename(d)
+        for old in cache.glob("image-*"):      # images of older recipes are never used again
+            if old != d:
+                shutil.rmtree(old, ignore_errors=True)
+        _say(log, f"image built in {manifest['build_seconds']}s: {d}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    manifest["cached"] = False
+    return manifest
+
+
+def _configure_tree(root: Path, pubkey: str) -> None:
+    g = GUEST_DIR
+    (root / "etc/bench").mkdir(parents=True, exist_ok=True)
+    for f, dest, mode in (("rcS", "etc/bench/rcS", 0o755),
+                          ("rc.shutdown", "etc/bench/rc.shutdown", 0o755),
+                          ("inittab", "etc/inittab", 0o644),
+                          ("sshd_config", "etc/ssh/sshd_config", 0o644),
+                          ("initramfs-modules", "etc/initramfs-tools/modules", 0o644)):
+        shutil.copyfile(g / f, root / dest)
+        os.chmod(root / dest, mode)
+    for f in (root / "etc/ssh/sshd_config.d").glob("*"):
+        f.unlink()
+    for link in ("sbin/init", "sbin/reboot", "sbin/poweroff", "sbin/halt"):
+        p = root / link
+        if p.exists() or p.is_symlink():
+            p.unlink()
+        p.symlink_to("/bin/busybox")
+    for f in (root / "etc/ssh").glob("ssh_host_*"):
+        f.unlink()
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
+          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    ssh = root / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(ssh, 0o700)
+    (ssh / "authorized_keys").write_text(pubkey)
+    os.chmod(ssh / "authorized_keys", 0o600)
+    (root / "etc/hostname").write_text("bench-guest\n")
+    (root / "etc/hosts").write_text("127.0.0.1 localhost\n")
+    (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime 0 1\n")
+
+
+def transport_for(entry):
+    """The controller's own transport (bench.hosts.ssh) for a guest: its inventory entry, or the state
+    dict whose inventory file lab_up wrote. One SSH implementation serves labs and fleet."""
+    from bench.hosts.inventory import load_host_file
+    from bench.hosts.ssh import transport_for as ssh_transport
+    if isinstance(entry, Mapping):
+        entry = load_host_file(Path(entry["inventory"]))
+    return ssh_transport(entry)
+
+
+# guests ----------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _qemu_argv(g: dict, image: dict, append: str) -> list[str]:
+    return ["qemu-system-x86_64", "-name", f"bench-lab-{g['name']}", "-accel", "tcg",
+            "-machine", "q35", "-cpu", "max", "-smp", "1", "-m", str(g["mem_mib"]),
+            "-nodefaults", "-display", "none", "-vga", "none", "-monitor", "none",
+            "-serial", f"file:{g['console']}",
+            "-kernel", image["vmlinuz"], "-initrd", image["initrd"], "-append", append,
+            "-drive", f"file={g['overlay']},if=virtio,format=qcow2",
+            "-drive", f"file={g['pool_disk']},if=virtio,format=raw,cache=none,aio=threads",
+            "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{g['port']}-:22",
+            "-device", "virtio-net-pci,netdev=n0", "-device", "virtio-rng-pci",
+            "-pidfile", g["pidfile"]]
+
+
+def _start_qemu(g: dict, image: dict, append: str) -> int:
+    Path(g["console"]).write_text("")   # a fresh console log per boot of this process
+    argv = _qemu_argv(g, image, append)
+    with open(g["qemu_log"], "a") as out:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+    g["pid"] = p.pid
+    g["append"] = append
+    return p.pid
+
+
+def _is_our_qemu(pid: int, marker: str) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (bool(cmd) and cmd[0].endswith(b"qemu-system-x86_64")
+            and marker.encode() in b" ".join(cmd))
+
+
+def _stop_pid(pid: int, marker: str, wait: float = 15.0) -> None:
+    if not _is_our_qemu(pid, marker):
+        return
+    os.kill(pid, signal.SIGTERM)
+    t = time.monotonic() + wait
+    while time.monotonic() < t:
+        if not _is_our_qemu(pid, marker):
+            break
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def wait_for_boot(t, old_boot_id: str | None, timeout: float,
+                  pid: int | None = None, console: str | None = None) -> str:
+    """Poll `t` (any Transport) until the guest answers with a boot_id other than old_boot_id.
+    A refused key or host key ends the wait at once; other connection errors are retried."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if pid is not None and not Path(f"/proc/{pid}").exists():
+            raise HostError(t.host, f"qemu (pid {pid}) exited; see {console}")
+        try:
+            bid = t.run(["cat", "/proc/sys/kernel/random/boot_id"], timeout=20).stdout.strip()
+            if bid and bid != old_boot_id:
+                return bid
+        except (HostKeyError, AuthError):
+            raise
+        except (HostError, OSError) as exc:
+            last = str(exc)
+        time.sleep(1.0)
+    raise CommandTimeout(t.host, f"no SSH with a new boot_id within {timeout:.0f}s ({last}); "
+                         f"console log: {console}")
+
+
+def _state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def _load_state() -> dict:
+    f = _state_file()
+    return json.loads(f.read_text()) if f.exists() else {"guests": {}}
+
+
+def _save_state(st: dict) -> None:
+    state_dir().mkdir(parents=True, exist_ok=True)
+    tmp = _state_file().with_suffix(".tmp")
+    tmp.write_text(json.dumps(st, indent=2) + "\n")
+    tmp.replace(_state_file())
+
+
+def _known_hosts_line(port: int, host_pub: str) -> str:
+    kind, key = host_pub.split()[:2]
+    return f"[127.0.0.1]:{port} {kind} {key}\n"
+
+
+def _write_inventory(g: dict, hosts_dir: Path) -> Path:
+    from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
+    h = Host(name=g["name"], address="127.0.0.1", transport="ssh", port=g["port"], user="root",
+             tags={"lab": "vm", "machine": g["name"][-1].upper(), "accel": "tcg"},
+             ssh=SSHOptions(identity_file=g["identity_file"], known_hosts=g["known_hosts"],
+                            connect_timeout=10.0, banner_timeout=30.0, auth_timeout=30.0),
+             mem_total=g["mem_mib"] << 20, mem_floor=512 << 20,
+             reboot=RebootSpec(allowed=True, method="kexec", down_timeout=120.0,
+                               up_timeout=300.0,
+                               power_cycle=(sys.executable, "-m", "bench.lab.vm",
+                                            "power-cycle", g["name"])),
+             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
+    hosts_dir.mkdir(parents=True, exist_ok=True)
+    p = hosts_dir / f"{g['name']}.toml"
+    text = render_host_toml(h)
+    text = ("# written by bench.lab.vm (qemu TCG guest); the pool is on vdb, mounted at "
+            "/srv/bench\n" + text)
+    p.write_text(text)
+    return p
+
+
+def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float = 300.0,
+           log: Callable[[str], None] | None = None) -> dict:
+    """Build/find the image, start `count` guests (lab-a, lab-b, ...) in parallel, wait for SSH
+    (new boot_id), write <state>/hosts/*.toml. Returns the state (guests, timings). If a
+    guest does not come up, every guest started here is stopped and the error re-raised."""
+    if not 1 <= count <= len(NAMES):
+        raise InputError(f"lab size {count} out of range 1-{len(NAMES)}")
+    st = _load_state()
+    alive = [n for n, g in st.get("guests", {}).items()
+             if _is_our_qemu(g.get("pid", 0), g["overlay"])]
+    if alive:
+        raise InputError(f"lab already up ({', '.join(alive)}); run lab_down() first",
+                         hint="bench lab down --kind vm")
+    image = build_image(log)
+    img_dir = cache_dir() / image["key"]
+    img = {"vmlinuz": str(img_dir / "vmlinuz"), "initrd": str(img_dir / "initrd.img"),
+           "base": str(img_dir / "base.img")}
+    sd = state_dir()
+    sd.mkdir(parents=True, exist_ok=True)
+    key = lab_key()
+    kh = sd / "known_hosts"
+    host_pub = (img_dir / "host_key.pub").read_text()
+    guests = {}
+    for i in range(count):
+        name = f"lab-{NAMES[i]}"
+        gd = sd / name
+        gd.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        g = {"name": name, "dir": str(gd), "port": port, "address": "127.0.0.1", "user": "root",
+             "mem_mib": mem_mib, "overlay": str(gd / "root.qcow2"),
+             "pool_disk": str(gd / "pool.img"), "console": str(gd / "console.log"),
+             "qemu_log": str(gd / "qemu.log"), "pidfile": str(gd / "qemu.pid"),
+             "identity_file": str(key), "known_hosts": str(kh),
+             "default_append": f"{BASE_APPEND} bench.name={name}"}
+        for f in (g["overlay"], g["pool_disk"]):
+            Path(f).unlink(missing_ok=True)
+        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", img["base"], "-F", "raw",
+              g["overlay"]])
+        with open(g["pool_disk"], "wb") as f:
+            f.truncate(POOL_DISK_BYTES)
+        _run(["mkfs.ext4", "-q", "-F", "-L", "benchpool", "-E",
+              "lazy_itable_init=0,lazy_journal_init=0", g["pool_disk"]])
+        guests[name] = g
+    kh.write_text("".join(_known_hosts_line(g["port"], host_pub) for g in guests.values()))
+    hosts_dir = sd / "hosts"
+    for g in guests.values():  # written first: the boot wait connects through it
+        g["inventory"] = str(_write_inventory(g, hosts_dir))
+    st = {"guests": guests, "image": image, "started_at": time.time()}
+    t0 = time.monotonic()
+    for g in guests.values():
+        _start_qemu(g, img, g["default_append"])
+    _save_state(st)
+    started = ", ".join(f"{n} (pid {g['pid']}, port {g['port']})" for n, g in guests.items())
+    _say(log, f"started {started}")
+
+    def wait(g):
+        bid = wait_for_boot(transport_for(g), None, boot_timeout, g["pid"], g["console"])
+        g["boot_id"] = bid
+        g["boot_seconds"] = round(time.monotonic() - t0, 1)
+        return g
+    try:
+        with ThreadPoolExecutor(len(guests)) as ex:
+            list(ex.map(wait, guests.values()))
+    except BaseException:
+        _save_state(st)
+        for g in guests.values():   # keep the consoles for the post-mortem
+            shutil.copyfile(g["console"], sd / f"failed-{g['name']}-console.log")
+        lab_down(log=log)
+        raise
+    for g in guests.values():
+        _say(log, f"{g['name']} answers SSH on 127.0.0.1:{g['port']} after {g['boot_seconds']}s")
+    st["hosts_dir"] = str(hosts_dir)
+    _save_state(st)
+    return st
+
+
+def lab_down(log: Callable[[str], None] | None = None, keep_disks: bool = False) -> list[str]:
+    """Stop every guest this lab started (only PIDs from the state file that still are our
+    qemu), remove their runtime files. Returns the names stopped."""
+    st = _load_state()
+    stopped = []
+    for name, g in st.get("guests", {}).items():
+        pid = g.get("pid")
+        if pid and _is_our_qemu(pid, g["overlay"]):
+            _stop_pid(pid, g["overlay"])
+            stopped.append(name)
+            _say(log, f"stopped {name} (pid {pid})")
+        if not keep_disks:
+            shutil.rmtree(g["dir"], ignore_errors=True)
+    if not keep_disks:
+        shutil.rmtree(state_dir() / "hosts", ignore_errors=True)
+        for f in ("known_hosts", "state.json"):
+            (state_dir() / f).unlink(missing_ok=True)
+    return stopped
+
+
+def lab_status(probe: bool = True) -> list[dict]:
+    """One dict per guest: name, pid, running, port, inventory, and (probe) its boot_id,
+    MemTotal and command line as seen over SSH (or the error)."""
+    st = _load_state()
+    out = []
+    for name, g in st.get("guests", {}).items():
+        row = {"name": name, "pid": g.get("pid"), "port": g["port"],
+               "running": _is_our_qemu(g.get("pid", 0), g["overlay"]),
+               "inventory": g.get("inventory"), "console": g["console"]}
+        if probe and row["running"]:
+            try:
+                r = transport_for(g).run(["head", "-n", "1", "/proc/sys/kernel/random/boot_id",
+                                          "/proc/cmdline"], timeout=20)
+                row["ssh"] = "ok"
+                row["detail"] = " ".join(r.stdout.split())
+            except BenchError as exc:
+                row["ssh"] = f"error: {exc}"
+        out.append(row)
+    return out
+
+
+def power_cycle(name: str, append: str | None = None) -> int:
+    """Hard reset of one guest: kill its qemu and start it again (default command line unless
+    `append` is given). The controller-side power_cycle of the lab inventory. Returns the PID."""
+    st = _load_state()
+    g = st.get("guests", {}).get(name)
+    if g is None:
+        raise InputError(f"no lab guest {name!r}", hint=f"known: {', '.join(st.get('guests', {}))}")
+    if g.get("pid") and _is_our_qemu(g["pid"], g["overlay"]):
+        _stop_pid(g["pid"], g["overlay"], wait=5.0)
+    img_dir = cache_dir() / st["image"]["key"]
+    img = {"vmlinuz": str(img_dir / "vmlinuz"), "initrd": str(img_dir / "initrd.img")}
+    pid = _start_qemu(g, img, append or g["default_append"])
+    _save_state(st)
+    return pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m bench.lab.vm")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up")
+    up.add_argument("--count", type=int, default=2)
+    sub.add_parser("down")
+    sub.add_parser("status")
+    sub.add_parser("build")
+    pc = sub.add_parser("power-cycle")
+    pc.add_argument("name")
+    pc.add_argument("--append")
+    a = ap.parse_args(argv)
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        if a.cmd == "up":
+            st = lab_up(a.count, log=say)
+            print(json.dumps({n: {k: g[k] for k in ("port", "pid", "boot_seconds", "inventory")}
+                              for n, g in st["guests"].items()}, indent=2))
+        elif a.cmd == "down":
+            print(json.dumps(lab_down(log=say)))
+        elif a.cmd == "status":
+            print(json.dumps(lab_status(), indent=2))
+        elif a.cmd == "build":
+            print(json.dumps(build_image(log=say), indent=2))
+        elif a.cmd == "power-cycle":
+            print(power_cycle(a.name, a.append))
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

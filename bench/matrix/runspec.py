@@ -1,0 +1,231 @@
+"""Run specs (docs/bundle.md `spec.json`): built and checked on the controller, before any host
+is touched. Pure: data in, a spec dict (or a typed error naming the fix) out.
+
+`build_spec(cell, host, plan, run_id=..., facts=..., options=...)` combines a Cell, the host's
+inventory entry, what the controller knows of the plan (`PlanInfo`), the host's probed facts
+(bench.hosts.facts; optional, but the checks that need them are skipped without them) and the run
+options. It refuses, with InputError (bad input) or SafetyError (a request that would be unsafe
+or cannot be honoured by that host):
+
+- a cell name that does not parse (shell metacharacters included), a bad run id;
+- a capacity above the host's memory (probed MemTotal, else inventory memory.total);
+- a memboot cell without `expect_boot.mem`, a `mem=` below the host's floor or above its
+  memory, a `mem=` on a non-memboot cell;
+- an MGLRU cell on a kernel without /sys/kernel/mm/lru_gen, a cgroup cell on a host without a
+  memory cgroup backend;
+- a prefetch cell without a hint plan, a plan/hint geometry that differs, fewer than 2 passes.
+
+Choices written down here: pinned mode gets an arena of C, hybrid C/2 (DESIGN.md); nocache uses
+`direct` unless told; the plan lives on the host at `plans/<sha256>.bin` (content addressed,
+relative to work_dir), hints at `plans/<sha256>.hints.bin`, the agent at `native/bench-agent`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from bench.matrix.cells import Cell, parse_cell
+from bench.errors import InputError, SafetyError
+from bench.units import format_size, parse_size
+
+RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+AGENT_PATH = "native/bench-agent"
+NOCACHE = ("direct", "dontneed", "dontcache")
+DEFAULT_HEADROOM = 6 << 30
+CONTROLLER_VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What the controller knows of the plan it ships (and of its hint plan)."""
+    sha256: str
+    layers: int
+    experts_per_layer: int
+    expert_bytes: int
+    iterations: int
+    trace: str
+    trace_sha256: str | None = None
+    batch: int = 1
+    hints_sha256: str | None = None
+    hints_provenance: dict | None = None
+
+    @property
+    def remote_path(self) -> str:
+        return f"plans/{self.sha256}.bin"
+
+    @property
+    def hints_remote_path(self) -> str | None:
+        return f"plans/{self.hints_sha256}.hints.bin" if self.hints_sha256 else None
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.layers * self.experts_per_layer * self.expert_bytes
+
+    @property
+    def geometry(self) -> tuple[int, int, int]:
+        return (self.layers, self.experts_per_layer, self.expert_bytes)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    threads: int = 8
+    passes: int = 2
+    campaign: str | None = None
+    position: int = 0
+    repetition: int = 0
+    mem: str | None = None              # expect_boot.mem: the mem= the host was booted with
+    boot_id: str | None = None          # expect_boot.boot_id (after a reboot for this run)
+    lru_gen: str | None = None          # expect_boot.lru_gen: on | off | None
+    mglru_runtime_toggle: bool = True
+    nocache: str = "direct"
+    timeline_interval_ms: int = 100
+    cgroup_headroom_bytes: int = DEFAULT_HEADROOM
+    host_lock_timeout_s: int | None = None
+    agent_timeout_s: int | None = None
+    balloon_max_bytes: int | None = None
+    source_sha256: str | None = None    # the agent build the controller expects
+    controller_version: str = CONTROLLER_VERSION
+    created: str = "1970-01-01T00:00:00Z"
+    extra: dict = field(default_factory=dict)
+
+
+def check_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not RUN_ID.match(run_id) or run_id in (".", ".."):
+        raise InputError(f"bad run id {run_id!r}",
+                         hint="a run id is 1-64 of A-Z, a-z, 0-9, '.', '_' and '-' "
+                              "(and not . or ..): it becomes a directory name")
+    return run_id
+
+
+def host_memory(host, facts: dict | None) -> int | None:
+    """The host's memory in bytes: probed MemTotal first, else the inventory's memory.total."""
+    if facts and facts.get("mem_total_bytes"):
+        return int(facts["mem_total_bytes"])
+    return host.mem_total
+
+
+def check_cell_on_host(cell: Cell, host, facts: dict | None, options: RunOptions) -> None:
+    """Refuse a cell this host cannot run (SafetyError / InputError with the fix)."""
+    # a memboot cell's capacity is the mem= it boots with; MemTotal under mem= is a little
+    # below it, so the installed memory (inventory) is the bound there
+    mem = host.mem_total if cell.mechanism == "memboot" else host_memory(host, facts)
+    if mem is not None and cell.capacity_bytes > mem:
+        raise SafetyError(
+            f"{host.name}: capacity {format_size(cell.capacity_bytes)} ({cell.capacity_bytes} B) "
+            f"is above the host's memory ({mem} B)",
+            hint=f"choose a capacity at most {format_size(mem)} for {host.name} (or write it as "
+                 "a fraction of the pool in a matrix)")
+    if options.mem is not None:
+        m = parse_size(options.mem, "mem=")
+        if cell.mechanism != "memboot":
+            raise InputError(f"mem={options.mem} is given but cell {cell.name} is not a memboot "
+                             "cell", hint="only memboot cells boot with mem=; drop the option")
+        if host.mem_floor is not None and m < host.mem_floor:
+            raise SafetyError(f"{host.name}: mem={options.mem} is below the host's floor "
+                              f"{format_size(host.mem_floor)} (inventory memory.floor)",
+                              hint=f"use mem={format_size(host.mem_floor)} or more, or lower "
+                                   f"memory.floor in {host.source or 'the inventory'} if that "
+                                   "is really safe")
+        if host.mem_total is not None and m > host.mem_total:
+            raise SafetyError(f"{host.name}: mem={options.mem} is above the host's memory "
+                              f"({format_size(host.mem_total)}, inventory memory.total)",
+                              hint="choose a mem= below the installed memory")
+        if cell.capacity_bytes > m:
+            raise SafetyError(f"cell {cell.name}: capacity is above mem={options.mem}",
+                              hint="a memboot cell's capacity is its mem= value or less")
+    if cell.mechanism == "memboot" and options.mem is None:
+        raise InputError(f"cell {cell.name} is a memboot cell but no expect_boot mem= is given",
+                         hint="boot the host with mem=C first (bench reboots it for memboot "
+                              "cells) and pass the mem= it booted with")
+    if facts is not None:
+        if cell.reclaim == "mglru" and "mglru" in facts and facts["mglru"] is None:
+            raise InputError(f"{host.name}: cell {cell.name} asks for MGLRU but the kernel "
+                             f"{facts.get('kernel') or ''} has no /sys/kernel/mm/lru_gen",
+                             hint="run the classic variant of the cell on this host, or boot a "
+                                  "kernel built with CONFIG_LRU_GEN")
+        backend = (facts.get("cgroup") or {}).get("backend")
+        if cell.mechanism == "cgroup" and backend == "none":
+            raise InputError(f"{host.name}: cell {cell.name} needs a memory cgroup but the host "
+                             "has none mounted",
+                             hint="mount cgroup v2 (or a v1 memory hierarchy), or use a balloon "
+                                  "or none cell on this host")
+
+
+def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
+               facts: dict | None = None, options: RunOptions = RunOptions()) -> dict:
+    """The spec.json of one run (docs/bundle.md), checked against the host."""
+    if isinstance(cell, str):
+        cell = parse_cell(cell)
+    if cell.is_engine:
+        raise InputError(f"{cell.name} is an end-to-end engine cell: it runs the engine of an "
+                         "engine matrix, not the replay agent",
+                         hint="bench schedule --matrix end-to-end (docs/engine.md)")
+    check_run_id(run_id)
+    for name in ("sha256", "trace_sha256", "hints_sha256"):
+        v = getattr(plan, name)
+        if v is not None and not SHA256.match(v):
+            raise InputError(f"plan {name} {v!r} is not a sha256 hex digest")
+    for name in ("layers", "experts_per_layer", "expert_bytes", "iterations"):
+        if getattr(plan, name) <= 0:
+            raise InputError(f"plan {name} must be positive, got {getattr(plan, name)}")
+    if not 2 <= options.passes <= 1000:
+        raise InputError(f"passes must be 2..1000 (warm-up + measured), got {options.passes}",
+                         hint="pass --passes 2 (one warm-up pass, one measured pass) or more")
+    if not 1 <= options.threads <= 1024:
+        raise InputError(f"threads must be 1..1024, got {options.threads}",
+                         hint="pass --threads 8 (the engine's reader threads)")
+    if options.lru_gen not in (None, "on", "off"):
+        raise InputError(f"expect_boot lru_gen {options.lru_gen!r} must be on, off or none")
+    check_cell_on_host(cell, host, facts, options)
+    hints = None
+    if cell.hints is not None:
+        if not plan.hints_sha256:
+            raise InputError(f"cell {cell.name} prefetches {cell.hints} hints but no hint plan "
+                             "was made", hint="build the plan with a hint plan (bench plan "
+                                              "--hints oracle|previous-token|FILE)")
+        hints = plan.hints_remote_path
+    elif plan.hints_sha256:
+        raise InputError(f"cell {cell.name} has no prefetch but a hint plan was given",
+                         hint="drop the hint plan or name a prefetch cell (...-oracle-advice)")
+    arena = 0
+    if cell.mode == "pinned":
+        arena = cell.capacity_bytes
+    elif cell.mode == "hybrid":
+        arena = cell.capacity_bytes // 2
+    nocache = None
+    if cell.mode == "nocache":
+        if options.nocache not in NOCACHE:
+            raise InputError(f"nocache method {options.nocache!r}", hint=f"one of {', '.join(NOCACHE)}")
+        nocache = options.nocache
+    spec = {
+        "format": 1, "run_id": run_id,
+        "campaign": options.campaign, "position": options.position,
+        "repetition": options.repetition,
+        "host": host.name, "cell": cell.name, "capacity_bytes": cell.capacity_bytes,
+        "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
+        "prefetch": cell.hints or "none", "delivery": cell.delivery,
+        "workload": {"trace": plan.trace, "trace_sha256": plan.trace_sha256,
+                     "batch": plan.batch},
+        "plan": plan.remote_path, "plan_sha256": plan.sha256,
+        "hints": hints, "hints_sha256": plan.hints_sha256 if hints else None,
+        "hints_provenance": plan.hints_provenance if hints else None,
+        "pool": host.pool_dir, "pool_bytes": plan.pool_bytes,
+        "agent": {"path": AGENT_PATH, "source_sha256": options.source_sha256,
+                  "threads": options.threads, "passes": options.passes, "arena_bytes": arena,
+                  "nocache": nocache, "freq": None},
+        "cgroup_headroom_bytes": options.cgroup_headroom_bytes,
+        "expect_boot": {"boot_id": options.boot_id, "mem": options.mem,
+                        "lru_gen": options.lru_gen},
+        "mglru_runtime_toggle": options.mglru_runtime_toggle,
+        "timeline_interval_ms": options.timeline_interval_ms,
+        "controller_version": options.controller_version,
+        "created": options.created,
+    }
+    for key in ("host_lock_timeout_s", "agent_timeout_s", "balloon_max_bytes"):
+        v = getattr(options, key)
+        if v is not None:
+            spec[key] = v
+    spec.update(options.extra)
+    return spec

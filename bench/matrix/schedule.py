@@ -1,0 +1,302 @@
+"""Ordering runs across hosts: a pure function, fed with data (BenchExec style).
+
+`schedule(requests, hosts, seed, ...)` takes the run requests of `bench.matrix.load.expand`, the hosts
+(`HostState`: name, tags, current boot, rebootable) and a seed, and returns a `Plan`: per host an
+ordered list of runs with stable run ids `<campaign>-<host>-<nnn>` (position 1-based), their
+repetition and boot config, the host's reboot count and an estimated duration.
+
+Algorithm:
+1. Assignment. Requests of one `unit` (the repetitions of one cell) stay together. A unit with one
+   candidate host goes there (placement `each`: one unit per host). Units with several candidates
+   (placement `one`) are taken longest first (seeded shuffle breaks ties) and given to the
+   candidate with the least estimated load so far, where a boot config new to that host adds one
+   reboot's time: load is balanced and reboots are only added when that pays.
+2. Boot groups. On each host the runs are grouped by boot config; every group runs contiguously,
+   so the host boots into each distinct config exactly once. The group matching the host's current
+   boot (default: no mem=, MGLRU as the kernel has it) goes first and costs no reboot; the other
+   groups follow in seeded random order (or in order of first appearance when not randomized).
+   Reboots = distinct configs - (1 if one matches the current boot). This is the lower bound:
+   every distinct config other than the current one must be booted into at least once, and the
+   grouping boots into each exactly once. Restoring the default boot after the campaign is the
+   executor's business and is not counted.
+3. Within a group, with interleaving, repetition 0 of every cell runs before repetition 1 of any
+   (each repetition block in a fresh seeded permutation: "three randomized runs" are three sweeps
+   in random order); without it, a cell's repetitions run back to back, cells in random order.
+   Each host gets its own random stream (seeded by seed and host name), so cells that run on A and
+   B run in different orders there: order effects are counterbalanced across hosts.
+4. Engine pairs (bench.matrix.engine): requests carrying `pair` = (prompt, policy) with the same unit
+   and repetition are one pair; its two runs stay adjacent (interleaving and shuffling move the
+   pair as a block) in the balanced order of `bench.matrix.engine.pair_orders(seed, prompt)`: pair 0
+   admit-first, pair 1 nocache-first, later pairs a seeded shuffle. Each run records its pair
+   (prompt, index, order, position in the pair, seed).
+Same seed, same plan; the seed is recorded in the plan.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from bench.matrix.engine import order_label, pair_orders
+from bench.errors import InputError, SafetyError
+from bench.matrix.load import BootConfig, Candidate, RunRequest
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    tags: tuple = ()                  # ((tag, value), ...), informational
+    current: BootConfig = BootConfig()
+    rebootable: bool = True
+    default_mglru: str | None = None  # "on"/"off" when known: the MGLRU state of the default boot
+
+    @classmethod
+    def from_host(cls, host, current: BootConfig | None = None,
+                  default_mglru: str | None = None) -> "HostState":
+        return cls(host.name, tuple(sorted(host.tags.items())), current or BootConfig(),
+                   bool(host.reboot.allowed), default_mglru)
+
+    def is_current(self, boot: BootConfig) -> bool:
+        """Whether runs under `boot` need no reboot from the current boot (an explicit
+        bench.lru_gen equal to the kernel's default MGLRU state counts as the same)."""
+        if boot.mem != self.current.mem:
+            return False
+        if boot.lru_gen is None:          # MGLRU toggled at run time: any boot state will do
+            return True
+        return boot.lru_gen == (self.current.lru_gen or self.default_mglru)
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    run_id: str
+    host: str
+    position: int          # 1-based on its host
+    rep: int
+    cell: str
+    point: str
+    boot: BootConfig
+    reboot_before: bool    # the host boots into `boot` right before this run
+    estimate_s: float
+    pair: dict | None = None   # engine pairs: prompt, index, order, position, seed
+
+    def as_dict(self) -> dict:
+        return {"run_id": self.run_id, "host": self.host, "position": self.position,
+                "rep": self.rep, "cell": self.cell, "point": self.point,
+                "boot": self.boot.as_dict(), "reboot_before": self.reboot_before,
+                "estimate_s": self.estimate_s} | ({"pair": self.pair} if self.pair else {})
+
+
+@dataclass
+class HostPlan:
+    host: str
+    current: BootConfig
+    runs: list[ScheduledRun] = field(default_factory=list)
+    boots: list[BootConfig] = field(default_factory=list)   # group order
+    reboots: int = 0
+    lower_bound: int = 0
+    estimate_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"host": self.host, "current_boot": self.current.as_dict(),
+                "runs": [r.as_dict() for r in self.runs],
+                "boot_groups": [b.as_dict() for b in self.boots], "reboots": self.reboots,
+                "reboot_lower_bound": self.lower_bound, "estimate_s": self.estimate_s}
+
+
+@dataclass
+class Plan:
+    campaign: str
+    seed: int
+    hosts: list[HostPlan]
+    randomize: bool
+    interleave: bool
+    run_seconds: float
+    reboot_seconds: float
+
+    @property
+    def runs(self) -> list[ScheduledRun]:
+        return [r for h in self.hosts for r in h.runs]
+
+    @property
+    def reboots(self) -> int:
+        return sum(h.reboots for h in self.hosts)
+
+    @property
+    def estimate_s(self) -> float:
+        """Hosts run in parallel: the campaign takes as long as its longest host."""
+        return max((h.estimate_s for h in self.hosts), default=0.0)
+
+    def as_dict(self) -> dict:
+        return {"campaign": self.campaign, "seed": self.seed, "randomize": self.randomize,
+                "interleave_reps": self.interleave,
+                "estimates": {"run_seconds": self.run_seconds,
+                              "reboot_seconds": self.reboot_seconds},
+                "runs": len(self.runs), "reboots": self.reboots, "estimate_s": self.estimate_s,
+                "hosts": [h.as_dict() for h in self.hosts]}
+
+
+def reboot_lower_bound(boots: Sequence[BootConfig], host: HostState) -> int:
+    distinct = set(boots)
+    return len(distinct) - (1 if any(host.is_current(b) for b in distinct) else 0)
+
+
+def _rng(seed: int, *salt: str) -> random.Random:
+    return random.Random(":".join((str(seed),) + salt))
+
+
+def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: int, *,
+             campaign: str = "campaign", randomize: bool = True, interleave: bool = True,
+             run_seconds: float = 900.0, reboot_seconds: float = 600.0,
+             cell_seconds: Mapping[str, float] | None = None) -> Plan:
+    """Order the requests on the hosts (see the module docstring). Pure and deterministic."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InputError(f"seed must be an integer, got {seed!r}")
+    by_name = {h.name: h for h in hosts}
+    if len(by_name) != len(hosts):
+        raise InputError("a host is listed twice")
+    cell_seconds = dict(cell_seconds or {})
+
+    def est(c: Candidate) -> float:
+        return float(cell_seconds.get(c.cell, run_seconds))
+
+    units: dict[str, list[RunRequest]] = {}
+    for r in requests:
+        units.setdefault(r.unit, []).append(r)
+    for u, rs in units.items():
+        cands = {c.host for c in rs[0].candidates}
+        if not cands:
+            raise InputError(f"run {u} rep {rs[0].rep} has no candidate host")
+        if any({c.host for c in r.candidates} != cands for r in rs):
+            raise InputError(f"the repetitions of {u} have different candidate hosts")
+        reps = [(r.rep, r.pair) for r in rs]
+        if len(set(reps)) != len(reps):
+            raise InputError(f"{u}: repetition listed twice")
+        unknown = cands - set(by_name)
+        if unknown:
+            raise InputError(f"{u}: candidate host(s) {', '.join(sorted(unknown))} are not among "
+                             f"the scheduled hosts ({', '.join(by_name)})")
+
+    # 1. assignment
+    assigned: dict[str, list[tuple[RunRequest, Candidate]]] = {h.name: [] for h in hosts}
+    load = {h.name: 0.0 for h in hosts}
+    boots_on = {h.name: set() for h in hosts}
+
+    def place(host: str, rs: list[RunRequest]) -> None:
+        for r in rs:
+            c = next(c for c in r.candidates if c.host == host)
+            assigned[host].append((r, c))
+            load[host] += est(c)
+            if c.boot not in boots_on[host]:
+                boots_on[host].add(c.boot)
+                if not by_name[host].is_current(c.boot):
+                    load[host] += reboot_seconds
+
+    flexible = []
+    for u in sorted(units):
+        rs = units[u]
+        if len(rs[0].candidates) == 1:
+            place(rs[0].candidates[0].host, rs)
+        else:
+            flexible.append(u)
+    rng = _rng(seed, "assign")
+    rng.shuffle(flexible)
+    flexible.sort(key=lambda u: -sum(est(units[u][0].candidates[0]) for _ in units[u]))
+    for u in flexible:
+        rs = units[u]
+
+        def cost(c: Candidate) -> tuple:
+            extra = 0.0
+            if c.boot not in boots_on[c.host] and not by_name[c.host].is_current(c.boot):
+                extra = reboot_seconds
+            return (load[c.host] + extra + est(c) * len(rs), c.host)
+        best = min(rs[0].candidates, key=cost)
+        place(best.host, rs)
+
+    # 2. + 3. ordering per host
+    plans = []
+    for h in hosts:
+        items = assigned[h.name]
+        hp = HostPlan(h.name, h.current)
+        hrng = _rng(seed, "order", h.name)
+        first_seen: dict[BootConfig, int] = {}
+        for r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
+            first_seen.setdefault(c.boot, len(first_seen))
+        groups = sorted(first_seen, key=first_seen.get)
+        if randomize:
+            hrng.shuffle(groups)
+        cur = [b for b in groups if h.is_current(b)]
+        groups = cur[:1] + [b for b in groups if b not in cur[:1]]
+        needs = [b for b in groups if not h.is_current(b)]
+        if needs and not h.rebootable:
+            raise SafetyError(f"{h.name}: runs need boot {needs[0].label} but the host may not "
+                              "be rebooted", "expansion should have skipped these cells")
+        pos = 0
+        for gi, b in enumerate(groups):
+            rs = sorted(((r, c) for r, c in items if c.boot == b),
+                        key=lambda rc: (rc[0].index, rc[0].unit, rc[0].rep))
+            ordered: list[tuple[RunRequest, Candidate]] = []
+            if interleave:
+                for rep in sorted({r.rep for r, _ in rs}):
+                    block = _paired([rc for rc in rs if rc[0].rep == rep], seed)
+                    if randomize:
+                        hrng.shuffle(block)
+                    ordered += [rc for pair in block for rc in pair]
+            else:
+                cells = sorted({r.unit: r.index for r, _ in rs}.items(), key=lambda kv: kv[1])
+                cells = [u for u, _ in cells]
+                if randomize:
+                    hrng.shuffle(cells)
+                for u in cells:
+                    ordered += [rc for pair in _paired(sorted(
+                        (rc for rc in rs if rc[0].unit == u), key=lambda rc: rc[0].rep), seed)
+                        for rc in pair]
+            reboot = not (gi == 0 and h.is_current(b))
+            if reboot:
+                hp.reboots += 1
+                hp.estimate_s += reboot_seconds
+            for i, (r, c) in enumerate(ordered):
+                pos += 1
+                e = est(c)
+                hp.estimate_s += e
+                hp.runs.append(ScheduledRun(f"{campaign}-{h.name}-{pos:03d}", h.name, pos, r.rep,
+                                            c.cell, r.point, b, reboot and i == 0, e,
+                                            _pair_info(r, seed)))
+            hp.boots.append(b)
+        hp.lower_bound = reboot_lower_bound(hp.boots, h)
+        plans.append(hp)
+    return Plan(campaign, seed, plans, randomize, interleave, float(run_seconds),
+                float(reboot_seconds))
+
+
+def _first(r: RunRequest, seed: int) -> str:
+    """The policy that runs first in the pair of an engine request."""
+    return pair_orders(r.rep + 1, seed, r.pair[0])[r.rep][0]
+
+
+def _paired(rcs: list, seed: int) -> list[list]:
+    """Blocks of (request, candidate): one run, or the two runs of an engine pair (same unit
+    and repetition) in their balanced order. Blocks keep the order of their first run."""
+    blocks: list[list] = []
+    at: dict[tuple, int] = {}
+    for rc in rcs:
+        r = rc[0]
+        if r.pair is None:
+            blocks.append([rc])
+        elif (r.unit, r.rep) in at:
+            blocks[at[(r.unit, r.rep)]].append(rc)
+        else:
+            at[(r.unit, r.rep)] = len(blocks)
+            blocks.append([rc])
+    for i in at.values():
+        first = _first(blocks[i][0][0], seed)
+        blocks[i].sort(key=lambda rc: rc[0].pair[1] != first)
+    return blocks
+
+
+def _pair_info(r: RunRequest, seed: int) -> dict | None:
+    if r.pair is None:
+        return None
+    first = _first(r, seed)
+    return {"prompt": r.pair[0], "index": r.rep, "order": order_label(first),
+            "position": 0 if r.pair[1] == first else 1, "seed": seed}

@@ -1,0 +1,120 @@
+"""Sequential cache policies on one key stream: LFU and Belady (demand paging, unit-size keys).
+
+Both return a hit flag per access (numpy bool array) for one capacity; the caller scores windows.
+
+LFU is libCacheSim's ``LFU`` exactly (checked access by access against the `libcachesim` Python
+package): on a miss with a full cache, evict the key with the smallest access count; counts start
+at 1 on admission and are forgotten on eviction; among keys of equal count, evict the one that
+reached that count earliest (libCacheSim keeps one FIFO list per count and appends a key to the
+next list on each hit, so this is the key whose last access is oldest, i.e. LRU among ties, and
+not the one inserted first). Every miss is admitted, the new key included after the eviction.
+
+Belady is the offline optimum (MIN): on a miss with a full cache, evict the cached key whose next
+use is furthest in the future; keys never used again go first (any of them: the miss count does
+not depend on which). Every miss is admitted.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from bench.sim.stackdist import prev_next
+
+
+def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
+    """Hit flag of each access of an LFU cache of `capacity` keys (libCacheSim's LFU)."""
+    n = len(keys)
+    hits = np.zeros(n, bool)
+    if capacity <= 0 or n == 0:
+        return hits
+    out = bytearray(n)
+    freq: dict = {}              # cached key -> count
+    buckets: dict = {}           # count -> dict of keys in FIFO order of reaching that count
+    min_f = 0
+    size = 0
+    for t, k in enumerate(np.asarray(keys).tolist()):
+        f = freq.get(k)
+        if f is not None:
+            out[t] = 1
+            b = buckets[f]
+            del b[k]
+            if not b:
+                del buckets[f]
+                if min_f == f:
+                    min_f = f + 1
+            f += 1
+            freq[k] = f
+            nb = buckets.get(f)
+            if nb is None:
+                buckets[f] = {k: None}
+            else:
+                nb[k] = None
+            continue
+        if size >= capacity:
+            b = buckets[min_f]
+            victim = next(iter(b))
+            del b[victim]
+            if not b:
+                del buckets[min_f]
+            del freq[victim]
+        else:
+            size += 1
+        freq[k] = 1
+        b1 = buckets.get(1)
+        if b1 is None:
+            buckets[1] = {k: None}
+        else:
+            b1[k] = None
+        min_f = 1
+    hits[:] = np.frombuffer(bytes(out), np.uint8).astype(bool)
+    return hits
+
+
+def belady_hits(keys: np.ndarray, capacity: int, nxt: np.ndarray | None = None) -> np.ndarray:
+    """Hit flag of each access of Belady's MIN with `capacity` keys (demand paging).
+
+    `nxt` (optional) is each access's next use of the same key (-1 if none), as `prev_next`
+    returns it; pass it to share the computation across capacities.
+    """
+    keys = np.asarray(keys)
+    n = keys.shape[0]
+    hits = np.zeros(n, bool)
+    if capacity <= 0 or n == 0:
+        return hits
+    if nxt is None:
+        nxt = prev_next(keys)[1]
+    # Next use as a unique priority: a real position, or n + t for "never again" (beyond every
+    # real position, so such keys are evicted first). The heap holds -priority; the cached key
+    # behind a priority q is keys[q] (or keys[q - n]), so entries are plain ints. An entry goes
+    # stale when its key is accessed at time q; stale priorities are <= now while live ones are
+    # > now, so the heap's top is always live and stale entries are only purged when the heap
+    # grows large.
+    prio = np.where(nxt >= 0, nxt, n + np.arange(n, dtype=np.int64)).tolist()
+    klist = keys.tolist()
+    key_of = klist + klist
+    out = bytearray(n)
+    cached = set()
+    heap: list[int] = []
+    push, replace = heapq.heappush, heapq.heapreplace
+    limit = 4 * capacity + 64
+    for t in range(n):
+        k = klist[t]
+        q = prio[t]
+        if k in cached:
+            out[t] = 1
+            push(heap, -q)
+        elif len(cached) < capacity:
+            cached.add(k)
+            push(heap, -q)
+        else:
+            victim = key_of[-heap[0]]
+            cached.discard(victim)
+            cached.add(k)
+            replace(heap, -q)
+        if len(heap) > limit:
+            heap = [e for e in heap if -e > t]
+            heapq.heapify(heap)
+    hits[:] = np.frombuffer(bytes(out), np.uint8).astype(bool)
+    return hits

@@ -1,0 +1,225 @@
+"""Deterministic synthetic router traces in exactly the production format.
+
+Real traces are not in the repository, so tests, benchmarks and the demo run on traces made
+here. The structure mirrors what the paper measures on real routing (Table 1, Facts 1-6):
+
+* per-layer Zipf-like popularity ~ (rank + head)^-alpha_l (Zipf-Mandelbrot; head = 0 is pure
+  Zipf), where alpha_l ramps linearly from alpha*(1-gradient/2) at the first layer to
+  alpha*(1+gradient/2) at the last (early layers flat, deep layers concentrated: Fact 2);
+* temporal reuse: each of the k selections of a position is, with probability `reuse`, a copy
+  of one of the previous position's experts at the same layer (Fact 4); the rest are drawn from
+  the layer's popularity: k distinct experts with inclusion probability proportional to
+  (rank + head)^-alpha (systematic PPS sampling), so with head = 0 selection counts fall with
+  rank at slope alpha (a positive head flattens the top ranks, as load balancing does);
+* domains: popularity ranks map to expert ids through a per-layer permutation; every domain
+  keeps a fraction `overlap` of the base permutation's rank positions and shuffles the rest,
+  so hot sets of different domains overlap by a tunable amount (Fact 5);
+* speculative decoding: with probability `spec_accept` an iteration carries two positions per
+  layer (records of width 2k, 2 accepted tokens); with probability `fallback` a failed
+  speculation re-routes a contiguous range of deep layers inside the same step (1 token);
+* a requested token count: decode produces tokens - 1 accepted tokens (the first token comes
+  from prefill, whose records are emitted tagged "phase": "prefill" and excluded by the parser).
+
+Same parameters and seed give byte-identical output. Pure: returns lines; the CLI writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from bench.errors import InputError
+
+
+@dataclass(frozen=True)
+class SynthParams:
+    model: str
+    k: int
+    experts_per_layer: int
+    layers: int
+    expert_bytes: int
+    tokens: int = 300
+    alpha: float = 1.0
+    head: float = 0.0
+    gradient: float = 0.6
+    reuse: float = 0.3
+    overlap: float = 0.3
+    domain: int = 0
+    spec_accept: float = 0.05
+    fallback: float = 0.15
+    seed: int = 0
+    shape: str = "production"  # or "llama": one record per token and layer, no header
+    dry_run_pass: bool = False  # llama.cpp's synthetic first pass, identical for every prompt
+
+    def validate(self) -> "SynthParams":
+        checks = [
+            (self.k >= 1, "k must be at least 1"),
+            (self.experts_per_layer >= 2 * self.k, "experts_per_layer must be at least 2k"),
+            (self.layers >= 1, "layers must be at least 1"),
+            (self.expert_bytes >= 32, "expert_bytes must be at least 32"),
+            (self.tokens >= 2, "tokens must be at least 2 (the first comes from prefill)"),
+            (self.alpha >= 0, "alpha (Zipf slope) must be >= 0"),
+            (self.head >= 0, "head (Zipf-Mandelbrot offset) must be >= 0"),
+            (0 <= self.gradient < 2, "gradient must be in [0, 2)"),
+            (0 <= self.reuse <= 1, "reuse must be in [0, 1]"),
+            (0 <= self.overlap <= 1, "overlap must be in [0, 1]"),
+            (self.domain >= 0, "domain must be >= 0"),
+            (0 <= self.spec_accept <= 1, "spec_accept must be in [0, 1]"),
+            (0 <= self.fallback <= 1, "fallback must be in [0, 1]"),
+            (self.spec_accept + self.fallback <= 1, "spec_accept + fallback must be <= 1"),
+            (self.shape in ("production", "llama"), "shape must be production or llama"),
+            (self.shape == "production" or (self.spec_accept == 0 and self.fallback == 0),
+             "the llama shape has no speculative decoding: set spec_accept and fallback to 0"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise InputError(f"synth: {msg}")
+        return self
+
+    def layer_alpha(self, layer: int) -> float:
+        frac = layer / (self.layers - 1) if self.layers > 1 else 0.5
+        return self.alpha * (1 - self.gradient / 2 + self.gradient * frac)
+
+
+PRESETS: dict[str, SynthParams] = {
+    # The production model of the paper: k=16, E=896, 92 routed layers, 17.55 MB experts.
+    # head and alpha chosen so locality lands near the paper's Table 1 for K3: top-8 share
+    # about 14%, W1/W8/W64 about 33/55/80%, pool coverage about 70% in 300 tokens.
+    "k3": SynthParams("kimi-k3-synth", 16, 896, 92, 17_550_000, alpha=1.3, head=20.0,
+                      gradient=0.8, reuse=0.28, overlap=0.6, spec_accept=0.05, fallback=0.15),
+    "qwen3": SynthParams("qwen3-30b-a3b-synth", 8, 128, 48, 2_864_583, tokens=401, alpha=1.18,
+                         reuse=0.3, spec_accept=0.0, fallback=0.0),
+    "dsv3": SynthParams("deepseek-v3-synth", 8, 256, 58, 44_040_192, tokens=301, alpha=0.9,
+                        reuse=0.22, spec_accept=0.0, fallback=0.0),
+    "tiny": SynthParams("tiny-synth", 4, 32, 4, 65_536, tokens=60, alpha=1.0, reuse=0.3),
+}
+
+
+def preset(name: str, **overrides) -> SynthParams:
+    if name not in PRESETS:
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return replace(PRESETS[name], **clean).validate()
+
+
+def _inclusion(n: int, k: int, alpha: float, head: float = 0.0) -> np.ndarray:
+    """Per-rank probability of being among a position's k selections: proportional to
+    (rank + head)^-alpha, summing to k, capped at 1 (an expert is chosen at most once per position),
+    so the slope of selection counts over rank is alpha itself."""
+    w = (np.arange(1, n + 1, dtype=np.float64) + head) ** -alpha
+    pi = np.zeros(n)
+    capped = np.zeros(n, bool)
+    for _ in range(n):
+        free = ~capped
+        pi[free] = w[free] * (k - capped.sum()) / w[free].sum()
+        pi[capped] = 1.0
+        over = free & (pi > 1.0)
+        if not over.any():
+            return pi
+        capped |= over
+    return pi
+
+
+class _Layer:
+    """Popularity and history of one layer."""
+
+    def __init__(self, p: SynthParams, layer: int, base_perm: np.ndarray, rng: np.random.Generator):
+        e = p.experts_per_layer
+        self.inclusion = _inclusion(e, p.k, p.layer_alpha(layer), p.head)
+        perm = base_perm.copy()
+        moved = np.flatnonzero(rng.random(e) >= p.overlap)  # rank positions this domain reshuffles
+        perm[moved] = perm[rng.permutation(moved)]
+        self.expert_of_rank = perm
+        self.prev: np.ndarray | None = None
+
+    def position(self, p: SynthParams, rng: np.random.Generator, commit: bool = True) -> list[int]:
+        chosen: list[int] = []
+        if self.prev is not None and p.reuse > 0:
+            n_copy = int(rng.binomial(p.k, p.reuse))
+            if n_copy:
+                chosen = rng.choice(self.prev, size=n_copy, replace=False).tolist()
+        if len(chosen) < p.k:
+            # Systematic PPS sampling: k distinct ranks, rank r included with probability
+            # inclusion[r]; the random permutation decorrelates which ranks are drawn together.
+            order = rng.permutation(self.inclusion.shape[0])
+            edges = np.cumsum(self.inclusion[order])
+            hits = np.searchsorted(edges, rng.random() + np.arange(p.k), side="right")
+            fresh = self.expert_of_rank[order[np.minimum(hits, order.shape[0] - 1)]]
+            rng.shuffle(fresh)
+            taken = set(chosen)
+            for expert in fresh.tolist():
+                if expert not in taken:
+                    chosen.append(expert)
+                    taken.add(expert)
+                    if len(chosen) == p.k:
+                        break
+        # Routers list a position's experts by gate score, which says nothing about recency:
+        # shuffle so copied experts are not systematically read first.
+        order = rng.permutation(len(chosen))
+        chosen = [chosen[i] for i in order]
+        if commit:
+            self.prev = np.asarray(chosen)
+        return chosen
+
+
+def generate(p: SynthParams) -> Iterator[str]:
+    """Yield the JSONL lines of the trace, header first (production shape)."""
+    p.validate()
+    base_rng = np.random.default_rng([p.seed, 0xBA5E])
+    dom_rng = np.random.default_rng([p.seed, 0xD0, p.domain])
+    run_rng = np.random.default_rng([p.seed, 0x5EED, p.domain])
+    base_perms = [base_rng.permutation(p.experts_per_layer) for _ in range(p.layers)]
+    layers = [_Layer(p, l, base_perms[l], dom_rng) for l in range(p.layers)]
+    dumps = json.dumps
+    if p.shape == "production":
+        header = {"model": p.model, "k": p.k, "experts_per_layer": p.experts_per_layer,
+                  "layers": p.layers, "expert_bytes": p.expert_bytes,
+                  "synth": {k: v for k, v in asdict(p).items()
+                            if k not in ("model", "k", "experts_per_layer", "layers", "expert_bytes")}}
+        yield dumps(header)
+        for l, lay in enumerate(layers):  # batched prefill: positions mixed, excluded on parse
+            yield dumps({"phase": "prefill", "layer": l, "experts": lay.position(p, run_rng)})
+    else:
+        for l, lay in enumerate(layers):
+            yield dumps({"token": 0, "n_tokens": 7, "name": f"ffn_moe_topk-{l}",
+                         "experts": lay.position(p, run_rng)})
+    if p.dry_run_pass:  # identical for every domain and seed of this model
+        fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
+        for l in range(p.layers):
+            experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
+            if p.shape == "production":
+                yield dumps({"step": 0, "layer": l, "experts": experts})
+            else:
+                yield dumps({"token": 0, "name": f"ffn_moe_topk-{l}", "experts": experts})
+    step = 1 if p.dry_run_pass else 0
+    left = p.tokens - 1
+    while left > 0:
+        u = run_rng.random()
+        if p.shape == "llama":
+            for l, lay in enumerate(layers):
+                yield dumps({"token": step, "name": f"ffn_moe_topk-{l}",
+                             "experts": lay.position(p, run_rng)})
+            left -= 1
+        elif u < p.spec_accept and left >= 2:
+            for l, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": l,
+                             "experts": lay.position(p, run_rng) + lay.position(p, run_rng)})
+            left -= 2
+        elif u < p.spec_accept + p.fallback:
+            # The speculative pass is rejected from a random layer on; the fallback pass then
+            # re-routes those layers. The rejected selections do not enter the history.
+            start = int(run_rng.integers(0, p.layers))
+            for l, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": l,
+                             "experts": lay.position(p, run_rng, commit=l < start)})
+            for l in range(start, p.layers):
+                yield dumps({"step": step, "layer": l, "experts": layers[l].position(p, run_rng)})
+            left -= 1
+        else:
+            for l, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": l, "experts": lay.position(p, run_rng)})
+            left -= 1
+        step += 1
