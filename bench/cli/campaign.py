@@ -63,7 +63,8 @@ def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None
                campaign: str | None = None, scale: str | None = None):
     """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
     from bench.hosts.inventory import load_inventory, select
-    from bench.matrix.load import expand, load_matrix
+    from bench.matrix.expand import expand
+    from bench.matrix.load import load_matrix
     from bench.matrix.schedule import HostState, schedule
     m = load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), host_names)

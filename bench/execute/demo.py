@@ -310,7 +310,8 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     from bench.execute.campaign import Settings, create
     from bench.hosts.facts import probe
     from bench.hosts.inventory import load_inventory, select
-    from bench.matrix.load import Skip, expand, load_matrix
+    from bench.matrix.expand import Skip, expand
+    from bench.matrix.load import load_matrix
     from bench.matrix.schedule import HostState, schedule
     from bench.hosts.ssh import transport_for
     from bench.store.db import open_store

@@ -15,7 +15,7 @@ Per-run metrics (definitions the results rely on):
 - MGLRU: main bit of lru_gen/enabled at loop entry and at post (None when the file is absent).
 
 Engine runs (docs/engine.md) have no replay passes: `engine_facts` holds what they measured
-(bench.matrix.engine.facts: wall, cold load and steady-decode seconds, backend line, tokens, output
+(bench.judge.engine.facts: wall, cold load and steady-decode seconds, backend line, tokens, output
 hash, pair) plus the pool device's bytes read over the whole run (pre -> post); their
 `engine_metrics` fill the per-run metric columns that apply (MemTotal, MGLRU at pre and post).
 """
@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 
-from bench.matrix import engine
+from bench.judge import engine
 from bench.judge.bundle import Bundle
 from bench.judge.counters import counters, deltas, device_bytes
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen

@@ -10,11 +10,7 @@ reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
   {policy_args} is replaced by the policy's argument list (else those arguments are appended).
 - `pair_orders(n, seed, salt)`: balanced pair order: pair 0 admit-first, pair 1 nocache-first,
   pairs 2.. a seeded shuffle (same seed, same order).
-- gates over captured output: `find_backend`, `parse_tokens`, `parse_load`, `degenerate`, and
-  `facts(engine_spec, stdout, stderr, record)` that derives what a run measured.
-- `pair_stats(pairs)`: per prompt the median of per-PAIR ratios nocache_s / admit_s (not the
-  quotient of the medians), their range, the medians of each side and whether every pair's
-  two output hashes match.
+- the gates over captured output and the pair statistics are judgement: bench.judge.engine.
 - `build_spec(...)`: the spec.json of one engine run (docs/bundle.md, `engine` section).
 """
 
@@ -28,7 +24,6 @@ from dataclasses import dataclass, field
 
 from bench.matrix.cells import POLICY_MODES, Cell, engine_cell
 from bench.errors import InputError
-from bench.judge.stats import median
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
 ORDERS = ("admit-first", "nocache-first")
@@ -43,10 +38,6 @@ DEFAULT_N_TOKENS = 60
 DEFAULT_PAIRS = 3
 LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# a degenerate output ends in a cycle of at most this period covering at least this share
-CYCLE_MAX_PERIOD = 4
-CYCLE_MIN_SHARE = 0.5
-CYCLE_MIN_TOKENS = 4
 _FIELD = re.compile(r"\{\{|\}\}|\{([a-z_]*)\}|[{}]")
 
 
@@ -334,151 +325,6 @@ def pair_orders(n_pairs: int, seed: int, salt: str = "") -> list[tuple[str, str]
 
 def order_label(first: str) -> str:
     return f"{first}-first"
-
-
-# gates over captured output ----------------------------------------------------------------------
-
-def _group(m: re.Match, name: str) -> str:
-    return m.group(name) if name in m.re.groupindex else m.group(1)
-
-
-def find_backend(stdout: str, stderr: str, expected: str) -> str | None:
-    """The first line of stdout, then stderr, containing the expected backend string."""
-    for text in (stdout, stderr):
-        for line in text.splitlines():
-            if expected in line:
-                return line.strip()
-    return None
-
-
-def parse_tokens(stdout: str, stderr: str, regex: str) -> list[int] | None:
-    """The output token IDs: the integers in the regex's group at its first match in stdout
-    (else stderr); None when it matches nowhere."""
-    rx = re.compile(regex, re.MULTILINE)
-    for text in (stdout, stderr):
-        m = rx.search(text)
-        if m:
-            return [int(x) for x in re.findall(r"-?\d+", _group(m, "tokens") or "")]
-    return None
-
-
-def parse_load(stdout: str, stderr: str, regex: str) -> float | None:
-    """The cold model load seconds the engine reports (first match, stdout then stderr)."""
-    rx = re.compile(regex, re.MULTILINE)
-    for text in (stdout, stderr):
-        m = rx.search(text)
-        if m:
-            try:
-                return float(_group(m, "seconds"))
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def output_sha256(tokens: list[int]) -> str:
-    """SHA-256 of the output token ID sequence: decimal IDs joined by ',' (ASCII)."""
-    return hashlib.sha256(",".join(str(t) for t in tokens).encode("ascii")).hexdigest()
-
-
-def degenerate(tokens: list[int] | None, min_tokens: int = 1) -> str | None:
-    """Why an output is degenerate, or None: no tokens, fewer than min_tokens, or an output
-    that ends in a cycle of period <= 4 (one token repeated is period 1) covering at least
-    half of it (and at least 4 tokens)."""
-    if tokens is None:
-        return "no output token IDs found"
-    n = len(tokens)
-    if n == 0:
-        return "the output has no tokens"
-    if n < min_tokens:
-        return f"only {n} output tokens, at least {min_tokens} wanted"
-    for period in range(1, CYCLE_MAX_PERIOD + 1):
-        if n < 2 * period:
-            break
-        run = period
-        while run < n and tokens[n - 1 - run] == tokens[n - 1 - run + period]:
-            run += 1
-        if run >= max(CYCLE_MIN_TOKENS, CYCLE_MIN_SHARE * n, 2 * period):
-            what = (f"token {tokens[-1]} repeated" if period == 1 else
-                    f"a cycle of {period} tokens {tokens[n - period:]} repeated")
-            return f"the last {run} of {n} tokens are {what}"
-    return None
-
-
-def facts(spec_engine: dict, stdout: str, stderr: str, record: dict | None) -> dict:
-    """What one engine run measured, from its spec's engine section, its captured output and
-    the runner's record (engine.json). Steady-decode time = wall time - reported cold load."""
-    rec = record or {}
-    tokens = parse_tokens(stdout, stderr, spec_engine["tokens_regex"])
-    load = parse_load(stdout, stderr, spec_engine["load_regex"])
-    wall = rec.get("wall_s")
-    line = find_backend(stdout, stderr, spec_engine["backend"])
-    pair = spec_engine.get("pair") or {}
-    return {
-        "prompt": spec_engine.get("prompt"), "policy": spec_engine.get("policy"),
-        "pair_index": pair.get("index"), "pair_order": pair.get("order"),
-        "pair_position": pair.get("position"),
-        "wall_s": wall, "load_s": load,
-        "steady_s": None if wall is None or load is None else wall - load,
-        "backend_found": line is not None, "backend_line": line,
-        "tokens": None if tokens is None else len(tokens),
-        "token_ids": tokens,
-        "output_sha256": None if tokens is None else output_sha256(tokens),
-        "degenerate": degenerate(tokens, int(spec_engine.get("min_tokens") or 1)),
-        "exit_code": rec.get("exit_code"), "signal": rec.get("signal"),
-        "timed_out": bool(rec.get("timed_out")),
-    }
-
-
-# pair statistics -------------------------------------------------------------------------------
-
-@dataclass
-class PairStats:
-    prompt: str
-    pairs: int = 0
-    admit_median_s: float | None = None
-    nocache_median_s: float | None = None
-    speedup: float | None = None             # median of per-pair nocache_s / admit_s
-    speedup_min: float | None = None
-    speedup_max: float | None = None
-    ratio_of_medians: float | None = None    # shown for contrast only
-    hashes_match: bool | None = None         # every counted pair's two hashes equal
-    mismatched: list[str] = field(default_factory=list)
-    incomplete: list[str] = field(default_factory=list)
-    ratios: list[float] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
-    """Pair statistics of one prompt over its retained runs, each {"pair": a label naming the
-    pair (campaign, host, index), "policy", "steady_s", "output_sha256"}. A pair counts when
-    both its admit and its nocache run are there with a steady time; the others are listed as
-    incomplete. Medians are over the counted pairs."""
-    by: dict[str, dict] = {}
-    for r in runs:
-        by.setdefault(r["pair"], {})[r["policy"]] = r
-    st = PairStats(prompt)
-    admits, nocaches = [], []
-    for label in sorted(by):
-        a, n = by[label].get("admit"), by[label].get("nocache")
-        if a is None or n is None or a.get("steady_s") is None or n.get("steady_s") is None \
-                or a["steady_s"] <= 0:
-            st.incomplete.append(label)
-            continue
-        admits.append(a["steady_s"])
-        nocaches.append(n["steady_s"])
-        st.ratios.append(n["steady_s"] / a["steady_s"])
-        if a.get("output_sha256") is None or a.get("output_sha256") != n.get("output_sha256"):
-            st.mismatched.append(label)
-    st.pairs = len(st.ratios)
-    if st.pairs:
-        st.admit_median_s, st.nocache_median_s = median(admits), median(nocaches)
-        st.speedup = median(st.ratios)
-        st.speedup_min, st.speedup_max = min(st.ratios), max(st.ratios)
-        st.ratio_of_medians = st.nocache_median_s / st.admit_median_s
-        st.hashes_match = not st.mismatched
-    return st
 
 
 # the spec of one run ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 
 from bench.matrix.engine import order_label, pair_orders
 from bench.errors import InputError, SafetyError
-from bench.matrix.load import BootConfig, Candidate, RunRequest
+from bench.matrix.expand import BootConfig, Candidate, RunRequest
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from bench.matrix import engine
+from bench.judge import engine
 from bench.judge import stats
 from bench.matrix.cells import parse_cell
 from bench.errors import InputError

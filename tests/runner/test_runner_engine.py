@@ -267,7 +267,8 @@ def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_pat
     retention) -> Table 3, with the per-pair median recomputed from the stored rows."""
     from bench.execute.campaign import Executor, Settings, create
     from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
-    from bench.matrix.load import expand, load_matrix
+    from bench.matrix.expand import expand
+    from bench.matrix.load import load_matrix
     from bench.matrix.schedule import HostState, schedule
     from bench.store import queries
     from bench.store.db import open_store

@@ -74,7 +74,7 @@ def test_resume_never_restarts_a_started_run_from_the_top():
 
 def test_plan_record_keeps_candidates_for_hand_over():
     from types import SimpleNamespace as NS
-    from bench.matrix.load import BootConfig, Candidate, RunRequest
+    from bench.matrix.expand import BootConfig, Candidate, RunRequest
     from bench.matrix.schedule import HostState, schedule
     cands = (Candidate("a", "1g-none-classic", BootConfig()),
              Candidate("b", "2g-none-classic", BootConfig()))

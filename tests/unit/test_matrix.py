@@ -9,8 +9,9 @@ import pytest
 from bench.cli import main
 from bench.errors import InputError
 from bench.hosts.inventory import Host, RebootSpec
-from bench.matrix.load import (MIB, BootConfig, MatrixError, expand, list_matrices, load_matrix,
-                               parse_matrix, shipped_names)
+from bench.matrix.load import (MIB, MatrixError, list_matrices, load_matrix, parse_matrix,
+                               shipped_names)
+from bench.matrix.expand import BootConfig, expand
 
 ROOT = Path(__file__).resolve().parents[2]
 G = 1 << 30

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bench.cli import main
 from bench.errors import InputError
-from bench.matrix.load import BootConfig, Candidate, RunRequest
+from bench.matrix.expand import BootConfig, Candidate, RunRequest
 from bench.matrix.schedule import HostState, reboot_lower_bound, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
