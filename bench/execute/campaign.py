@@ -456,7 +456,7 @@ class Executor:
 
     def _probe_boot(self, h) -> tuple:
         from bench.hosts.procfs import cmdline_param, parse_cmdline
-        from bench.hosts.reboot import parse_mem
+        from bench.hosts.bootplan import parse_mem
         try:
             cmd = self._t(h.name).run(["cat", "/proc/cmdline"], timeout=30).stdout.strip()
         except BenchError:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 from datetime import datetime, timezone
 
 from bench.errors import HostError
-from bench.hosts.transport import LocalTransport, quote_argv
+from bench.hosts.inventory import Host
+from bench.hosts.transport import Transport
 
 LOCK_NAME = "bench.lock"
 CONFLICT_RC = 75
@@ -28,33 +28,6 @@ HOLDER = ('printf "%s\\n" "$1" > "$2" && echo LOCKED && exec cat > /dev/null')
 
 class HostLocked(HostError):
     """Another controller holds the host lock."""
-
-
-class _LocalProcess:
-    def __init__(self, argv: list[str]):
-        self._p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-
-    def readline(self, timeout: float = 30.0) -> str:
-        return self._p.stdout.readline()
-
-    def read_rest(self) -> str:
-        return self._p.stdout.read() + self._p.stderr.read()
-
-    def exit_status(self, timeout: float = 10.0) -> int | None:
-        try:
-            return self._p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def close(self) -> None:
-        if self._p.stdin:
-            self._p.stdin.close()
-        try:
-            self._p.wait(5)
-        except subprocess.TimeoutExpired:
-            self._p.kill()
-            self._p.wait()
 
 
 def default_owner(purpose: str = "") -> str:
@@ -66,7 +39,8 @@ class HostLock:
     """`with HostLock(transport, host): ...` holds the host's lock; a second holder gets
     HostLocked naming the owner."""
 
-    def __init__(self, transport, host, purpose: str = "", owner: str | None = None):
+    def __init__(self, transport: Transport, host: Host, purpose: str = "",
+                 owner: str | None = None):
         self.transport = transport
         self.host = host
         self.path = f"{host.work_dir}/{LOCK_NAME}"
@@ -79,11 +53,7 @@ class HostLock:
         self.transport.run(["mkdir", "-p", self.host.work_dir], timeout=30)
         argv = ["flock", "--nonblock", "--conflict-exit-code", str(CONFLICT_RC), self.path,
                 "sh", "-c", HOLDER, "bench-lock", self.owner, self.path]
-        quote_argv(argv)
-        if isinstance(self.transport, LocalTransport):
-            proc = _LocalProcess(argv)
-        else:
-            proc = self.transport.spawn(argv)
+        proc = self.transport.spawn(argv)
         line = proc.readline(timeout=30)
         if line.strip() == "LOCKED":
             self._proc = proc

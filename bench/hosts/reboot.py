@@ -1,399 +1,33 @@
 """Proven reboots: boot a host with a new `mem=` / MGLRU wish and prove the boot took.
 
-Pure planning and gating first (command-line editing, the MemTotal range `mem=` implies, the
-gate, the safety checks, the one-shot command builders), then the I/O steps, which go through a
-`bench.hosts.transport.Transport` only (the power-cycle argv runs on the controller through
-`LocalTransport`).
-
-Conventions
------------
-* `mem`: a kernel size string (`768M`, `64G`) or None = no `mem=` on the next boot.
-* `lru_gen`: "on" | "off" | None. The kernel has no boot switch for MGLRU; bench's convention is
-  the parameter `bench.lru_gen=on|off`, applied early at boot by the host (the lab guests' init
-  does it, bench/guest/bench-init; on real hosts a unit installed by bench). None = the kernel's
-  default (CONFIG_LRU_GEN_ENABLED), not checked by the gate.
-* The next command line is the current one minus `mem=`, `bench.lru_gen=`, `panic=` and the
-  boot loader's `BOOT_IMAGE=`/`initrd=`, plus the wishes and `panic=10` (a panic reboots into
-  the default kernel command line instead of hanging).
-* Proof: a new boot_id, /proc/cmdline carrying exactly the requested mem= (or none) and
-  bench.lru_gen=, MemTotal inside `memtotal_range`, and the MGLRU main bit as requested.
+The pure planning and gating (command-line editing, the MemTotal range, the gate, the safety
+checks, the one-shot command builders) is bench.hosts.bootplan; this module does the I/O steps,
+through a bench.hosts.transport.Transport only (the power-cycle argv runs on the controller
+through `LocalTransport`).
 
 Methods: `kexec` (kexec -l KERNEL --initrd=... --append=..., then `systemctl kexec` where
 systemd runs, else `kexec -e` detached so the SSH session can close), `grub-reboot` (a menu
 entry written to /boot/grub/custom.cfg, then `grub-reboot ENTRY`: next boot only; built and
-tested purely here, not exercised on hardware), `command` (an argv run on the host, "{cmdline}"
+tested purely, not exercised on hardware), `command` (an argv run on the host, "{cmdline}"
 replaced by the new command line).
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
-from bench.errors import (BenchError, CommandTimeout, HostError, InputError, SafetyError,
-                          Unreachable)
-from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen, parse_meminfo
+from bench.errors import BenchError, CommandTimeout, HostError, SafetyError, Unreachable
+from bench.hosts.bootplan import (BOOT_ID, LRU_ENABLED, Gate, Observation, check_reboot_allowed,
+                                  command_argv, evaluate_gate, grub_oneshot_plan, kexec_exec_argv,
+                                  kexec_load_argv, next_cmdline, normalize_lru, normalize_mem,
+                                  observation_from_files, split_head_output)
+from bench.hosts.inventory import Host
+from bench.hosts.procfs import cmdline_param, mglru_on, parse_lru_gen
 from bench.hosts.transport import LocalTransport, Transport, quote_argv
-
-LRU_PARAM = "bench.lru_gen"
-LRU_VALUES = ("on", "off")
-PANIC_SECONDS = 10
-# replaced on every boot bench makes (BOOT_IMAGE/initrd= are the loader's, not the kernel's)
-DROPPED_PARAMS = ("mem", LRU_PARAM, "panic", "BOOT_IMAGE", "initrd")
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-LRU_ENABLED = "/sys/kernel/mm/lru_gen/enabled"
-MIB = 1 << 20
-GIB = 1 << 30
-
-_MEM_RE = re.compile(r"^([1-9][0-9]*)([KMGT]?)$", re.IGNORECASE)
-_MEM_MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-# pure: values ------------------------------------------------------------------------------------
-
-def parse_mem(mem: str) -> int:
-    """A `mem=` value as the kernel's memparse reads it ('768M' -> bytes). Integers with an
-    optional K/M/G/T suffix only: no decimals, no 'iB' (the kernel would misread those)."""
-    m = _MEM_RE.match(str(mem).strip())
-    if not m:
-        raise InputError(f"mem={mem!r} is not a kernel size",
-                         hint="write a whole number with an optional K, M, G or T: 768M, 64G; "
-                              "or 'none' for no mem=")
-    return int(m.group(1)) * _MEM_MULT[m.group(2).upper()]
-
-
-def normalize_mem(mem: str | None) -> str | None:
-    """'none'/''/None -> None; else the value, validated, with an upper-case suffix."""
-    if mem is None or str(mem).strip().lower() in ("", "none"):
-        return None
-    parse_mem(mem)
-    s = str(mem).strip()
-    return s[:-1] + s[-1].upper() if s[-1].isalpha() else s
-
-
-def normalize_lru(lru_gen: str | None) -> str | None:
-    if lru_gen is None or str(lru_gen).lower() in ("", "default", "none"):
-        return None
-    v = str(lru_gen).lower()
-    if v not in LRU_VALUES:
-        raise InputError(f"lru_gen {lru_gen!r} is not one of on, off",
-                         hint="use on, off, or leave it out for the kernel's default")
-    return v
-
-
-def next_cmdline(current: str | list[str], mem: str | None, lru_gen: str | None,
-                 panic: int = PANIC_SECONDS) -> str:
-    """The command line of the next boot: `current` minus every mem=, bench.lru_gen=, panic=,
-    BOOT_IMAGE= and initrd=, plus mem=/bench.lru_gen= as wished and panic=N. Order of the kept
-    arguments is preserved; the new ones go last (the kernel uses the last value anyway)."""
-    args = parse_cmdline(current) if isinstance(current, str) else list(current)
-    kept = [a for a in args if a.partition("=")[0] not in DROPPED_PARAMS]
-    mem = normalize_mem(mem)
-    lru_gen = normalize_lru(lru_gen)
-    if mem is not None:
-        kept.append(f"mem={mem}")
-    if lru_gen is not None:
-        kept.append(f"{LRU_PARAM}={lru_gen}")
-    if panic:
-        kept.append(f"panic={int(panic)}")
-    for a in kept:
-        if any(c.isspace() for c in a) or '"' in a:
-            # quoted arguments survive /proc/cmdline -> kexec --append only if we re-quote
-            kept = [_requote(x) for x in kept]
-            break
-    return " ".join(kept)
-
-
-def _requote(arg: str) -> str:
-    key, eq, value = arg.partition("=")
-    if eq and (any(c.isspace() for c in value)):
-        return f'{key}="{value}"'
-    return arg
-
-
-# Tolerances of the MemTotal range (documented, explicit):
-#  * RESERVE: what the kernel keeps out of MemTotal below the mem= limit: its own image, early
-#    allocations (memmap/struct page ~1.6 % on 4 KiB pages, page tables, crash kernel, firmware
-#    reservations). max(RESERVE_MIN, RESERVE_FRACTION * limit).
-#  * x86: mem= caps the highest physical address, so memory-mapped I/O holes below the cap also
-#    come off: the legacy hole below 1 MiB (always) and the PCI hole below 4 GiB, which starts at
-#    2-3.5 GiB on PCs and servers. We allow X86_PCI_HOLE_MAX once the cap passes X86_HOLE_START.
-#  * arm64: mem= limits the linear map to about the value; only reservations come off.
-RESERVE_MIN = 96 * MIB
-RESERVE_FRACTION = 0.06
-X86_HOLE_START = 2 * GIB
-X86_PCI_HOLE_MAX = 2 * GIB
-X86_ARCHES = ("x86_64", "amd64", "i686", "i386")
-ARM_ARCHES = ("aarch64", "arm64")
-
-
-def memtotal_range(mem_bytes: int, arch: str, full_memtotal: int | None = None) -> tuple[int, int]:
-    """The [lo, hi] bytes MemTotal may show after booting with mem=mem_bytes on `arch`.
-
-    hi: mem= is an upper bound on both architectures (MemTotal counts usable RAM below it); when
-    the machine has less RAM than mem= (full_memtotal, MemTotal of a boot without mem=, given),
-    hi is that full MemTotal instead.
-    lo: the limit minus the reservations (RESERVE_*) and, on x86, minus the part of the PCI hole
-    that can lie below the cap (X86_*). Never below 0."""
-    if mem_bytes <= 0:
-        raise InputError(f"mem= must be positive, got {mem_bytes}")
-    a = arch.lower()
-    if a not in X86_ARCHES + ARM_ARCHES:
-        raise InputError(f"no MemTotal model for architecture {arch!r}",
-                         hint=f"known: {', '.join(X86_ARCHES + ARM_ARCHES)}")
-    limit = mem_bytes
-    if full_memtotal is not None and full_memtotal < mem_bytes:
-        limit = full_memtotal
-    hi = limit
-    reserve = max(RESERVE_MIN, int(RESERVE_FRACTION * limit))
-    hole = 0
-    if a in X86_ARCHES:
-        hole = min(max(0, mem_bytes - X86_HOLE_START), X86_PCI_HOLE_MAX) + MIB
-    lo = max(0, limit - reserve - hole)
-    return lo, hi
-
-
-# pure: observations and the gate -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Observation:
-    """What one look at the host saw (parsed from its /proc and /sys files)."""
-    boot_id: str
-    cmdline: str
-    memtotal: int
-    lru_mask: int | None          # None: no /sys/kernel/mm/lru_gen (kernel without MGLRU)
-    arch: str = ""
-    kernel: str = ""
-
-    @property
-    def args(self) -> list[str]:
-        return parse_cmdline(self.cmdline)
-
-    @property
-    def mglru(self) -> bool | None:
-        return mglru_on(self.lru_mask)
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class Gate:
-    ok: bool
-    checks: tuple[Check, ...]
-
-    @property
-    def reason(self) -> str:
-        bad = [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
-        return "; ".join(bad) if bad else "all checks passed"
-
-
-def split_head_output(text: str) -> dict[str, str]:
-    """Output of `head -n N FILE1 FILE2 ...` -> {path: content} (missing files are absent)."""
-    out: dict[str, list[str]] = {}
-    cur = None
-    for line in text.splitlines():
-        m = re.fullmatch(r"==> (.*) <==", line)
-        if m:
-            cur = m.group(1)
-            out[cur] = []
-        elif cur is not None:
-            out[cur].append(line)
-    return {k: "\n".join(v).strip("\n") + "\n" for k, v in out.items()}
-
-
-def observation_from_files(files: Mapping[str, str], arch: str = "",
-                           kernel: str = "") -> Observation:
-    """Build an Observation from the raw files (keys: BOOT_ID, /proc/cmdline, /proc/meminfo,
-    LRU_ENABLED, the last optional)."""
-    for need in (BOOT_ID, "/proc/cmdline", "/proc/meminfo"):
-        if need not in files:
-            raise InputError(f"{need} missing from the host's answer")
-    mem = parse_meminfo(files["/proc/meminfo"])
-    lru = files.get(LRU_ENABLED)
-    return Observation(boot_id=files[BOOT_ID].strip(), cmdline=files["/proc/cmdline"].strip(),
-                       memtotal=mem["MemTotal"],
-                       lru_mask=parse_lru_gen(lru) if lru is not None else None,
-                       arch=arch, kernel=kernel)
-
-
-def evaluate_gate(before: Observation, after: Observation, mem: str | None,
-                  lru_gen: str | None, arch: str | None = None,
-                  full_memtotal: int | None = None) -> Gate:
-    """The proof that the wished boot took. `full_memtotal` (MemTotal without mem=) tightens the
-    range when mem= is above the machine's RAM and is used to check a boot without mem= (then
-    MemTotal must be within the reservation tolerance of it)."""
-    mem = normalize_mem(mem)
-    lru_gen = normalize_lru(lru_gen)
-    arch = arch or after.arch or before.arch
-    checks = []
-    checks.append(Check("boot_id changed", after.boot_id != before.boot_id,
-                        f"{before.boot_id} -> {after.boot_id}"))
-    seen_mem = cmdline_param(after.args, "mem")
-    checks.append(Check("cmdline mem=", seen_mem == mem,
-                        f"wanted {'mem=' + mem if mem else 'no mem='}, /proc/cmdline has "
-                        f"{'mem=' + seen_mem if seen_mem else 'no mem='}"))
-    seen_lru = cmdline_param(after.args, LRU_PARAM)
-    checks.append(Check(f"cmdline {LRU_PARAM}=", seen_lru == lru_gen,
-                        f"wanted {lru_gen or '(absent)'}, found {seen_lru or '(absent)'}"))
-    if mem is not None:
-        lo, hi = memtotal_range(parse_mem(mem), arch, full_memtotal)
-        checks.append(Check("MemTotal in range", lo <= after.memtotal <= hi,
-                            f"{after.memtotal} bytes, expected [{lo}, {hi}] for mem={mem} "
-                            f"on {arch}"))
-    elif cmdline_param(before.args, "mem") is not None:
-        checks.append(Check("MemTotal grew", after.memtotal > before.memtotal,
-                            f"{before.memtotal} -> {after.memtotal} bytes (mem= dropped)"))
-    elif full_memtotal is not None:
-        lo = full_memtotal - max(RESERVE_MIN, int(RESERVE_FRACTION * full_memtotal))
-        checks.append(Check("MemTotal full", lo <= after.memtotal <= full_memtotal + RESERVE_MIN,
-                            f"{after.memtotal} bytes, expected about {full_memtotal} (no mem=)"))
-    if lru_gen is not None:
-        want = lru_gen == "on"
-        if after.lru_mask is None:
-            checks.append(Check("MGLRU", False, "kernel has no /sys/kernel/mm/lru_gen"))
-        else:
-            checks.append(Check("MGLRU", after.mglru == want,
-                                f"wanted main bit {'on' if want else 'off'}, "
-                                f"mask {after.lru_mask:#06x}"))
-    return Gate(all(c.ok for c in checks), tuple(checks))
-
-
-# pure: safety ------------------------------------------------------------------------------------
-
-def _get(entry: Any, *names: str, default=None):
-    """A field of a host entry: bench.hosts.inventory.Host (attributes, nested .reboot) or a mapping."""
-    for name in names:
-        obj = entry
-        ok = True
-        for part in name.split("."):
-            if isinstance(obj, Mapping):
-                if part in obj:
-                    obj = obj[part]
-                else:
-                    ok = False
-                    break
-            elif hasattr(obj, part):
-                obj = getattr(obj, part)
-            else:
-                ok = False
-                break
-        if ok and obj is not None:
-            return obj
-    return default
-
-
-def host_name(entry: Any) -> str:
-    return str(_get(entry, "name", default="?"))
-
-
-def check_reboot_allowed(entry: Any, mem: str | None, *, local_boot_id: str | None,
-                         host_boot_id: str | None, transport_is_local: bool) -> None:
-    """Raise SafetyError unless this reboot may happen. Needs no host I/O beyond the boot_id
-    already read, so a refused mem= never touches the host."""
-    name = host_name(entry)
-    if not _get(entry, "reboot.allowed", "rebootable", default=False):
-        raise SafetyError(f"{name}: not marked rebootable in the inventory; refusing to reboot it",
-                          hint="set [reboot] allowed = true in its hosts/*.toml if it may be")
-    if transport_is_local or _get(entry, "transport") == "local":
-        raise SafetyError(f"{name}: is the controller's own machine (local transport); "
-                          "bench never reboots it")
-    if local_boot_id and host_boot_id and local_boot_id.strip() == host_boot_id.strip():
-        raise SafetyError(f"{name}: has the controller's boot_id {local_boot_id.strip()}: it is "
-                          "the machine bench runs on; refusing to reboot it")
-    method = _get(entry, "reboot.method", "reboot_method", default="none")
-    if method not in ("kexec", "grub-reboot", "command"):
-        raise SafetyError(f"{name}: reboot method {method!r} cannot set a one-shot command line")
-    mem = normalize_mem(mem)
-    if mem is not None:
-        want = parse_mem(mem)
-        floor = _get(entry, "mem_floor", "memory.floor")
-        if floor is None:
-            raise SafetyError(f"{name}: no memory floor in the inventory; refusing mem={mem}",
-                              hint="set [memory] floor = \"...\" (lowest mem= that is safe)")
-        floor_b = parse_mem_any(floor)
-        if want < floor_b:
-            raise SafetyError(f"{name}: mem={mem} ({want} bytes) is below the host's floor "
-                              f"({floor} = {floor_b} bytes); refusing",
-                              hint="pick a mem= at or above [memory] floor")
-        total = _get(entry, "mem_total", "memory.total")
-        if total is not None and want > 2 * parse_mem_any(total):
-            raise SafetyError(f"{name}: mem={mem} is far above the host's memory ({total})")
-
-
-def parse_mem_any(v: int | str) -> int:
-    return v if isinstance(v, int) else parse_mem(v)
-
-
-# pure: one-shot command builders -----------------------------------------------------------------
-
-def kexec_load_argv(kernel: str, initrd: str | None, append: str) -> list[str]:
-    argv = ["kexec", "-l", kernel]
-    if initrd:
-        argv.append(f"--initrd={initrd}")
-    argv.append(f"--append={append}")
-    return argv
-
-
-# the detached shell lets go of the SSH session's pipes at once, so the session can close
-_DETACH = "exec </dev/null >/dev/null 2>&1; "
-
-
-def kexec_exec_argv(systemd: bool, delay: float = 1.0) -> list[str]:
-    """Start the staged kernel detached from the SSH session (the session sees the command
-    return, then the connection drops). The sh -c script is a constant: no user text in it."""
-    inner = "systemctl kexec" if systemd else "sync; exec kexec -e"
-    return ["setsid", "-f", "sh", "-c", f"{_DETACH}sleep {delay:g}; {inner}", "bench-kexec"]
-
-
-def reboot_exec_argv(systemd: bool, delay: float = 1.0) -> list[str]:
-    inner = "systemctl reboot" if systemd else "sync; reboot -f || echo b > /proc/sysrq-trigger"
-    return ["setsid", "-f", "sh", "-c", f"{_DETACH}sleep {delay:g}; {inner}", "bench-reboot"]
-
-
-def _grub_quote(s: str) -> str:
-    return "'" + s.replace("'", "'\\''") + "'"
-
-
-def grub_entry_text(entry: str, kernel: str, initrd: str | None, append: str) -> str:
-    """A GRUB menu entry (for /boot/grub/custom.cfg, sourced by 41_custom at boot without
-    update-grub) booting `kernel` with `append`. Paths are absolute in the root file system;
-    `search --file` finds the partition holding the kernel (works with a separate /boot if the
-    paths are given relative to it)."""
-    lines = [f"menuentry {_grub_quote(entry)} --id {_grub_quote(entry)} {{",
-             f"    search --no-floppy --file --set=root {kernel}",
-             f"    linux {kernel} {append}"]
-    if initrd:
-        lines.append(f"    initrd {initrd}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def grub_oneshot_plan(entry: str, kernel: str, initrd: str | None, append: str,
-                      custom_cfg: str = "/boot/grub/custom.cfg") -> dict:
-    """What the grub-reboot method does: write the entry, then `grub-reboot ENTRY` (next boot
-    only; GRUB's default stays the normal kernel, so a failed boot falls back on the next reset).
-    Returns {'path', 'text', 'argv'}; `argv` lists the commands, in order."""
-    if not entry or "\n" in entry:
-        raise InputError(f"bad GRUB entry name {entry!r}")
-    return {"path": custom_cfg, "text": grub_entry_text(entry, kernel, initrd, append),
-            "argv": [["grub-reboot", entry], reboot_exec_argv(systemd=True)]}
-
-
-def command_argv(template: tuple[str, ...] | list[str], append: str) -> list[str]:
-    return [a.replace("{cmdline}", append) for a in template]
-
-
-# I/O ----------------------------------------------------------------------------------------------
 
 @dataclass
 class Event:
@@ -511,14 +145,14 @@ def _trigger(transport: Transport, argv: list[str], log: _Log) -> None:
         log("trigger", f"connection ended: {exc}")
 
 
-def _boot_files(entry: Any, before: Observation) -> tuple[str, str]:
+def _boot_files(host: Host, before: Observation) -> tuple[str, str]:
     """Kernel and initrd to boot: the inventory's, else the running release's under /boot."""
-    kernel = _get(entry, "reboot.kexec_kernel") or f"/boot/vmlinuz-{before.kernel}"
-    initrd = _get(entry, "reboot.kexec_initrd") or f"/boot/initrd.img-{before.kernel}"
+    kernel = host.reboot.kexec_kernel or f"/boot/vmlinuz-{before.kernel}"
+    initrd = host.reboot.kexec_initrd or f"/boot/initrd.img-{before.kernel}"
     return kernel, initrd
 
 
-def _stage_and_trigger(transport: Transport, entry: Any, method: str, append: str,
+def _stage_and_trigger(transport: Transport, entry: Host, method: str, append: str,
                        before: Observation, log: _Log) -> None:
     systemd = _host_has_systemd(transport)
     if method == "kexec":
@@ -533,7 +167,7 @@ def _stage_and_trigger(transport: Transport, entry: Any, method: str, append: st
         log("trigger", quote_argv(argv))
         _trigger(transport, argv, log)
     elif method == "grub-reboot":
-        entry_name = _get(entry, "reboot.grub_entry")
+        entry_name = entry.reboot.grub_entry or ""
         kernel, initrd = _boot_files(entry, before)
         plan = grub_oneshot_plan(entry_name, kernel, initrd, append)
         log("stage", f"write {plan['path']} entry {entry_name!r}")
@@ -546,14 +180,14 @@ def _stage_and_trigger(transport: Transport, entry: Any, method: str, append: st
                 log("stage", quote_argv(argv))
                 transport.run(argv, timeout=60)
     elif method == "command":
-        argv = command_argv(_get(entry, "reboot.command"), append)
+        argv = command_argv(entry.reboot.command or (), append)
         log("trigger", quote_argv(argv))
         _trigger(transport, argv, log)
     else:
         raise SafetyError(f"{transport.host}: reboot method {method!r} not supported")
 
 
-def reboot_host(transport: Transport, host_entry: Any, mem: str | None,
+def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
                 lru_gen: str | None, log: Callable[[Event], None] | None = None, *,
                 down_timeout: float | None = None, up_timeout: float | None = None,
                 poll_interval: float = 2.0, default_boot: bool = False) -> RebootResult:
@@ -563,16 +197,16 @@ def reboot_host(transport: Transport, host_entry: Any, mem: str | None,
     RebootResult: verdict "passed", or "quarantine" with the reason (host did not go down, did
     not come back in up_timeout even after a power cycle, or the gate failed). `log` gets each
     Event as it happens; result.events holds them all."""
-    name = host_name(host_entry)
+    name = host_entry.name
     L = _Log(name, log)
     mem = normalize_mem(mem)
     lru_gen = normalize_lru(lru_gen)
-    method = _get(host_entry, "reboot.method", "reboot_method", default="none")
-    down_timeout = down_timeout or float(_get(host_entry, "reboot.down_timeout", default=300.0))
-    up_timeout = up_timeout or float(_get(host_entry, "reboot.up_timeout", default=900.0))
+    method = host_entry.reboot.method
+    down_timeout = down_timeout or host_entry.reboot.down_timeout
+    up_timeout = up_timeout or host_entry.reboot.up_timeout
     # safety checks that need no host I/O first: not rebootable / local / floor
     check_reboot_allowed(host_entry, mem, local_boot_id=None, host_boot_id=None,
-                         transport_is_local=isinstance(transport, LocalTransport))
+                         transport_is_local=transport.local)
     before = observe(transport)
     L("before", f"boot_id={before.boot_id} MemTotal={before.memtotal} "
                 f"lru_gen={before.lru_mask if before.lru_mask is None else hex(before.lru_mask)} "
@@ -602,7 +236,7 @@ def reboot_host(transport: Transport, host_entry: Any, mem: str | None,
         new_id = _poll_boot_id(transport, before.boot_id, time.monotonic() + up_timeout,
                                want_down=False, log=L, interval=poll_interval)
     if new_id is None:
-        pc = _get(host_entry, "reboot.power_cycle", "power_cycle")
+        pc = host_entry.reboot.power_cycle
         if not pc:
             res.reason = f"no new boot_id within {up_timeout:.0f}s and no power_cycle configured"
             L("quarantine", res.reason)
@@ -640,7 +274,7 @@ def reboot_host(transport: Transport, host_entry: Any, mem: str | None,
     return res
 
 
-def restore_host(transport: Transport, host_entry: Any,
+def restore_host(transport: Transport, host_entry: Host,
                  log: Callable[[Event], None] | None = None, **kw) -> RebootResult:
     """Boot the default command line again (no mem=, no bench.lru_gen=) and prove it."""
     return reboot_host(transport, host_entry, None, None, log, default_boot=True, **kw)

@@ -188,6 +188,8 @@ class SSHTransport:
     and a call after the connection dropped (host rebooted, sshd restarted) connects afresh:
     proof of a reboot is the boot_id, never the connection."""
 
+    local = False
+
     def __init__(self, host: Host):
         self.host = host.name
         self.entry = host

@@ -1,7 +1,10 @@
-"""One way to run commands on a host: run (argv, never a shell string), put, get, timeouts.
+"""One way to run commands on a host: run (argv, never a shell string), spawn (a long-running
+command whose stdin stays open), put, get, close, timeouts.
 
 `LocalTransport` runs on this machine with subprocess; `bench.hosts.ssh.SSHTransport` (the only
-module that imports fabric/paramiko) runs over SSH. Both raise the typed errors of
+module that imports fabric/paramiko) runs over SSH. Both implement the whole `Transport`
+protocol, so no caller needs to know which one it holds (`local` says whether commands run on
+the controller's own machine, which safety checks need). Both raise the typed errors of
 bench.errors (CommandFailed with stderr, CommandTimeout, Unreachable, AuthError, HostKeyError)
 and return `Result`s. Commands are argv lists; the SSH side quotes every element with shlex,
 so no user string is ever pasted into a shell.
@@ -48,9 +51,23 @@ def quote_argv(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
+class Process(Protocol):
+    """A long-running command (the host lock's holder): read its stdout lines, close its stdin
+    to let it finish."""
+
+    def readline(self, timeout: float = 30.0) -> str: ...
+
+    def read_rest(self) -> str: ...
+
+    def exit_status(self, timeout: float = 10.0) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class Transport(Protocol):
     host: str
+    local: bool     # commands run on the controller's own machine
 
     def run(self, argv: Sequence[str], *, timeout: float | None = 60.0, check: bool = True,
             stdin: str | None = None, env: Mapping[str, str] | None = None) -> Result: ...
@@ -59,11 +76,47 @@ class Transport(Protocol):
 
     def get(self, remote: str, local: Path) -> None: ...
 
+    def spawn(self, argv: Sequence[str]) -> Process: ...
+
     def close(self) -> None: ...
+
+
+class LocalProcess:
+    """A long-running local command; its stdin stays open until close()."""
+
+    def __init__(self, argv: Sequence[str]):
+        self._p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+
+    def readline(self, timeout: float = 30.0) -> str:
+        # the holder answers at once (or exits): a blocking read is bounded by its own exit
+        assert self._p.stdout is not None
+        return self._p.stdout.readline()
+
+    def read_rest(self) -> str:
+        assert self._p.stdout is not None and self._p.stderr is not None
+        return self._p.stdout.read() + self._p.stderr.read()
+
+    def exit_status(self, timeout: float = 10.0) -> int | None:
+        try:
+            return self._p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def close(self) -> None:
+        if self._p.stdin:
+            self._p.stdin.close()
+        try:
+            self._p.wait(5)
+        except subprocess.TimeoutExpired:
+            self._p.kill()
+            self._p.wait()
 
 
 class LocalTransport:
     """This machine, through subprocess (no shell)."""
+
+    local = True
 
     def __init__(self, host: str = "local"):
         self.host = host
@@ -93,6 +146,10 @@ class LocalTransport:
     def get(self, remote: str, local: Path) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(remote, local)
+
+    def spawn(self, argv: Sequence[str]) -> LocalProcess:
+        quote_argv(argv)
+        return LocalProcess(argv)
 
     def close(self) -> None:
         pass

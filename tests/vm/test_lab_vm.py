@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench.errors import HostKeyError, SafetyError
-from bench.hosts.reboot import (LRU_ENABLED, observe, read_boot_id, reboot_host, restore_host,
-                                set_mglru_runtime)
+from bench.hosts.bootplan import LRU_ENABLED
+from bench.hosts.reboot import observe, read_boot_id, reboot_host, restore_host, set_mglru_runtime
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
 
@@ -55,6 +55,7 @@ def test_mem_below_floor_is_refused_without_touching_the_host(lab, lab_hosts, co
 
     class Watch:
         host = t.host
+        local = False
 
         def run(self, argv, **kw):
             calls.append(argv)

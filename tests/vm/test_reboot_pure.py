@@ -1,17 +1,19 @@
-"""Pure parts of bench.hosts.reboot, tested with data (no qemu, no SSH): command-line editing, the
+"""Pure parts of proven reboots (bench.hosts.bootplan), tested with data (no qemu, no SSH): command-line editing, the
 MemTotal range mem= implies, the gate, the safety checks, the one-shot command builders.
 Observed values come from the lab's Debian 6.1 guests (1536 MiB, x86_64, TCG)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench.errors import InputError, SafetyError
-from bench.hosts.inventory import load_host_file
-from bench.hosts.reboot import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
-                                grub_oneshot_plan, kexec_exec_argv, kexec_load_argv,
-                                memtotal_range, next_cmdline, normalize_lru, normalize_mem,
-                                observation_from_files, parse_mem, reboot_host, split_head_output)
+from bench.hosts.inventory import Host, RebootSpec, load_host_file
+from bench.hosts.bootplan import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
+                                  grub_oneshot_plan, kexec_exec_argv, kexec_load_argv,
+                                  memtotal_range, next_cmdline, normalize_lru, normalize_mem,
+                                  observation_from_files, parse_mem, split_head_output)
+from bench.hosts.reboot import reboot_host
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a"
@@ -160,8 +162,8 @@ def test_observation_from_head_output():
 
 # safety --------------------------------------------------------------------------------------
 
-LAB = {"name": "lab-a", "transport": "ssh", "mem_floor": "512M",
-       "reboot": {"allowed": True, "method": "kexec"}}
+LAB = Host(name="lab-a", address="10.0.0.1", transport="ssh", mem_floor=512 * MIB,
+           reboot=RebootSpec(allowed=True, method="kexec"))
 
 
 def allowed(entry, mem="768M", local=None, host="b0", is_local=False):
@@ -175,12 +177,14 @@ def test_safety_allows_the_lab_host():
 
 
 @pytest.mark.parametrize("entry,kw,msg", [
-    ({**LAB, "reboot": {"allowed": False, "method": "kexec"}}, {}, "not marked rebootable"),
+    (replace(LAB, reboot=RebootSpec(allowed=False, method="kexec")), {},
+     "not marked rebootable"),
     (LAB, {"mem": "256M"}, "below the host's floor"),
-    ({k: v for k, v in LAB.items() if k != "mem_floor"}, {}, "no memory floor"),
+    (replace(LAB, mem_floor=None), {}, "no memory floor"),
     (LAB, {"is_local": True}, "controller's own machine"),
+    (replace(LAB, transport="local"), {}, "controller's own machine"),
     (LAB, {"local": "b0", "host": "b0"}, "controller's boot_id"),
-    ({**LAB, "reboot": {"allowed": True, "method": "none"}}, {}, "cannot set a one-shot"),
+    (replace(LAB, reboot=RebootSpec(allowed=True, method="none")), {}, "cannot set a one-shot"),
 ])
 def test_safety_refusals(entry, kw, msg):
     with pytest.raises(SafetyError, match=msg):
@@ -199,6 +203,7 @@ def test_safety_on_inventory_files():
 class _Untouchable:
     """A transport that fails the test if the reboot code uses it at all."""
     host = "lab-a"
+    local = False
 
     def run(self, *a, **k):
         raise AssertionError("the host was touched")
