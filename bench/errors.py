@@ -83,3 +83,16 @@ class InventoryError(InputError):
 
 class SafetyError(BenchError):
     """A refused destructive step (reboot of a non-rebootable host, mem= below the floor...)."""
+
+
+def error_data(exc: BaseException, output: int | None = None) -> dict:
+    """An exception as data, for per-host results that carry errors instead of raising them:
+    type, message, hint; with `output`, also the last `output` characters of a failed
+    command's stderr (0: all of it)."""
+    if isinstance(exc, BenchError):
+        d = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    else:
+        d = {"type": type(exc).__name__, "message": str(exc), "hint": None}
+    if output is not None and isinstance(exc, CommandFailed):
+        d["output"] = (exc.stderr or "")[-output:] if output else exc.stderr
+    return d

@@ -351,7 +351,7 @@ def demo(
         step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
     step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
     from bench.cli.campaign import run_live
-    from bench.execute.campaign import Executor
+    from bench.execute.campaign.executor import Executor
     run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings), json_out)
     res = demo_results(dc)
     result["campaign"] = res

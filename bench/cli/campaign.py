@@ -115,7 +115,7 @@ def schedule_cmd(
                     + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
     plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale)
     if not dry_run:
-        from bench.execute.campaign import Settings, create
+        from bench.execute.campaign.record import Settings, create
         from bench.hosts.inventory import load_inventory, select
         from bench.store.db import open_store
         host_names = [h.name for h in select(load_inventory(hosts_dir), names)]
@@ -141,26 +141,14 @@ def schedule_cmd(
         print(views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
 
 
-def _settings_from(rec: dict, **over):
-    from bench.execute.campaign import Settings
-    s = Settings()
-    for k, v in (rec.get("settings") or {}).items():
-        if hasattr(s, k) and k not in ("db_url",):
-            setattr(s, k, Path(v) if k in ("data_dir", "hosts_dir") and v else v)
-    for k, v in over.items():
-        if v is not None:
-            setattr(s, k, v)
-    return s
-
-
 def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
     """Run an executor (make_executor(store) -> object with run()) in a thread while the main
     thread shows the live view (plain lines without a terminal); returns its result."""
     import threading
 
     from bench.results import views
-    from bench.execute.campaign import progress
-    from bench.store.campaign_exec import journal_rows
+    from bench.execute.campaign.watch import progress
+    from bench.store.campaigns import journal_rows
     from bench.store.db import open_store
     store = open_store(db_url)
     out: dict = {}
@@ -188,15 +176,15 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
 
 def _execute(cid: str, settings, json_out: bool) -> None:
     from bench.results import views
-    from bench.execute.campaign import Executor
+    from bench.execute.campaign.executor import Executor
     out = run_live(cid, settings.db_url,
-                   lambda store: Executor(store, cid, settings, log=None), json_out)
+                   lambda store: Executor(store, cid, settings), json_out)
     res = out["result"]
     if json_out:
         views.emit_json(out["progress"])
     else:
-        views.say(f"campaign {cid}: {res['state']}")
-    if res["state"] != "done":
+        views.say(f"campaign {cid}: {res.state}")
+    if res.state != "done":
         raise typer.Exit(1)
 
 
@@ -213,8 +201,8 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
                reconnect_timeout: ReconnectOpt = None, json_out: JsonOpt = False) -> None:
     """Continue a campaign after the controller died at any point: finished runs are kept,
     running ones re-attached by run id and collected, the rest started; nothing is repeated."""
-    from bench.execute.campaign import load_record
-    from bench.store.campaign_exec import latest_campaign
+    from bench.execute.campaign.record import Settings, load_record
+    from bench.store.campaigns import latest_campaign
     from bench.store.db import StoreError, open_store
     store = open_store(db)
     try:
@@ -225,8 +213,8 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
         rec = load_record(store, cid)
     finally:
         store.close()
-    s = _settings_from(rec, threads=threads, retries=retries, data_dir=data_dir,
-                       hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout)
+    s = Settings.from_record(rec, threads=threads, retries=retries, data_dir=data_dir,
+                             hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout)
     s.db_url = db
     _execute(cid, s, json_out)
 
@@ -234,11 +222,11 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
 def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List campaigns with their progress (runs per state)."""
     from bench.results import views
-    from bench.store.campaign_exec import campaign_list
+    from bench.store.campaigns import campaign_list
     from bench.store.db import open_store
     store = open_store(db)
     try:
-        rows = campaign_list(store)
+        rows = [c.as_listing() for c in campaign_list(store)]
     finally:
         store.close()
     if json_out:
@@ -258,8 +246,9 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
     import time as _time
 
     from bench.results import views
-    from bench.execute.campaign import progress
-    from bench.store.campaign_exec import journal_rows, latest_campaign, lock_holder
+    from bench.execute.campaign.watch import progress
+    from bench.store.campaigns import journal_rows, latest_campaign
+    from bench.store.controller_lock import lock_holder
     from bench.store.db import StoreError, open_store
     store = open_store(db)
     try:
@@ -277,7 +266,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
 
         def finished():
             # stop when no live controller drives it (after a grace for a restarting one)
-            from bench.store.campaign_exec import lock_is_stale
+            from bench.store.controller_lock import lock_is_stale
             h = lock_holder(store, cid)
             if h and not lock_is_stale(h, 30.0):
                 seen["t"] = _time.monotonic()

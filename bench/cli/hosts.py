@@ -140,7 +140,7 @@ def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the i
     runner's status, then, if the run ended, the bundle into <data_dir>/bundles/<host>/<run_id>/
     with its manifest verified. Exit 1 while the run is still going."""
     from bench.results import views
-    from bench.execute.hostrun import collect_run
+    from bench.execute.single import collect_run
     (h,) = _hosts(hosts_dir, [host])
     res = collect_run(h, run_id, data_dir=data_dir)
     if json_out:
@@ -176,7 +176,7 @@ def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the
     pool file read once cold (pass 0) and once warm (pass 1); device bytes from the pool
     device's diskstats around each pass. Stored with the host's boot_id and fingerprint."""
     from bench.results import views
-    from bench.execute.hostrun import measure_bandwidth
+    from bench.execute.bandwidth import measure_bandwidth
     from bench.store.bandwidth import store_bandwidth
     from bench.store.db import open_store
     from bench.units import parse_size

@@ -13,13 +13,14 @@ import typer
 from bench.errors import InputError
 
 
-def _table(results: list[dict]):
+def _table(results: list):
     from rich.table import Table
     t = Table(title="bench run")
     for col in ("host", "run id", "runner", "median iter (ms)", "device GB/iter", "verdict",
                 "reconnects", "seconds", "bundle / error"):
         t.add_column(col)
-    for r in results:
+    for res in results:
+        r = res.as_dict()
         f = r.get("figures") or {}
         med = f.get("iteration_median_s")
         dev = f.get("device_gb_per_iteration")
@@ -85,7 +86,9 @@ def register(app: typer.Typer) -> None:
         from bench.results import views
         from bench.matrix.cells import parse_cell
         from bench.hosts.inventory import load_inventory, select
-        from bench.execute.hostrun import default_data_dir, plan_from_trace_file, run_hosts
+        from bench.paths import default_data_dir
+        from bench.plan.prepared import plan_from_trace_file
+        from bench.execute.single import run_hosts
         from bench.matrix.runspec import RunOptions
         c = parse_cell(cell)
         names = [n.strip() for n in host.split(",") if n.strip()]
@@ -95,18 +98,18 @@ def register(app: typer.Typer) -> None:
         rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
         options = RunOptions(threads=threads, passes=passes, mem=mem)
         ddir = data_dir or default_data_dir()
-        from bench.execute.hostrun import host_run_ids
+        from bench.execute.single import host_run_ids
         host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
         plan, plan_path = plan_from_trace_file(trace, k=k, data_dir=ddir)
         results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
                             db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
                             reconnect_timeout_s=reconnect_timeout)
         if json_out:
-            views.emit_json(results)
+            views.emit_json([r.as_dict() for r in results])
         else:
             views.print_table(_table(results))
             for r in results:
-                if r.get("error") and r["error"].get("hint"):
-                    views.say(f"[bold]{r['host']}:[/] fix: {r['error']['hint']}")
-        if not all(r["ok"] for r in results):
+                if r.error and r.error.get("hint"):
+                    views.say(f"[bold]{r.host}:[/] fix: {r.error['hint']}")
+        if not all(r.ok for r in results):
             raise typer.Exit(1)

@@ -307,7 +307,7 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
                      step: Step = lambda _msg: None) -> tuple[DemoCampaign, object]:
     """Trace, inventory, matrix, host facts, the plan with this host's skips, and the campaign
     created in the store. Returns (DemoCampaign, campaign Settings)."""
-    from bench.execute.campaign import Settings, create
+    from bench.execute.campaign.record import Settings, create
     from bench.hosts.facts import probe
     from bench.hosts.inventory import load_inventory, select
     from bench.matrix.expand import Skip, expand
@@ -379,7 +379,7 @@ def demo_results(demo: DemoCampaign) -> dict:
     """The campaign's runs with their states and measured figures, and the reclaim-shaped
     matrix (`bench results --matrix reclaim --campaign ID`)."""
     from bench.store import queries
-    from bench.store.campaign_exec import campaign_row, run_rows
+    from bench.store.campaigns import campaign_row, run_rows
     from bench.store.db import open_store
     store = open_store(demo.db_url)
     try:
@@ -387,20 +387,20 @@ def demo_results(demo: DemoCampaign) -> dict:
         rows = run_rows(store, demo.campaign)
         measured = {r["run_id"]: r for r in queries.load_runs(store, campaign=demo.campaign)}
         table = queries.matrix(store, "reclaim", campaign=demo.campaign)
-        why = queries.verdicts(store, [r["run_id"] for r in rows])
+        why = queries.verdicts(store, [r.run_id for r in rows])
     finally:
         store.close()
     runs = []
     for r in rows:
-        m = measured.get(r["run_id"]) or {}
-        runs.append({"run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
+        m = measured.get(r.run_id) or {}
+        runs.append({"run_id": r.run_id, "cell": r.cell, "state": r.state,
                      "retained": m.get("retained"),
                      "iteration_median_s": m.get("iteration_median_s"),
                      "device_bytes": m.get("device_bytes"),
                      "device_bytes_per_iteration": m.get("device_bytes_per_iteration"),
                      "locked_fraction": m.get("locked_fraction"),
                      "failed_rules": [f"{v['rule']}: {v['reason']}"
-                                      for v in why.get(r["run_id"], []) if not v["passed"]]})
-    return {"campaign": demo.campaign, "state": (camp or {}).get("state"), "runs": runs,
+                                      for v in why.get(r.run_id, []) if not v["passed"]]})
+    return {"campaign": demo.campaign, "state": camp.state if camp else None, "runs": runs,
             "table": table, "skipped": demo.skipped, **{k: v for k, v in demo.as_dict().items()
                                                         if k not in ("runs", "skipped")}}

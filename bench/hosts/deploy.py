@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.errors import CommandFailed, HostError, InputError
+from bench.errors import CommandFailed, HostError, InputError, error_data
 
 
 def _sources_root() -> Path:
@@ -193,7 +193,7 @@ def install_boot_hook(transport, host) -> dict:
 
 def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = False) -> list[dict]:
     """Deploy to every host in parallel; errors are returned per host as data."""
-    from bench.hosts.facts import _error, run_parallel
+    from bench.hosts.facts import run_parallel
     if transport_for is None:
         from bench.hosts.ssh import transport_for as default
         transport_for = default
@@ -204,9 +204,7 @@ def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = Fal
             t = transport_for(host)
             return dict(deploy(t, host, repo, force), ok=True, error=None)
         except Exception as exc:  # noqa: BLE001 - one host's failure is data
-            err = _error(exc)
-            if isinstance(exc, CommandFailed):
-                err["output"] = exc.stderr
+            err = error_data(exc, output=0)
             return {"host": host.name, "ok": False, "status": "failed", "error": err}
         finally:
             if t is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.hosts import procfs
-from bench.errors import BenchError, CommandFailed, FormatError, HostError
+from bench.errors import BenchError, CommandFailed, FormatError, HostError, error_data
 
 # commands ---------------------------------------------------------------------------------------
 
@@ -249,12 +249,6 @@ FLAT = {"cmdline": ("cmdline", "mem"),
                    "swap_free_bytes")}
 
 
-def _error(exc: BaseException) -> dict:
-    if isinstance(exc, BenchError):
-        return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
-    return {"type": type(exc).__name__, "message": str(exc), "hint": None}
-
-
 @dataclass
 class HostResult:
     """One host's probe: facts, or an error (as data); fact_errors for single facts."""
@@ -328,7 +322,7 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
                 if fact.optional:
                     res.facts[fact.name] = None
                 else:
-                    res.fact_errors[fact.name] = _error(CommandFailed(host.name, argv, rc, err))
+                    res.fact_errors[fact.name] = error_data(CommandFailed(host.name, argv, rc, err))
                 continue
             try:
                 value = fact.parse(out)
@@ -342,10 +336,10 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
             else:
                 res.facts[fact.name] = value
     except HostError as exc:
-        res.error = _error(exc)
+        res.error = error_data(exc)
         res.exception = exc
     except Exception as exc:  # noqa: BLE001 - a probe never takes the others down
-        res.error = _error(exc)
+        res.error = error_data(exc)
         res.exception = exc
     res.seconds = time.monotonic() - t0
     return res
@@ -384,7 +378,7 @@ def probe_hosts(hosts: Sequence, transport_for: Callable | None = None,
         try:
             t = transport_for(host)
         except Exception as exc:  # noqa: BLE001
-            return HostResult(host.name, error=_error(exc), exception=exc)
+            return HostResult(host.name, error=error_data(exc), exception=exc)
         try:
             res = probe(t, host, facts)
             if res.error is None:

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from bench.matrix.cells import Cell, parse_cell
+from bench.plan.prepared import PlanInfo
 from bench.errors import InputError, SafetyError
 from bench.units import format_size, parse_size
 
@@ -35,37 +36,6 @@ AGENT_PATH = "native/bench-agent"
 NOCACHE = ("direct", "dontneed", "dontcache")
 DEFAULT_HEADROOM = 6 << 30
 CONTROLLER_VERSION = "0.1.0"
-
-
-@dataclass(frozen=True)
-class PlanInfo:
-    """What the controller knows of the plan it ships (and of its hint plan)."""
-    sha256: str
-    layers: int
-    experts_per_layer: int
-    expert_bytes: int
-    iterations: int
-    trace: str
-    trace_sha256: str | None = None
-    batch: int = 1
-    hints_sha256: str | None = None
-    hints_provenance: dict | None = None
-
-    @property
-    def remote_path(self) -> str:
-        return f"plans/{self.sha256}.bin"
-
-    @property
-    def hints_remote_path(self) -> str | None:
-        return f"plans/{self.hints_sha256}.hints.bin" if self.hints_sha256 else None
-
-    @property
-    def pool_bytes(self) -> int:
-        return self.layers * self.experts_per_layer * self.expert_bytes
-
-    @property
-    def geometry(self) -> tuple[int, int, int]:
-        return (self.layers, self.experts_per_layer, self.expert_bytes)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Ordering runs across hosts: a pure function, fed with data (BenchExec style).
 
 `schedule(requests, hosts, seed, ...)` takes the run requests of `bench.matrix.load.expand`, the hosts
-(`HostState`: name, tags, current boot, rebootable) and a seed, and returns a `Plan`: per host an
+(`HostState`: name, tags, current boot, rebootable) and a seed, and returns a `Schedule`: per host an
 ordered list of runs with stable run ids `<campaign>-<host>-<nnn>` (position 1-based), their
 repetition and boot config, the host's reboot count and an estimated duration.
 
@@ -88,7 +88,7 @@ class ScheduledRun:
 
 
 @dataclass
-class HostPlan:
+class HostSchedule:
     host: str
     current: BootConfig
     runs: list[ScheduledRun] = field(default_factory=list)
@@ -105,10 +105,10 @@ class HostPlan:
 
 
 @dataclass
-class Plan:
+class Schedule:
     campaign: str
     seed: int
-    hosts: list[HostPlan]
+    hosts: list[HostSchedule]
     randomize: bool
     interleave: bool
     run_seconds: float
@@ -148,7 +148,7 @@ def _rng(seed: int, *salt: str) -> random.Random:
 def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: int, *,
              campaign: str = "campaign", randomize: bool = True, interleave: bool = True,
              run_seconds: float = 900.0, reboot_seconds: float = 600.0,
-             cell_seconds: Mapping[str, float] | None = None) -> Plan:
+             cell_seconds: Mapping[str, float] | None = None) -> Schedule:
     """Order the requests on the hosts (see the module docstring). Pure and deterministic."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"seed must be an integer, got {seed!r}")
@@ -217,7 +217,7 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
     plans = []
     for h in hosts:
         items = assigned[h.name]
-        hp = HostPlan(h.name, h.current)
+        hp = HostSchedule(h.name, h.current)
         hrng = _rng(seed, "order", h.name)
         first_seen: dict[BootConfig, int] = {}
         for r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
@@ -265,7 +265,7 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
             hp.boots.append(b)
         hp.lower_bound = reboot_lower_bound(hp.boots, h)
         plans.append(hp)
-    return Plan(campaign, seed, plans, randomize, interleave, float(run_seconds),
+    return Schedule(campaign, seed, plans, randomize, interleave, float(run_seconds),
                 float(reboot_seconds))
 
 

@@ -510,9 +510,9 @@ def _dur(s: float | None) -> str:
 
 
 def campaign_renderable(p: dict):
-    """One rich renderable of a campaign snapshot (bench.execute.campaign.progress): one row per host
-    (phase, cell, run, pass and iteration as the host last reported them, elapsed, ETA), an overall bar, the last verdicts, quarantined hosts
-    and warnings."""
+    """One rich renderable of a campaign snapshot (bench.execute.progress, as a dict): one row
+    per host (phase, cell, run, pass and iteration as the host last reported them, elapsed,
+    ETA), an overall bar, the last verdicts, quarantined hosts and warnings."""
     from rich.console import Group
     from rich.progress_bar import ProgressBar
     from rich.text import Text
@@ -573,11 +573,10 @@ def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> No
         except Exception:  # noqa: BLE001
             rows = []
         for j in rows:
-            last = j["id"]
-            if j["kind"] in ("lock", "live"):    # rows updated in place, not events
+            last = j.id
+            if j.kind in ("lock", "live"):    # rows updated in place, not events
                 continue
-            print(f"{j['t'][:19].replace('T', ' ')} {j['kind']:<10} {j['message']}",
-                  flush=True)
+            print(f"{j.t[:19].replace('T', ' ')} {j.kind:<10} {j.message}", flush=True)
         if done:
             return
         _time.sleep(interval)

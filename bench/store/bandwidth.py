@@ -15,7 +15,7 @@ from bench.store.models import Bandwidth, Boot, Fingerprint, Host
 
 
 def store_bandwidth(store: Store, m: dict) -> int:
-    """m: the result of bench.execute.hostrun.measure_bandwidth. Returns the row id."""
+    """m: the result of bench.execute.bandwidth.measure_bandwidth. Returns the row id."""
     with store.session() as s, s.begin():
         host = _get(s, Host, name=m["host"])
         boot = _get(s, Boot, dict(cmdline=m["cmdline"], mem_total_bytes=m.get("mem_total_bytes"),

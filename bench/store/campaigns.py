@@ -1,17 +1,39 @@
-"""The API the campaign executor writes through: campaigns, planned runs, run states and the
-journal. Every state change writes a journal entry in the same transaction."""
+"""Campaigns in the store: the campaign row, its planned runs, run state changes, hand-overs,
+live progress rows and the journal, read back as typed rows (bench.store.rows).
+
+Every run state change goes through `transition`, which reads the old state, checks the move
+against the state machine (bench.store.states) and writes the state with a journal entry
+(kind "state", data {"from", "to", ...}), all in one transaction. The controller lock lives
+in bench.store.controller_lock."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime, timezone
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from bench.matrix.cells import parse_cell
-from bench.errors import InputError
 from bench.store.db import Store, StoreError
-from bench.store.models import RUN_STATES, Campaign, Cell, Host, JournalEntry, Run
+from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
+from bench.store.rows import CampaignRow, JournalRow, RunRow
+from bench.store.states import INITIAL, check_state, check_transition
 
 
-def _host(s, name: str) -> Host:
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _iso(t: datetime | None) -> str | None:
+    if t is None:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.isoformat()
+
+
+def host_row(s: Session, name: str) -> Host:
+    """The hosts row of `name`, created if missing."""
     h = s.scalar(select(Host).where(Host.name == name))
     if h is None:
         h = Host(name=name)
@@ -20,7 +42,8 @@ def _host(s, name: str) -> Host:
     return h
 
 
-def _cell(s, name: str) -> Cell:
+def cell_row(s: Session, name: str) -> Cell:
+    """The cells row of a cell name, created (with its parsed axes) if missing."""
     c = parse_cell(name)
     row = s.scalar(select(Cell).where(Cell.name == c.name))
     if row is None:
@@ -30,6 +53,15 @@ def _cell(s, name: str) -> Cell:
         s.flush()
     return row
 
+
+def _run(s: Session, run_id: str) -> Run:
+    run = s.scalar(select(Run).where(Run.run_id == run_id))
+    if run is None:
+        raise StoreError(f"no run {run_id}")
+    return run
+
+
+# writing ----------------------------------------------------------------------------------------
 
 def create_campaign(store: Store, campaign_id: str, *, matrix: str | None = None,
                     workload: dict | None = None, seed: int | None = None,
@@ -48,12 +80,14 @@ def create_campaign(store: Store, campaign_id: str, *, matrix: str | None = None
 
 def add_run(store: Store, campaign_id: str, run_id: str, *, host: str, cell: str,
             position: int, repetition: int = 0, state: str = "planned") -> int:
-    _check_state(state)
+    check_state(state)
+    if state not in INITIAL:
+        raise StoreError(f"run {run_id}: a run starts {' or '.join(INITIAL)}, not {state}")
     with store.session() as s, s.begin():
         if s.get(Campaign, campaign_id) is None:
             raise StoreError(f"no campaign {campaign_id}")
-        run = Run(run_id=run_id, campaign_id=campaign_id, host_id=_host(s, host).id,
-                  cell_id=_cell(s, cell).id, position=position, repetition=repetition,
+        run = Run(run_id=run_id, campaign_id=campaign_id, host_id=host_row(s, host).id,
+                  cell_id=cell_row(s, cell).id, position=position, repetition=repetition,
                   state=state)
         s.add(run)
         s.flush()
@@ -62,17 +96,56 @@ def add_run(store: Store, campaign_id: str, run_id: str, *, host: str, cell: str
         return run.id
 
 
-def set_run_state(store: Store, run_id: str, state: str, message: str = "",
-                  data: dict | None = None) -> None:
-    _check_state(state)
+def transition(store: Store, run_id: str, state: str, message: str = "",
+               data: dict | None = None, *, spec: dict | None = None,
+               clear_spec: bool = False) -> str:
+    """The one way a run's state changes: checked against the state machine, written with
+    its journal entry (and optionally the spec) in one transaction. Returns the old state;
+    raises IllegalTransition (nothing written) for a move the machine does not allow."""
     with store.session() as s, s.begin():
-        run = s.scalar(select(Run).where(Run.run_id == run_id))
-        if run is None:
-            raise StoreError(f"no run {run_id}")
-        old, run.state = run.state, state
+        run = _run(s, run_id)
+        old = run.state
+        check_transition(run_id, old, state)
+        run.state = state
+        if spec is not None:
+            run.spec = spec
+        if clear_spec:
+            run.spec = None
+        d = {"from": old, "to": state, **(data or {})}
         s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="state",
                            message=f"{run_id}: {old} -> {state}" + (f": {message}" if message
-                                                                    else ""), data=data))
+                                                                    else ""), data=d))
+        return old
+
+
+def reassign(store: Store, run_id: str, host: str, cell: str, reason: str) -> None:
+    """Hand a not-yet-started run to another host (placement `one`), as that host's cell: it
+    becomes `planned` there (a checked transition) and loses any spec."""
+    with store.session() as s, s.begin():
+        run = _run(s, run_id)
+        check_transition(run_id, run.state, "planned")
+        old_host = s.get(Host, run.host_id).name
+        run.host_id, run.cell_id = host_row(s, host).id, cell_row(s, cell).id
+        run.state, run.spec = "planned", None
+        s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="handover",
+                           message=f"{run_id}: {old_host} -> {host} as {cell}: {reason}",
+                           data={"from": old_host, "to": host, "cell": cell}))
+
+
+def set_live(store: Store, run_id: str, data: dict) -> None:
+    """The run's live progress as its host last reported it (runner phase, pass, iteration):
+    one journal row per run, kind "live", updated in place (so `bench watch` and the live
+    view read it from the database, and the journal does not grow with polling)."""
+    with store.session() as s, s.begin():
+        run = _run(s, run_id)
+        row = s.scalar(select(JournalEntry).where(JournalEntry.run_ref == run.id,
+                                                  JournalEntry.kind == "live"))
+        msg = f"{run_id}: {data.get('phase') or '-'}"
+        if row is None:
+            s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="live",
+                               message=msg, data=data))
+        else:
+            row.data, row.message, row.t = dict(data), msg, _now()
 
 
 def set_campaign_state(store: Store, campaign_id: str, state: str, message: str = "") -> None:
@@ -92,26 +165,53 @@ def journal(store: Store, kind: str, message: str, *, campaign_id: str | None = 
         s.add(JournalEntry(campaign_id=campaign_id, kind=kind, message=message, data=data))
 
 
-def runs_of(store: Store, campaign_id: str, state: str | None = None) -> list[dict]:
-    """The campaign's runs in position order (what a resuming executor reads)."""
+# reading ----------------------------------------------------------------------------------------
+
+def run_rows(store: Store, campaign_id: str) -> list[RunRow]:
+    """The campaign's runs with host, cell, state, spec, retained, in position order."""
     with store.session() as s:
-        q = (select(Run.run_id, Run.position, Run.repetition, Run.state, Host.name, Cell.name)
+        q = (select(Run.run_id, Run.position, Run.repetition, Run.state, Host.name, Cell.name,
+                    Run.spec, Run.retained, Run.id)
              .join(Host, Run.host_id == Host.id).join(Cell, Run.cell_id == Cell.id)
-             .where(Run.campaign_id == campaign_id).order_by(Run.position))
-        if state:
-            q = q.where(Run.state == state)
-        return [dict(run_id=r[0], position=r[1], repetition=r[2], state=r[3], host=r[4],
-                     cell=r[5]) for r in s.execute(q)]
+             .where(Run.campaign_id == campaign_id).order_by(Run.position, Run.run_id))
+        return [RunRow(run_id=r[0], position=r[1] or 0, repetition=r[2] or 0, state=r[3],
+                       host=r[4], cell=r[5], spec=r[6], retained=r[7], ref=r[8])
+                for r in s.execute(q)]
 
 
-def journal_of(store: Store, campaign_id: str | None = None) -> list[dict]:
+def journal_rows(store: Store, campaign_id: str, after_id: int = 0,
+                 kinds: tuple[str, ...] | None = None) -> list[JournalRow]:
     with store.session() as s:
-        q = select(JournalEntry).order_by(JournalEntry.id)
-        if campaign_id:
-            q = q.where(JournalEntry.campaign_id == campaign_id)
-        return [dict(t=j.t, kind=j.kind, message=j.message, data=j.data) for j in s.scalars(q)]
+        q = (select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
+             .where(JournalEntry.id > after_id).order_by(JournalEntry.id))
+        if kinds:
+            q = q.where(JournalEntry.kind.in_(kinds))
+        return [JournalRow(id=j.id, t=_iso(j.t) or "", kind=j.kind, message=j.message,
+                           data=j.data, run_ref=j.run_ref) for j in s.scalars(q)]
 
 
-def _check_state(state: str) -> None:
-    if state not in RUN_STATES:
-        raise InputError(f"unknown run state {state!r}", hint=f"valid: {', '.join(RUN_STATES)}")
+def campaign_row(store: Store, campaign_id: str) -> CampaignRow | None:
+    with store.session() as s:
+        c = s.get(Campaign, campaign_id)
+        if c is None:
+            return None
+        return CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
+                           created=_iso(c.created), workload=c.workload, note=c.note)
+
+
+def campaign_list(store: Store) -> list[CampaignRow]:
+    """Every campaign with its run counts per state, newest first."""
+    with store.session() as s:
+        cs = list(s.scalars(select(Campaign).order_by(Campaign.created.desc())))
+        counts: dict[str, dict[str, int]] = {}
+        for cid, st, n in s.execute(select(Run.campaign_id, Run.state, func.count())
+                                    .group_by(Run.campaign_id, Run.state)):
+            counts.setdefault(cid, {})[st] = n
+        return [CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
+                            created=_iso(c.created), workload=c.workload, note=c.note,
+                            states=counts.get(c.id, {})) for c in cs]
+
+
+def latest_campaign(store: Store) -> str | None:
+    with store.session() as s:
+        return s.scalar(select(Campaign.id).order_by(Campaign.created.desc()).limit(1))

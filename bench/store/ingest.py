@@ -1,4 +1,4 @@
-"""Ingest run bundles: one bundle -> rows in one transaction; the same bundle twice changes
+"""Ingest run bundles: one bundle, judged by bench.judge.judgement, -> rows in one transaction; the same bundle twice changes
 nothing; a damaged or incomplete bundle is refused (naming the part) and moved aside to a
 `rejected/` directory next to it, never half-written. Also re-evaluates stored runs under the
 current rule versions (`recheck`), rebuilding each bundle from its stored raw files.
@@ -16,19 +16,17 @@ from pathlib import Path
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from bench.judge import measured, retention
+from bench.judge import measured
+from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.judge.bundle import Bundle, BundleError, load, read_dir
 from bench.matrix.cells import parse_cell
 from bench.errors import BenchError, FormatError
 from bench.store.db import Store, StoreError
+from bench.store.states import check_transition
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile,
                                 Run, TimelineSample, Verdict, now)
 
-METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
-                  "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
-                  "served_fraction", "scan_steal", "cgroup_scan_steal", "locked_fraction",
-                  "mem_total_bytes", "mglru_loop_entry", "mglru_end")
 
 
 def move_aside(path: Path) -> Path:
@@ -61,13 +59,10 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     files = read_dir(path)
     try:
         b = load(files, where=str(path))
-        cell = _cell(b, path)
-        if not b.completed:         # a partial bundle: stored and rejected, no figures
-            metrics, nominal, source = {col: None for col in METRIC_COLUMNS}, None, None
-        else:
-            metrics = measured.engine_metrics(b) if b.is_engine else measured.metrics(b)
-            nominal, source = ((None, None) if b.is_engine
-                               else _nominal(b, path, nominal_miss_bytes, plan))
+        cell = bundle_cell(b, str(path))
+        metrics = run_metrics(b)
+        nominal, source = ((None, None) if b.is_engine or not b.completed
+                           else _nominal(b, path, nominal_miss_bytes, plan))
     except (BundleError, FormatError) as exc:
         dest = move_aside(path)
         raise BundleError(str(path), getattr(exc, "part", "bundle"),
@@ -81,18 +76,6 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
             raise StoreError(f"run {b.run_id} is already stored from a different bundle",
                              hint="run ids are unique; re-run under a new run id")
         return _write(s, b, cell, metrics, nominal, source, existing)
-
-
-def _cell(b: Bundle, path: Path):
-    try:
-        cell = parse_cell(b.spec.get("cell", ""))
-    except BenchError as exc:
-        raise BundleError(str(path), "spec.json", f"cell: {exc.message}") from None
-    for attr in ("mechanism", "reclaim", "capacity_bytes"):
-        if attr in b.spec and b.spec[attr] != getattr(cell, attr):
-            raise BundleError(str(path), "spec.json", f"{attr} {b.spec[attr]!r} contradicts "
-                              f"the cell name {cell.name}")
-    return cell
 
 
 def _nominal(b: Bundle, path: Path, given: float | None, plan) -> tuple[float | None, str | None]:
@@ -145,11 +128,13 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
         if ref is None:
             ch = _get(s, CampaignHost, campaign_id=campaign_id, host_id=host.id)
             ch.fingerprint_id = fp_row.id
-    verdicts = retention.evaluate(b, {"campaign_fingerprint": ref})
-    keep = retention.retained(verdicts)
-    if run is None:
+    verdict = judge(b, ref)
+    verdicts, keep = verdict.verdicts, verdict.retained
+    if run is None:             # a run made outside any campaign starts here
         run = Run(run_id=b.run_id)
         s.add(run)
+    else:                       # a campaign's run: a checked move of the state machine
+        check_transition(b.run_id, run.state, "ingested")
     run.campaign_id, run.host_id, run.cell_id = campaign_id, host.id, cell_row.id
     run.boot_ref, run.fingerprint_id = boot.id, fp_row.id
     run.position, run.repetition = spec.get("position"), spec.get("repetition")
@@ -186,7 +171,7 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
     _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
                         "reason": v.reason, "current": True, "evaluated_at": now()}
                        for v in verdicts])
-    failed = [v.rule for v in verdicts if not v.passed]
+    failed = verdict.failed
     s.add(JournalEntry(campaign_id=campaign_id, run_ref=rid, kind="ingest",
                        message=f"ingested {b.run_id}: " + ("retained" if keep else
                                                           "rejected by " + ", ".join(failed)),
@@ -228,8 +213,8 @@ def recheck(store: Store) -> list[dict]:
             ref = reference_fingerprint(s, run.campaign_id, run.host_id)
             old = {v.rule: v for v in s.scalars(select(Verdict).where(
                 Verdict.run_id == run.id, Verdict.current.is_(True)))}
-            new = retention.evaluate(b, {"campaign_fingerprint": ref})
-            for v in new:
+            new = judge(b, ref)
+            for v in new.verdicts:
                 o = old.get(v.rule)
                 if o is not None and (o.version, o.passed) == (v.version, v.passed):
                     continue
@@ -242,7 +227,7 @@ def recheck(store: Store) -> list[dict]:
                     o.current = False
                 s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
                               reason=v.reason, current=True))
-            keep = retention.retained(new)
+            keep = new.retained
             if keep != run.retained:
                 s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="recheck",
                                    message=f"{run.run_id}: {'retained' if keep else 'rejected'} "

@@ -14,11 +14,6 @@ NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
           "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
           "pk": "pk_%(table_name)s"}
 
-# A run's life (DESIGN.md, bench.execute.campaign): written before each action. `done` and `skipped`
-# are for runs ingested outside a campaign and cells a host cannot run.
-RUN_STATES = ("planned", "booting", "boot_verified", "deployed", "running", "collected",
-              "ingested", "validated", "rejected", "failed", "pending", "done", "skipped")
-
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -34,7 +29,7 @@ class Campaign(Base):
     matrix: Mapped[str | None] = mapped_column(String(64))
     workload: Mapped[dict | None] = mapped_column(JSON)
     seed: Mapped[int | None] = mapped_column(BigInteger)
-    state: Mapped[str] = mapped_column(String(16), default="planned")
+    state: Mapped[str] = mapped_column(String(16), default="planned")   # a campaign's
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     note: Mapped[str | None] = mapped_column(Text)
 
@@ -99,7 +94,7 @@ class Run(Base):
     fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprints.id"))
     position: Mapped[int | None] = mapped_column(Integer)
     repetition: Mapped[int | None] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16), default="planned")
+    state: Mapped[str] = mapped_column(String(16), default="planned")   # bench.store.states
     spec: Mapped[dict | None] = mapped_column(JSON)
     bundle_digest: Mapped[str | None] = mapped_column(String(64))
     runner_ok: Mapped[bool | None] = mapped_column(Boolean)

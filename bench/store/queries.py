@@ -15,7 +15,7 @@ from bench.matrix.cells import parse_cell
 from bench.errors import InputError
 from bench.units import format_size
 from bench.store.db import Store
-from bench.store.ingest import METRIC_COLUMNS
+from bench.judge.judgement import METRIC_COLUMNS
 from bench.store.models import Cell, EngineRun, Host, Run, Verdict
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",

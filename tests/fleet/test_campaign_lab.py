@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
+from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
 from fleet_helpers import offline_campaign
 
@@ -94,15 +94,15 @@ def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pool
     store = open_store(db)
     try:
         rows = run_rows(store, cid)
-        plan = journal_rows(store, cid, kinds=("plan",))[0]["data"]
+        plan = journal_rows(store, cid, kinds=("plan",))[0].data
         js = journal_rows(store, cid)
-        assert campaign_row(store, cid)["state"] == "done"
+        assert campaign_row(store, cid).state == "done"
     finally:
         store.close()
     # every planned run exactly once, terminal
-    assert sorted(r["run_id"] for r in rows) == sorted(plan["order"])
+    assert sorted(r.run_id for r in rows) == sorted(plan["order"])
     assert len(rows) == 8
-    assert {r["state"] for r in rows} <= {"validated", "rejected"}, rows
+    assert {r.state for r in rows} <= {"validated", "rejected"}, rows
     # no run id executed twice: one bundle dir per run id, on its own host only, with exactly
     # one `measuring` in its status history
     seen = {}
@@ -117,25 +117,25 @@ def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pool
                 assert phases.count("measuring") == 1, (d.name, phases)
                 assert st["phase"] == "done", (d.name, st)
     assert sorted(seen) == sorted(plan["order"])
-    assert all(seen[r["run_id"]] == r["host"] for r in rows)
+    assert all(seen[r.run_id] == r.host for r in rows)
     # the journal shows the story: controllers taking over stale locks, one start per run
     starts = {}
     for j in js:
-        d = j.get("data") or {}
-        if j["kind"] == "state" and d.get("to") == "running":
-            starts[j["run_ref"]] = starts.get(j["run_ref"], 0) + 1
+        d = j.data or {}
+        if j.kind == "state" and d.get("to") == "running":
+            starts[j.run_ref] = starts.get(j.run_ref, 0) + 1
     # runs a killed controller left `running` and a later one re-attached to and collected
     reattached, open_runs = set(), set()
     for j in js:
-        d = j.get("data") or {}
-        if j["kind"] == "controller":
+        d = j.data or {}
+        if j.kind == "controller":
             reattached |= open_runs
-        elif j["kind"] == "state" and d.get("to") == "running":
-            open_runs.add(j["run_ref"])
-        elif j["kind"] == "state" and d.get("to") == "collected":
-            open_runs.discard(j["run_ref"])
+        elif j.kind == "state" and d.get("to") == "running":
+            open_runs.add(j.run_ref)
+        elif j.kind == "state" and d.get("to") == "collected":
+            open_runs.discard(j.run_ref)
     assert reattached, "no kill landed while a run was going on host-side"
-    controllers = sum(1 for j in js if j["kind"] == "controller")
+    controllers = sum(1 for j in js if j.kind == "controller")
     assert controllers >= 3     # kills before the lock was taken leave no entry
     assert len(starts) == 8
     print(f"{kills} kills, {controllers} controllers, {len(rows)} runs, {time.monotonic() - t0:.1f}s, "
@@ -163,12 +163,12 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
     from rich.console import Console
 
     from bench.results import views
-    from bench.execute.campaign import progress
-    from bench.store.campaign_exec import journal_rows, run_rows, set_live, transition
+    from bench.execute.campaign.watch import progress
+    from bench.store.campaigns import journal_rows, run_rows, set_live, transition
     db = offline_campaign(tmp_path, MATRIX, "l-s3")
     store = open_store(db)
     try:
-        rid = run_rows(store, "l-s3")[0]["run_id"]
+        rid = run_rows(store, "l-s3")[0].run_id
         for st in ("boot_verified", "deployed", "running"):
             transition(store, rid, st)
         before = len(journal_rows(store, "l-s3"))

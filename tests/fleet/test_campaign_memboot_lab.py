@@ -29,12 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.execute.campaign import Executor, Settings, create, progress
+from bench.execute.campaign.executor import Executor
+from bench.execute.campaign.record import Settings, create
+from bench.execute.campaign.watch import progress
 from bench.cli.campaign import build_plan
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
 from bench.lab.netns import DEFAULT_CMDLINE
 from bench.hosts.reboot import local_boot_id
-from bench.store.campaign_exec import journal_rows, run_rows
+from bench.store.campaigns import journal_rows, run_rows
 from bench.store.db import open_store
 from fleet_helpers import host_bundles
 
@@ -46,13 +48,13 @@ NAMES = [X, Y]
 TERMINAL = ("validated", "rejected")
 
 
-def entered(js: list[dict], ref: int, state: str) -> int:
-    return sum(1 for j in js if j["kind"] == "state" and j["run_ref"] == ref
-               and (j.get("data") or {}).get("to") == state)
+def entered(js: list, ref: int, state: str) -> int:
+    return sum(1 for j in js if j.kind == "state" and j.run_ref == ref
+               and (j.data or {}).get("to") == state)
 
 
-def last_message(js: list[dict], ref: int) -> str:
-    return [j["message"] for j in js if j["kind"] == "state" and j["run_ref"] == ref][-1]
+def last_message(js: list, ref: int) -> str:
+    return [j.message for j in js if j.kind == "state" and j.run_ref == ref][-1]
 
 
 def mem_total() -> int:
@@ -89,10 +91,10 @@ def run_campaign(lab, hosts_dir: Path, tmp_path: Path, cid: str, seed: int):
         create(store, plan, exp, m, NAMES, s, str(MATRIX))
         lines: list[str] = []
         t0 = time.monotonic()
-        res = Executor(store, cid, s, log=lines.append).run()
+        res = Executor(store, cid, s, on_event=lambda e: lines.append(e.line())).run()
         secs = time.monotonic() - t0
-        rec = journal_rows(store, cid, kinds=("plan",))[0]["data"]
-        rows = {r["run_id"]: r for r in run_rows(store, cid)}
+        rec = journal_rows(store, cid, kinds=("plan",))[0].data
+        rows = {r.run_id: r for r in run_rows(store, cid)}
         js = journal_rows(store, cid)
         prog = progress(store, cid)
     finally:
@@ -117,26 +119,26 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         memboot = [rid for rid, r in rec["runs"].items() if "memboot" in r["cell"]]
         assert len(memboot) == 1 and rec["runs"][memboot[0]]["host"] == X
         assert rec["runs"][memboot[0]]["boot"]["label"] == "mem=2G"
-        assert res["state"] == "incomplete", log
-        reason = res["quarantined"][X]
+        assert res.state == "incomplete", log
+        reason = res.quarantined[X]
         assert reason.startswith(f"{X}: proven reboot failed: MemTotal in range: "), reason
         gate = reason.split("proven reboot failed: ", 1)[1]
         assert f"{mem_total()} bytes" in reason and "for mem=2G" in reason, reason
-        assert list(res["quarantined"]) == [X]
-        q = [j for j in js if j["kind"] == "quarantine"]
-        assert [(j["data"]["host"], j["data"]["reason"]) for j in q] == [(X, reason)]
-        reboots = [j for j in js if j["kind"] == "reboot"]
-        assert len(reboots) == 1 and reboots[0]["data"]["host"] == X, reboots
-        assert reboots[0]["data"]["ok"] is False and "quarantine" in reboots[0]["message"]
+        assert list(res.quarantined) == [X]
+        q = [j for j in js if j.kind == "quarantine"]
+        assert [(j.data["host"], j.data["reason"]) for j in q] == [(X, reason)]
+        reboots = [j for j in js if j.kind == "reboot"]
+        assert len(reboots) == 1 and reboots[0].data["host"] == X, reboots
+        assert reboots[0].data["ok"] is False and "quarantine" in reboots[0].message
         r = rows[memboot[0]]
-        assert r["state"] == "pending" and r["host"] == X and not r["spec"], r
-        assert entered(js, r["ref"], "booting") == 1
-        assert last_message(js, r["ref"]).endswith(
+        assert r.state == "pending" and r.host == X and not r.spec, r
+        assert entered(js, r.ref, "booting") == 1
+        assert last_message(js, r.ref).endswith(
             "reboot failed, host quarantined: " + gate), \
-            last_message(js, r["ref"])
+            last_message(js, r.ref)
         others = [x for rid, x in rows.items() if rid != memboot[0]]
-        assert all(x["state"] in TERMINAL for x in others), log   # X's default group ran first
-        assert not any(entered(js, x["ref"], "failed") for x in rows.values())
+        assert all(x.state in TERMINAL for x in others), log   # X's default group ran first
+        assert not any(entered(js, x.ref, "failed") for x in rows.values())
         ph = {h["host"]: h for h in prog["hosts"]}
         assert ph[X]["phase"] == "quarantined" and ph[X]["quarantined"] == reason
         # the reboot really happened, to the lab host only
@@ -152,8 +154,8 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         res, rec, rows, js, prog, secs_b, lines, _ = run_campaign(
             lab, hosts_dir, tmp_path, "labmem-b", seed=4)
         log = "\n".join(lines[-40:])
-        assert res["state"] == "incomplete", log
-        reason = res["quarantined"][X]
+        assert res.state == "incomplete", log
+        reason = res.quarantined[X]
         assert reason.startswith(f"{X}: proven reboot failed: MemTotal grew: "), reason
         gate = reason.split("proven reboot failed: ", 1)[1]
         xruns = [rid for rid in rec["order"] if rec["runs"][rid]["host"] == X]
@@ -162,24 +164,24 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         moved = [rid for rid in xruns if rec["runs"][rid]["placement"] == "one"]
         parked = [rid for rid in xruns if rec["runs"][rid]["placement"] == "each"]
         assert moved and parked, (moved, parked)
-        handed = {j["run_ref"]: j["data"] for j in js if j["kind"] == "handover"}
+        handed = {j.run_ref: j.data for j in js if j.kind == "handover"}
         for rid in moved:
             x = rows[rid]
-            assert handed.get(x["ref"], {}).get("to") == Y and handed[x["ref"]]["from"] == X
-            assert x["host"] == Y and x["state"] in TERMINAL, x
-            assert entered(js, x["ref"], "running") == 1
+            assert handed.get(x.ref, {}).get("to") == Y and handed[x.ref]["from"] == X
+            assert x.host == Y and x.state in TERMINAL, x
+            assert entered(js, x.ref, "running") == 1
         for rid in parked:
             x = rows[rid]
-            assert x["host"] == X and x["state"] == "pending" and not x["spec"], x
-            msg = last_message(js, x["ref"])
+            assert x.host == X and x.state == "pending" and not x.spec, x
+            msg = last_message(js, x.ref)
             assert "quarantined" in msg and gate in msg, msg
-        assert all(x["state"] in TERMINAL for x in rows.values() if x["host"] == Y)
-        assert not any(entered(js, x["ref"], "failed") for x in rows.values())
+        assert all(x.state in TERMINAL for x in rows.values() if x.host == Y)
+        assert not any(entered(js, x.ref, "failed") for x in rows.values())
         hb = host_bundles(lab, "labmem-b")
-        assert sorted(hb) == sorted(rid for rid, x in rows.items() if x["host"] == Y)
+        assert sorted(hb) == sorted(rid for rid, x in rows.items() if x.host == Y)
         assert all(v == [Y] for v in hb.values()), hb
-        reboots = [j for j in js if j["kind"] == "reboot"]
-        assert [(j["data"]["host"], j["data"]["ok"]) for j in reboots] == [(X, False)]
+        reboots = [j for j in js if j.kind == "reboot"]
+        assert [(j.data["host"], j.data["ok"]) for j in reboots] == [(X, False)]
         lab.reload()
         hx = lab.host(X)
         assert hx.boot_id not in (boot1, me) and "mem=2G" not in hx.cmdline.split(), hx

@@ -27,9 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.execute.campaign import Executor, Settings, create, progress
+from bench.execute.campaign.executor import Executor
+from bench.execute.campaign.record import Settings, create
+from bench.execute.campaign.watch import progress
 from bench.cli.campaign import build_plan
-from bench.store.campaign_exec import campaign_row, journal_rows, run_rows
+from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
 from fleet_helpers import host_bundles
 
@@ -71,12 +73,12 @@ def controller_bundles(data_dir: Path, cid: str) -> dict[str, list[str]]:
 
 
 def last_message(js: list[dict], ref: int) -> str:
-    return [j["message"] for j in js if j["kind"] == "state" and j["run_ref"] == ref][-1]
+    return [j.message for j in js if j.kind == "state" and j.run_ref == ref][-1]
 
 
 def entered(js: list[dict], ref: int, state: str) -> int:
-    return sum(1 for j in js if j["kind"] == "state" and j["run_ref"] == ref
-               and (j.get("data") or {}).get("to") == state)
+    return sum(1 for j in js if j.kind == "state" and j.run_ref == ref
+               and (j.data or {}).get("to") == state)
 
 
 def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
@@ -106,7 +108,8 @@ class Background:
     def __init__(self, store, cid, settings, **kw):
         self.lines: list[str] = []
         self.ex = Executor(store, cid, settings,
-                           log=lambda m: self.lines.append(f"{time.monotonic():.1f} {m}"), **kw)
+                           on_event=lambda e: self.lines.append(
+                               f"{time.monotonic():.1f} {e.line()}"), **kw)
         self.out: dict = {}
         self.th = threading.Thread(target=self._go, daemon=True)
         self.th.start()
@@ -117,7 +120,7 @@ class Background:
         except BaseException as exc:  # noqa: BLE001 - re-raised by join()
             self.out["error"] = exc
 
-    def join(self, timeout: float) -> dict:
+    def join(self, timeout: float):
         self.th.join(timeout)
         assert not self.th.is_alive(), "executor still running:\n" + "\n".join(self.lines[-40:])
         if "error" in self.out:
@@ -131,7 +134,7 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
     cid = "lab-handover-s5"
     t0 = time.monotonic()
     store, s, plan = make_campaign(lab, tmp_path, MATRICES / "lab-handover.toml", cid, seed=5)
-    rec = journal_rows(store, cid, kinds=("plan",))[0]["data"]
+    rec = journal_rows(store, cid, kinds=("plan",))[0].data
     mine = [r for r in plan.runs if r.host == X]
     placements = [rec["runs"][r.run_id]["placement"] for r in mine]
     # the seed gives X both kinds after its first two runs (checked, not assumed)
@@ -140,61 +143,61 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
     bg = Background(store, cid, s)
 
     def in_flight():
-        rows = {r["run_id"]: r for r in run_rows(store, cid)}
-        done = [r for r in rows.values() if r["host"] == X and r["state"] in TERMINAL]
+        rows = {r.run_id: r for r in run_rows(store, cid)}
+        done = [r for r in rows.values() if r.host == X and r.state in TERMINAL]
         for r in rows.values():
-            if r["host"] == X and r["state"] == "running" and done:
-                st = host_status(lab, X, r["run_id"])
+            if r.host == X and r.state == "running" and done:
+                st = host_status(lab, X, r.run_id)
                 if st and st.get("phase") not in ("done", "failed"):
-                    return r["run_id"]
+                    return r.run_id
         return None
     flying = wait_for(in_flight, 120, "a finished run and a run executing on X")
-    before = {r["run_id"]: r for r in run_rows(store, cid)}
+    before = {r.run_id: r for r in run_rows(store, cid)}
     lab.kill_sshd(X)                          # for good: sshd, sessions, the runner
     t_kill = time.monotonic()
     res = bg.join(180)
     t_first = time.monotonic() - t0
-    assert res["state"] == "incomplete", res
-    assert X in res["quarantined"] and "unreachable" in res["quarantined"][X], res
+    assert res.state == "incomplete", res
+    assert X in res.quarantined and "unreachable" in res.quarantined[X], res
 
-    rows = {r["run_id"]: r for r in run_rows(store, cid)}
+    rows = {r.run_id: r for r in run_rows(store, cid)}
     js = journal_rows(store, cid)
     log = "\n".join(bg.lines[-60:])
     # quarantine: journal and the views' progress (read from the store only)
-    q = [j for j in js if j["kind"] == "quarantine"]
-    assert [j["data"]["host"] for j in q] == [X], log
-    assert f"(> {RECONNECT_S:.0f}s)" in q[0]["data"]["reason"], q
+    q = [j for j in js if j.kind == "quarantine"]
+    assert [j.data["host"] for j in q] == [X], log
+    assert f"(> {RECONNECT_S:.0f}s)" in q[0].data["reason"], q
     p = progress(store, cid)
     ph = {h["host"]: h for h in p["hosts"]}
-    assert ph[X]["phase"] == "quarantined" and ph[X]["quarantined"] == q[0]["data"]["reason"]
+    assert ph[X]["phase"] == "quarantined" and ph[X]["quarantined"] == q[0].data["reason"]
     assert X in p["quarantined"]
     # the run in flight: pending, its spec kept (same run id), nothing handed over
     fr = rows[flying]
-    assert fr["state"] == "pending" and fr["host"] == X, fr
-    assert fr["spec"] and fr["spec"]["run_id"] == flying
-    assert "quarantined" in last_message(js, fr["ref"])
+    assert fr.state == "pending" and fr.host == X, fr
+    assert fr.spec and fr.spec["run_id"] == flying
+    assert "quarantined" in last_message(js, fr.ref)
     # X's runs not started at the kill
-    not_started = [rid for rid, r in before.items() if r["host"] == X and r["state"] == "planned"]
-    handed = {j["run_ref"]: j for j in js if j["kind"] == "handover"}
+    not_started = [rid for rid, r in before.items() if r.host == X and r.state == "planned"]
+    handed = {j.run_ref: j for j in js if j.kind == "handover"}
     moved = [rid for rid in not_started if rec["runs"][rid]["placement"] == "one"]
     parked = [rid for rid in not_started if rec["runs"][rid]["placement"] == "each"]
     assert moved and parked, (not_started, log)
     for rid in moved:
         r = rows[rid]
-        assert r["ref"] in handed and handed[r["ref"]]["data"]["from"] == X
-        assert handed[r["ref"]]["data"]["to"] == Y
-        assert r["host"] == Y and r["state"] in TERMINAL, r
-        assert entered(js, r["ref"], "running") == 1
+        assert r.ref in handed and handed[r.ref].data["from"] == X
+        assert handed[r.ref].data["to"] == Y
+        assert r.host == Y and r.state in TERMINAL, r
+        assert entered(js, r.ref, "running") == 1
     for rid in parked:
         r = rows[rid]
-        assert r["host"] == X and r["state"] == "pending" and not r["spec"], r
-        msg = last_message(js, r["ref"])
+        assert r.host == X and r.state == "pending" and not r.spec, r
+        msg = last_message(js, r.ref)
         assert "quarantined" in msg and "placement each" in msg, msg
-    assert not any(rows[rid]["ref"] in handed for rid in parked + [flying])
+    assert not any(rows[rid].ref in handed for rid in parked + [flying])
     # nothing failed: a lost host is a quarantine, not infrastructure failures
-    assert not any(entered(js, r["ref"], "failed") for r in rows.values()), log
+    assert not any(entered(js, r.ref, "failed") for r in rows.values()), log
     # Y finished everything it had, its own and the handed-over runs
-    assert all(r["state"] in TERMINAL for r in rows.values() if r["host"] == Y)
+    assert all(r.state in TERMINAL for r in rows.values() if r.host == Y)
     hb = host_bundles(lab, cid)
     for rid in moved:
         assert hb[rid] == [Y], (rid, hb.get(rid))
@@ -213,24 +216,24 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     store = open_store(db)
     try:
-        rows = {x["run_id"]: x for x in run_rows(store, cid)}
+        rows = {x.run_id: x for x in run_rows(store, cid)}
         js = journal_rows(store, cid)
-        assert campaign_row(store, cid)["state"] == "done"
+        assert campaign_row(store, cid).state == "done"
     finally:
         store.close()
     assert sorted(rows) == sorted(rec["order"]) and len(rows) == 12
     others = {rid: x for rid, x in rows.items() if rid != flying}
-    assert all(x["state"] in TERMINAL for x in rows.values()), "\n".join(
-        j["message"] for x in rows.values() if x["state"] not in TERMINAL
-        for j in js if j["run_ref"] == x["ref"])
+    assert all(x.state in TERMINAL for x in rows.values()), "\n".join(
+        j.message for x in rows.values() if x.state not in TERMINAL
+        for j in js if j.run_ref == x.ref)
     for rid in parked:
-        assert rows[rid]["host"] == X       # placement each: run on X after all
+        assert rows[rid].host == X       # placement each: run on X after all
     # the run in flight was re-attached by run id (never started again): the runner's own
     # account of it is the one execution it had, which died with the host
     fr = rows[flying]
-    assert fr["host"] == X
-    msgs = [j["message"] for j in js if j["run_ref"] == fr["ref"]
-            and (j.get("data") or {}).get("to") == "running"]
+    assert fr.host == X
+    msgs = [j.message for j in js if j.run_ref == fr.ref
+            and (j.data or {}).get("to") == "running"]
     assert len(msgs) == 2 and msgs[0].endswith("starting the runner"), msgs
     assert msgs[1].endswith("re-attached after pending"), msgs
     st = host_status(lab, X, flying)
@@ -239,26 +242,26 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
         # the usual case: killed mid-run, the runner's partial bundle (settled by whoever
         # looked first) is collected once and rejected with the runner's reason, never retried
         assert "died" in st["reason"], st
-        assert fr["state"] == "rejected", fr
-        assert "runner_completed" in last_message(js, fr["ref"]), last_message(js, fr["ref"])
+        assert fr.state == "rejected", fr
+        assert "runner_completed" in last_message(js, fr.ref), last_message(js, fr.ref)
     else:                                   # it had finished just before the kill
-        assert fr["state"] in TERMINAL, fr
-    assert entered(js, fr["ref"], "failed") == 0
+        assert fr.state in TERMINAL, fr
+    assert entered(js, fr.ref, "failed") == 0
     # every run id executed once, on the host its row names, and collected once
     hb = host_bundles(lab, cid)
     assert sorted(hb) == sorted(rec["order"])
     for rid, hosts in hb.items():
-        assert hosts == [rows[rid]["host"]], (rid, hosts)
+        assert hosts == [rows[rid].host], (rid, hosts)
         hist = [h["phase"] for h in host_status(lab, hosts[0], rid)["history"]]
         assert hist.count("accepted") == 1 and hist.count("measuring") <= 1, (rid, hist)
         if rid != flying:
             assert hist.count("measuring") == 1, (rid, hist)
     cb = controller_bundles(tmp_path / "data", cid)
     assert sorted(cb) == sorted(rec["order"])
-    assert all(cb[rid] == [rows[rid]["host"]] for rid in cb), cb
-    starts = {rid: entered(js, x["ref"], "running") for rid, x in others.items()}
+    assert all(cb[rid] == [rows[rid].host] for rid in cb), cb
+    starts = {rid: entered(js, x.ref, "running") for rid, x in others.items()}
     assert all(n == 1 for n in starts.values()), starts
-    assert not any(entered(js, x["ref"], "failed") for x in others.values())
+    assert not any(entered(js, x.ref, "failed") for x in others.values())
     print(f"\nhand-over: killed X {t_kill - t0:.1f}s in, first session {t_first:.1f}s, "
           f"resume {t_resume:.1f}s; moved {len(moved)}, parked {len(parked)}, "
           f"in flight {flying} -> {fr['state']}")
@@ -287,10 +290,10 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
                 return None
             try:
                 for r in run_rows(store, cid):
-                    if r["host"] == X and r["state"] == "running":
-                        st = host_status(lab, X, r["run_id"])
+                    if r.host == X and r.state == "running":
+                        st = host_status(lab, X, r.run_id)
                         if st and st.get("phase") not in ("accepted", "done", "failed"):
-                            return r["run_id"]
+                            return r.run_id
             finally:
                 store.close()
             return None
@@ -310,25 +313,25 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
     assert r.returncode == 1, (r.stdout + r.stderr)[-3000:]
     store = open_store(db)
     try:
-        rows = {x["run_id"]: x for x in run_rows(store, cid)}
+        rows = {x.run_id: x for x in run_rows(store, cid)}
         js = journal_rows(store, cid)
-        assert campaign_row(store, cid)["state"] == "incomplete"
+        assert campaign_row(store, cid).state == "incomplete"
         pr = progress(store, cid)
     finally:
         store.close()
-    q = [j for j in js if j["kind"] == "quarantine"]
-    assert [j["data"]["host"] for j in q] == [X]
-    assert "at the start of its worker" in q[0]["data"]["reason"], q
-    assert any(j["kind"] == "warning" and "unreachable at the start" in j["message"]
+    q = [j for j in js if j.kind == "quarantine"]
+    assert [j.data["host"] for j in q] == [X]
+    assert "at the start of its worker" in q[0].data["reason"], q
+    assert any(j.kind == "warning" and "unreachable at the start" in j.message
                for j in js)
     assert t_down >= RECONNECT_S
     fr = rows[flying]
-    assert fr["state"] == "pending" and fr["spec"]["run_id"] == flying, fr
-    assert "re-attaches" in last_message(js, fr["ref"])
-    assert not any(entered(js, x["ref"], "failed") for x in rows.values())
-    assert all(x["state"] == "pending" for x in rows.values() if x["host"] == X
-               and x["state"] not in TERMINAL)
-    assert all(x["state"] in TERMINAL for x in rows.values() if x["host"] == Y)
+    assert fr.state == "pending" and fr.spec["run_id"] == flying, fr
+    assert "re-attaches" in last_message(js, fr.ref)
+    assert not any(entered(js, x.ref, "failed") for x in rows.values())
+    assert all(x.state == "pending" for x in rows.values() if x.host == X
+               and x.state not in TERMINAL)
+    assert all(x.state in TERMINAL for x in rows.values() if x.host == Y)
     assert {h["host"]: h["phase"] for h in pr["hosts"]}[X] == "quarantined"
     # meanwhile the runner finished the run on X, unseen
     wait_for(lambda: (host_status(lab, X, flying) or {}).get("phase") == "done", 60,
@@ -338,14 +341,28 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
     # re-attachment waits, then quarantines; the run keeps its spec and its attempts
     lab.start_sshd(X)
     from bench.hosts.ssh import transport_for as real
-    calls = {X: 0}
+    gone = {X: False}
+
+    class LosesXAtReattach:
+        """X's transport: at the first `runner.py status` (the re-attachment, on the
+        connection the worker's first look opened) X goes away for good: its sshd and every
+        session are killed before the command is sent."""
+
+        def __init__(self, t):
+            self.t = t
+
+        def run(self, argv, **kw):
+            if "status" in argv and not gone[X]:
+                gone[X] = True
+                lab.kill_sshd(X, everything=True)
+            return self.t.run(argv, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.t, name)
 
     def flaky(h):
-        if h.name == X:
-            calls[X] += 1
-            if calls[X] == 2:
-                lab.kill_sshd(X, everything=False)
-        return real(h)
+        t = real(h)
+        return LosesXAtReattach(t) if h.name == X else t
     store = open_store(db)
     try:
         s = Settings(threads=1, data_dir=tmp_path / "data", db_url=db,
@@ -354,18 +371,18 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
         t2 = time.monotonic()
         res = Executor(store, cid, s, transport_for=flaky).run()
         t_lost = time.monotonic() - t2
-        rows = {x["run_id"]: x for x in run_rows(store, cid)}
+        rows = {x.run_id: x for x in run_rows(store, cid)}
         js2 = journal_rows(store, cid)
     finally:
         store.close()
-    assert res["state"] == "incomplete" and X in res["quarantined"], res
-    assert "while re-attaching to " + flying in res["quarantined"][X]
+    assert gone[X] and res.state == "incomplete" and X in res.quarantined, res
+    assert "while re-attaching to " + flying in res.quarantined[X]
     assert t_lost >= RECONNECT_S
     fr = rows[flying]
-    assert fr["state"] == "pending" and fr["spec"]["run_id"] == flying, fr
-    assert "host quarantined while running" in last_message(js2, fr["ref"])
-    assert not any(entered(js2, x["ref"], "failed") for x in rows.values()), \
-        [j["message"] for j in js2[len(js):]]
+    assert fr.state == "pending" and fr.spec["run_id"] == flying, fr
+    assert "host quarantined while running" in last_message(js2, fr.ref)
+    assert not any(entered(js2, x.ref, "failed") for x in rows.values()), \
+        [j.message for j in js2[len(js):]]
 
     # 3. X back for good: everything finishes once; the run is collected, not run again
     lab.start_sshd(X)
@@ -376,22 +393,22 @@ def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattac
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     store = open_store(db)
     try:
-        rows = {x["run_id"]: x for x in run_rows(store, cid)}
+        rows = {x.run_id: x for x in run_rows(store, cid)}
         js = journal_rows(store, cid)
-        plan = journal_rows(store, cid, kinds=("plan",))[0]["data"]
-        assert campaign_row(store, cid)["state"] == "done"
+        plan = journal_rows(store, cid, kinds=("plan",))[0].data
+        assert campaign_row(store, cid).state == "done"
     finally:
         store.close()
     assert sorted(rows) == sorted(plan["order"])
-    assert all(x["state"] in TERMINAL for x in rows.values()), rows
-    assert rows[flying]["state"] == "validated", rows[flying]
-    assert entered(js, rows[flying]["ref"], "running") == 2    # started once, re-attached
+    assert all(x.state in TERMINAL for x in rows.values()), rows
+    assert rows[flying].state == "validated", rows[flying]
+    assert entered(js, rows[flying].ref, "running") == 2    # started once, re-attached
     hb = host_bundles(lab, cid)
     assert sorted(hb) == sorted(plan["order"])
     for rid, hosts in hb.items():
-        assert hosts == [rows[rid]["host"]]
+        assert hosts == [rows[rid].host]
         hist = [h["phase"] for h in host_status(lab, hosts[0], rid)["history"]]
         assert hist.count("accepted") == 1 and hist.count("measuring") == 1, (rid, hist)
-    assert not any(entered(js, x["ref"], "failed") for x in rows.values())
+    assert not any(entered(js, x.ref, "failed") for x in rows.values())
     print(f"\nresume: controller killed at {t1 - t0:.1f}s; down-from-start resume "
           f"{t_down:.1f}s, lost-at-re-attach resume {t_lost:.1f}s, final resume {t_up:.1f}s")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.store import queries
-from bench.store.campaign_exec import campaign_list, campaign_row, run_rows
+from bench.store.campaigns import campaign_list, campaign_row, run_rows
 from bench.store.db import open_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,9 +45,9 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     store = open_store(db)
     try:
         [camp] = campaign_list(store)
-        cid = camp["id"]
-        assert campaign_row(store, cid)["state"] == "done"
-        rows = {x["cell"]: x for x in run_rows(store, cid)}
+        cid = camp.id
+        assert campaign_row(store, cid).state == "done"
+        rows = {x.cell: x for x in run_rows(store, cid)}
         measured = {x["cell"]: x for x in queries.load_runs(store, campaign=cid)}
     finally:
         store.close()
@@ -61,7 +61,7 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     assert cg == {"64m-cgroup-classic", "128m-cgroup-classic"}, cells
     assert "256m-none-classic" in cells
     for c in cg | {"256m-none-classic"}:
-        assert rows[c]["state"] == "validated" and rows[c]["retained"], rows[c]
+        assert rows[c].state == "validated" and rows[c].retained, rows[c]
         assert measured[c]["device_bytes"] is not None, measured[c]
         assert measured[c]["device_bytes_per_iteration"] is not None
     # the walls bite: the 64M wall reads from the device in the measured pass, `none` hardly
@@ -74,8 +74,8 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     balloons = [c for c in cells if "-balloon-" in c]
     if balloons:
         [b] = balloons
-        assert rows[b]["state"] == "validated", rows[b]
-        cap = json.loads((bundles / rows[b]["run_id"] / "capacity.json").read_text())
+        assert rows[b].state == "validated", rows[b]
+        cap = json.loads((bundles / rows[b].run_id / "capacity.json").read_text())
         assert cap["vmlck_verified"] is True and cap["vmlck_bytes"] >= cap["requested_bytes"]
         assert cap["requested_bytes"] <= 2 * GIB
     else:   # MemAvailable moved below the demo's balloon: then it is listed with the reason

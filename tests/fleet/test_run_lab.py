@@ -19,7 +19,8 @@ from bench.lab import netns as lab_netns
 from bench.judge.bundle import read_dir, verify
 from bench.cli import main
 from bench.errors import SafetyError
-from bench.execute.hostrun import plan_from_trace_file, run_hosts
+from bench.plan.prepared import plan_from_trace_file
+from bench.execute.single import run_hosts
 from bench.matrix.runspec import RunOptions
 from bench.trace.synth import generate, preset
 
@@ -170,7 +171,7 @@ def test_sshd_killed_mid_run_reattaches_and_a_dead_host_is_quarantined(lab_host_
     lab = lab_host_up
     hosts = [lab_inventory[n] for n in NAMES]
     results: list = []
-    th = threading.Thread(target=lambda: results.extend(run_hosts(
+    th = threading.Thread(target=lambda: results.extend(r.as_dict() for r in run_hosts(
         hosts, CELL, work["plan"], work["plan_path"], "fault1",
         options=RunOptions(threads=1, passes=6, timeline_interval_ms=200),
         data_dir=work["data"], db_url=work["db"], reconnect_timeout_s=8.0, chunk_s=4.0)))

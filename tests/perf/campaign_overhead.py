@@ -10,7 +10,7 @@ Standalone, as root: `.venv/bin/python tests/perf/campaign_overhead.py [--runs 5
 its own matrix (one `none`/`classic` cell, placement each, --runs repetitions per host; the
 workload is the `tiny` synth preset re-sized to --layers x --experts x --expert-bytes, at most
 256 MiB, with --tokens tokens, so one replay pass takes a few seconds on a 2-core box), runs it
-with the real bench.execute.campaign.Executor (a temporary SQLite database and data dir) and always
+with the real bench.execute.campaign.executor.Executor (a temporary SQLite database and data dir) and always
 tears the lab down and removes the temporary directory (failure or not; --keep keeps the
 directory, minus the lab, for inspection).
 
@@ -62,10 +62,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
 
-from bench.execute.campaign import Executor, Settings, create  # noqa: E402
+from bench.execute.campaign.executor import Executor
+from bench.execute.campaign.record import Settings, create  # noqa: E402
 from bench.cli.campaign import build_plan  # noqa: E402
 from bench.lab.netns import Lab, missing_capabilities  # noqa: E402
-from bench.store.campaign_exec import campaign_row, journal_rows, run_rows  # noqa: E402
+from bench.store.campaigns import campaign_row, journal_rows, run_rows  # noqa: E402
 from bench.store.db import open_store  # noqa: E402
 
 GOAL = 0.02
@@ -186,13 +187,13 @@ def host_side(bundle: Path, running_t: float, collected_t: float, replay_s: floa
 
 
 def analyse(store, cid: str, data_dir: Path, t_start: float) -> dict:
-    rows = {r["ref"]: r for r in run_rows(store, cid)}
+    rows = {r.ref: r.as_dict() for r in run_rows(store, cid)}
     trans: dict[int, list] = {}
     for j in journal_rows(store, cid, kinds=("state",)):
-        d = j.get("data") or {}
-        if j["run_ref"] in rows and "to" in d:
-            trans.setdefault(j["run_ref"], []).append((ts(j["t"]), d.get("from"), d["to"],
-                                                       j["message"]))
+        d = j.data or {}
+        if j.run_ref in rows and "to" in d:
+            trans.setdefault(j.run_ref, []).append((ts(j.t), d.get("from"), d["to"],
+                                                       j.message))
     runs, bad = [], []
     for ref, r in rows.items():
         tr = trans.get(ref, [])
@@ -428,19 +429,19 @@ def main() -> int:
         create(store, plan, exp, m, NAMES, settings, str(matrix))
         log(f"campaign {cid}: {len(plan.runs)} runs")
         t_start = time.time()
-        result = Executor(store, cid, settings, log=log).run()
+        result = Executor(store, cid, settings, on_event=lambda e: log(e.line())).run()
         elapsed = time.time() - t_start
         load1 = os.getloadavg()
-        state = campaign_row(store, cid)["state"]
+        state = campaign_row(store, cid).state
         res = analyse(store, cid, data_dir, t_start)
         if not res["runs"]:
-            print(f"campaign {cid} ended {state} ({result['state']}) without a clean run:",
+            print(f"campaign {cid} ended {state} ({result.state}) without a clean run:",
                   file=sys.stderr)
             for b in res["bad"]:
                 print(f"  {b['host']} {b['run_id']} {b['state']}: " + " | ".join(b["journal"]),
                       file=sys.stderr)
             for j in journal_rows(store, cid, kinds=("warning", "quarantine")):
-                print(f"  journal {j['kind']}: {j['message']}", file=sys.stderr)
+                print(f"  journal {j.kind}: {j.message}", file=sys.stderr)
             return 1
         out = report(res, a, load0, load1, elapsed, code)
         return 0 if state == "done" and not res["bad"] and out["steady"]["all"]["runs"] else 1

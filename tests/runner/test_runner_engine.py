@@ -265,7 +265,8 @@ def matrix_toml(d: Path, pairs: int) -> str:
 def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_path):
     """matrix -> expansion -> schedule -> executor (runner on this host, collect, ingest,
     retention) -> Table 3, with the per-pair median recomputed from the stored rows."""
-    from bench.execute.campaign import Executor, Settings, create
+    from bench.execute.campaign.executor import Executor
+    from bench.execute.campaign.record import Settings, create
     from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
     from bench.matrix.expand import expand
     from bench.matrix.load import load_matrix
@@ -293,8 +294,8 @@ def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_pat
     try:
         create(store, plan, exp, m, ["local"], settings, str(mpath))
         res = Executor(store, "e2e-c1", settings).run()
-        assert res["state"] == "done", res
-        assert {r["state"] for r in res["runs"]} == {"validated"}, res["runs"]
+        assert res.state == "done", res
+        assert {r.state for r in res.runs} == {"validated"}, res.runs
         rows = {r["run_id"]: r for r in queries.engine_rows(store, campaign="e2e-c1")}
         assert len(rows) == 12
         # the runs executed in the plan's balanced pair order

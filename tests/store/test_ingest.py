@@ -8,6 +8,7 @@ from sqlalchemy import func, select
 from bench.judge.bundle import BundleError
 from bench.store import campaigns
 from bench.store.ingest import ingest_bundle, stored_bundle
+from bench.store.states import IllegalTransition
 from bench.store.models import (CounterDelta, Iteration, JournalEntry, RawFile, Run,
                                 TimelineSample, Verdict)
 
@@ -77,9 +78,25 @@ def test_nominal_given_gives_amplification(store, bundles):
 def test_campaign_api_and_journal(store, bundles):
     campaigns.create_campaign(store, "c1", matrix="reclaim", seed=7)
     campaigns.add_run(store, "c1", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
-    campaigns.set_run_state(store, "r1", "running", "started on fixture-a")
-    assert campaigns.runs_of(store, "c1")[0]["state"] == "running"
+    with pytest.raises(IllegalTransition, match="planned -> running"):
+        campaigns.transition(store, "r1", "running", "never started before deploy")
+    for state in ("boot_verified", "deployed", "running"):
+        campaigns.transition(store, "r1", state)
+    assert campaigns.run_rows(store, "c1")[0].state == "running"
     assert ingest_bundle(store, bundles("r1"))["status"] == "ingested"   # fills the planned run
-    assert campaigns.runs_of(store, "c1")[0]["state"] == "ingested"
-    kinds = [j["kind"] for j in campaigns.journal_of(store, "c1")]
-    assert kinds == ["campaign", "run", "state", "ingest"]
+    assert campaigns.run_rows(store, "c1")[0].state == "ingested"
+    kinds = [j.kind for j in campaigns.journal_rows(store, "c1")]
+    assert kinds == ["campaign", "run", "state", "state", "state", "ingest"]
+
+
+def test_ingest_into_a_finished_run_is_refused(store, bundles):
+    """A campaign run already judged cannot be ingested again from another bundle path: the
+    store refuses the move validated -> ingested and writes nothing."""
+    campaigns.create_campaign(store, "c2")
+    campaigns.add_run(store, "c2", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
+    for state in ("boot_verified", "deployed", "running", "collected", "validated"):
+        campaigns.transition(store, "r1", state)
+    with pytest.raises(IllegalTransition, match="validated -> ingested"):
+        ingest_bundle(store, bundles("r1"))
+    assert campaigns.run_rows(store, "c2")[0].state == "validated"
+    assert _counts(store)["iterations"] == 0

@@ -1,10 +1,12 @@
-"""The executor's run state machine, pure: what a resuming controller does with a run in each
-state, and which transitions the executor may make."""
+"""The run state machine, pure: what a resuming controller does with a run in each state and
+which moves are refused. (That the executor and the store go through it is tested on real
+parts: tests/store/test_ingest.py, tests/local/test_executor_local.py.)"""
 
 import pytest
 
-from bench.execute.campaign import (STATES, TERMINAL, TRANSITIONS, can_transition, plan_record,
-                                    resume_action, Settings)
+from bench.execute.campaign.record import Settings, campaign_record, resume_action
+from bench.store.states import (INITIAL, STATES, TERMINAL, TRANSITIONS, IllegalTransition,
+                                check_transition)
 from bench.errors import InputError
 
 
@@ -40,27 +42,36 @@ def test_unknown_state_is_an_error():
         resume_action("exploded", False)
 
 
-def test_every_state_has_transitions_and_terminal_states_are_final():
-    for s in STATES:
-        assert s in TRANSITIONS
+def test_every_state_is_reachable_and_terminal_states_are_final():
+    """Each state but the initial ones is the target of some legal move, and nothing leaves a
+    terminal state (so a judged run can never be re-run or re-judged by the executor)."""
+    targets = {b for a in STATES for b in TRANSITIONS[a]}
+    assert set(STATES) - set(INITIAL) <= targets
     for s in TERMINAL:
-        assert TRANSITIONS[s] == ()
         assert resume_action(s, True) == "skip"
+        for new in STATES:
+            with pytest.raises(IllegalTransition):
+                check_transition("r", s, new)
 
 
-def test_forward_path_and_failures():
-    path = ["planned", "booting", "boot_verified", "deployed", "running", "collected",
-            "validated"]
-    for a, b in zip(path, path[1:]):
-        assert can_transition(a, b), (a, b)
-    assert can_transition("planned", "boot_verified")      # no reboot needed
-    assert can_transition("collected", "rejected")
-    for s in ("planned", "booting", "boot_verified", "deployed", "running", "collected"):
-        assert can_transition(s, "failed")
-    assert not can_transition("validated", "running")
-    assert not can_transition("planned", "running")         # never start before deploy
-    assert not can_transition("running", "validated")       # never judge before collecting
-    assert not can_transition("planned", "collected")
+@pytest.mark.parametrize("old, new", [
+    ("planned", "running"),       # never start before deploy
+    ("running", "validated"),     # never judge before collecting
+    ("planned", "collected"),
+    ("deployed", "collected"),
+    ("collected", "running"),     # a collected bundle is never run again
+    ("validated", "planned"),     # nor a judged run handed over
+])
+def test_illegal_moves_are_refused_with_the_legal_ones_named(old, new):
+    with pytest.raises(IllegalTransition) as e:
+        check_transition("r7", old, new)
+    assert f"r7: {old} -> {new}" in e.value.message
+    assert e.value.hint.startswith(f"from {old} a run may go to")
+
+
+def test_unknown_states_are_refused():
+    with pytest.raises(IllegalTransition, match="unknown run state"):
+        check_transition("r", "planned", "exploded")
 
 
 def test_resume_never_restarts_a_started_run_from_the_top():
@@ -72,7 +83,7 @@ def test_resume_never_restarts_a_started_run_from_the_top():
         assert a in ("reattach", "ingest"), (s, a)
 
 
-def test_plan_record_keeps_candidates_for_hand_over():
+def test_campaign_record_keeps_candidates_for_hand_over():
     from types import SimpleNamespace as NS
     from bench.matrix.expand import BootConfig, Candidate, RunRequest
     from bench.matrix.schedule import HostState, schedule
@@ -81,8 +92,8 @@ def test_plan_record_keeps_candidates_for_hand_over():
     reqs = [RunRequest("p", "1x", r, cands) for r in range(2)] + \
         [RunRequest("q@a", "q", 0, (Candidate("a", "4g-none-classic", BootConfig()),))]
     plan = schedule(reqs, [HostState("a"), HostState("b")], 1, campaign="c")
-    m = NS(name="m", workload={"trace": "tiny"})
-    rec = plan_record(plan, NS(requests=reqs), m, ["a", "b"], Settings(), "m")
+    m = NS(name="m", workload={"trace": "tiny"}, scale=None, protocol={}, engine=None)
+    rec = campaign_record(plan, NS(requests=reqs), m, ["a", "b"], Settings(), "m")
     assert rec["order"] == [r.run_id for r in plan.runs]
     for rid, r in rec["runs"].items():
         if r["point"] == "1x":
@@ -95,9 +106,10 @@ def test_run_options_take_the_matrixs_protocol_unless_settings_override(tmp_path
     """The cgroup headroom and balloon cap travel matrix -> campaign record -> run options (a
     lab-scale wall of C + 16M, not C + 6G); explicit settings win."""
     from bench.cli.campaign import build_plan
-    from bench.execute.campaign import Executor, create
+    from bench.execute.campaign.executor import Executor
+    from bench.execute.campaign.record import create
     from bench.hosts.inventory import load_inventory
-    from bench.store.campaign_exec import run_rows
+    from bench.store.campaigns import run_rows
     from bench.store.db import open_store
     hosts = tmp_path / "hosts"
     hosts.mkdir()
@@ -111,9 +123,9 @@ def test_run_options_take_the_matrixs_protocol_unless_settings_override(tmp_path
         inv = load_inventory(hosts)
         for over, headroom in (({}, 16 << 20), ({"cgroup_headroom_bytes": 64 << 20}, 64 << 20)):
             ex = Executor(store, cid, Settings(**over), inventory=inv)
-            ex.rows = {r["run_id"]: r for r in run_rows(store, cid)}
-            rid = next(r for r, v in ex.rows.items() if "cgroup" in v["cell"])
-            assert ex._options("lab-a", rid).cgroup_headroom_bytes == headroom
+            ex.rows = {r.run_id: r for r in run_rows(store, cid)}
+            rid = next(r for r, v in ex.rows.items() if "cgroup" in v.cell)
+            assert ex.run_options(rid).cgroup_headroom_bytes == headroom
             assert ex.rec["scale"] == "lab"
     finally:
         store.close()

@@ -379,7 +379,8 @@ def test_dry_run_golden_end_to_end(capsys):
 
 
 def test_replay_specs_refuse_engine_cells():
-    from bench.matrix.runspec import PlanInfo, build_spec
+    from bench.plan.prepared import PlanInfo
+    from bench.matrix.runspec import build_spec
     h = SimpleNamespace(name="h", pool_dir="/p", work_dir="/w", mem_total=None)
     plan = PlanInfo("a" * 64, 1, 2, 64, 3, "t")
     with pytest.raises(InputError, match="engine cell"):

@@ -226,7 +226,7 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
 def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
     """A wall the replay never reaches is rejected (timeline_reaches_wall): the lab trace's
     distinct experts per pass must exceed the deepest cgroup cell's C + headroom."""
-    from bench.execute.campaign import workload_plan  # noqa: F401 - the executor's own generator
+    from bench.plan.prepared import workload_plan  # noqa: F401 - the executor's own generator
     from bench.trace.synth import generate, preset
     from bench.trace.parse import accesses, parse_lines
     lab = load_matrix("reclaim", "lab")

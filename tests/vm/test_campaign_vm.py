@@ -59,7 +59,7 @@ def campaign(lab, lab_hosts, fresh_pools, tmp_path_factory):
 
 
 def _progress(c):
-    from bench.execute.campaign import progress
+    from bench.execute.campaign.watch import progress
     from bench.store.db import open_store
     store = open_store(c["db"])
     try:
@@ -69,7 +69,7 @@ def _progress(c):
 
 
 def _journal(c, kinds):
-    from bench.store.campaign_exec import journal_rows
+    from bench.store.campaigns import journal_rows
     from bench.store.db import open_store
     store = open_store(c["db"])
     try:
@@ -86,9 +86,9 @@ def test_reclaim_campaign_completes_unattended_with_real_reboots(campaign, lab_h
     assert p["total"] == 22 and p["finished"] == 22 and not p["quarantined"], diag
     reboots = _journal(campaign, ("reboot",))
     for r in reboots:
-        print(r["message"])
+        print(r.message)
     for host in HOSTS:
-        mine = [r["data"] for r in reboots if r["data"].get("host") == host]
+        mine = [r.data for r in reboots if r.get("host") == host]
         into = [r for r in mine if not r.get("restore")]
         # the lower bound: one reboot per distinct memboot boot config, each proven
         assert sorted(r["boot"]["mem"] for r in into) == ["553M", "947M"], mine

@@ -1,4 +1,4 @@
-"""Tier 3: `bench run` (bench.execute.hostrun.run_hosts, the library behind the command) on a qemu guest
+"""Tier 3: `bench run` (bench.execute.single.run_hosts, the library behind the command) on a qemu guest
 with a real kernel 6.1: a full cgroup v2 memory controller, MGLRU toggled at run time, an
 mlocked balloon, device bytes from the guest's own /proc/diskstats of its pool disk vdb.
 
@@ -20,7 +20,8 @@ import pytest
 from bench.judge.bundle import load, read_dir, verify
 from bench.judge.counters import find
 from bench.hosts.procfs import parse_flat_keyed, parse_status
-from bench.execute.hostrun import plan_from_trace_file, run_hosts
+from bench.plan.prepared import plan_from_trace_file
+from bench.execute.single import run_hosts
 from bench.judge.measured import delta, devices, metrics, snap
 from bench.matrix.runspec import RunOptions, build_spec
 from bench.trace.synth import generate, preset
@@ -74,9 +75,9 @@ def _set_mglru(connect, host, on: bool) -> None:
 def _run(work, cell: str, name: str, plan: str = "short", **kw) -> dict:
     info, path = work["plans"][plan]
     t0 = time.monotonic()
-    [res] = run_hosts([work["host"]], cell, info, path, f"vm-{name}-{work['tag']}",
-                      options=OPTIONS, data_dir=work["data"], db_url=work["db"],
-                      reconnect_timeout_s=120.0, chunk_s=15.0, **kw)
+    [res] = [r.as_dict() for r in run_hosts(
+        [work["host"]], cell, info, path, f"vm-{name}-{work['tag']}", options=OPTIONS,
+        data_dir=work["data"], db_url=work["db"], reconnect_timeout_s=120.0, chunk_s=15.0, **kw)]
     tm = res["timings"]
     stages = list(tm)
     TIMINGS[name] = {"seconds": round(time.monotonic() - t0, 1),
@@ -287,6 +288,6 @@ def _keys(d: dict, prefix: str = "") -> list[str]:
 
 
 def _plan_of(b):
-    from bench.matrix.runspec import PlanInfo
+    from bench.plan.prepared import PlanInfo
     return PlanInfo(sha256=b.spec["plan_sha256"], layers=LAYERS, experts_per_layer=EXPERTS,
                     expert_bytes=EXPERT_BYTES, iterations=1, trace="t")

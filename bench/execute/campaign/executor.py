@@ -1,0 +1,356 @@
+"""The campaign executor: a scheduled campaign run on its hosts, journaled in the store so that a
+killed controller, a dropped connection or a host that never returns loses nothing and repeats
+nothing.
+
+One worker per host (bench.execute.campaign.worker), one run at a time per host, hosts in
+parallel. Every state of a run (bench.store.states) is written, with a journal entry, BEFORE
+the action it names; the store refuses an illegal move.
+
+- booting: a proven reboot into the run's boot config is about to start, only when it differs
+  from the host's current boot. boot_verified: the host runs the right boot. deployed: agent
+  current, plan uploaded, pool complete (under the controller's host lock). running: the spec
+  is stored with this state, then the host-side runner is started (it never runs a run id
+  twice). collected: the bundle is on the controller, verified. ingested / validated /
+  rejected: stored, then the retention verdict.
+- Infrastructure failures (SSH, deploy, collect, a host-side error before the bundle) are
+  retried `retries` times (default 2), each attempt journaled; a run that fails host-side but
+  leaves a bundle is ingested and judged (rejected), never retried.
+- Quarantine: a host unreachable longer than its reconnect timeout (wherever it is lost: at the
+  start of its worker, while waiting, re-attaching, or in any other step) or a failed proven
+  reboot. The host's worker stops; its not-yet-started runs placed `one` are handed to another
+  eligible live host (as that host's cell); the others become `pending` with the reason. A run
+  in flight there becomes `pending` with its spec kept: `bench resume` re-attaches to it.
+- At the end, every host this campaign rebooted is restored to its default boot.
+
+Resume (bench.execute.campaign.record.resume_action): finished runs are skipped; collected or
+ingested ones are ingested again (idempotent) and judged; a run holding a spec is re-attached
+by run id (started from the stored spec if its host never got it); the rest are redone from the
+top, every step being idempotent.
+
+Locks: one controller per campaign (bench.store.controller_lock, a heartbeat row); the host
+lock (bench.hosts.lock) during set-up; the runner's own lock during the run.
+
+Progress is reported as data: the journal (folded by bench.execute.progress for the views) and,
+in-process, `Event`s passed to `on_event`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.errors import BenchError, HostError, InputError, SafetyError
+from bench.execute.campaign.record import (Settings, attempts_of, ensure_runs, load_record,
+                                           resume_action)
+from bench.execute.campaign.worker import Worker
+from bench.execute.hostrun import Quarantined
+from bench.hosts.inventory import Host, load_inventory
+from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.hosts.transport import Transport
+from bench.matrix.cells import parse_cell
+from bench.matrix.runspec import RunOptions
+from bench.paths import default_data_dir
+from bench.plan.prepared import workload_plan
+from bench.store.campaigns import (journal, journal_rows, reassign, run_rows, set_campaign_state,
+                                   set_live, transition)
+from bench.store.controller_lock import acquire_lock, heartbeat, owner_info, release_lock
+from bench.store.db import Store
+from bench.store.rows import JournalRow, RunRow
+from bench.store.states import NOT_STARTED, TERMINAL, IllegalTransition
+from bench.units import format_size
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the executor did, as data (the CLI decides how to show it)."""
+    kind: str               # state | warning | quarantine | reboot | handover | ...
+    message: str
+    run_id: str | None = None
+    t: float = field(default_factory=time.time)
+
+    def line(self) -> str:
+        return self.message
+
+
+@dataclass
+class CampaignResult:
+    campaign: str
+    state: str                                  # done | incomplete | stopped
+    runs: list[RunRow]
+    quarantined: dict[str, str]
+
+
+class Executor:
+    def __init__(self, store: Store, campaign_id: str, settings: Settings | None = None, *,
+                 transport_for: Callable[[Host], Transport] | None = None,
+                 inventory: dict[str, Host] | None = None,
+                 on_event: Callable[[Event], None] | None = None):
+        self.store = store
+        self.cid = campaign_id
+        self.rec = load_record(store, campaign_id)
+        self.s = settings or Settings()
+        inv = inventory if inventory is not None else load_inventory(self.s.hosts_dir)
+        missing = [h for h in self.rec["hosts"] if h not in inv]
+        if missing:
+            raise InputError(f"campaign {campaign_id}: host(s) {', '.join(missing)} not in the "
+                             "inventory", "pass --hosts-dir pointing at the campaign's inventory")
+        make = transport_for or ssh_transport_for
+        self.workers = {h: Worker(self, inv[h], make) for h in self.rec["hosts"]}
+        self.on_event = on_event or (lambda ev: None)
+        self.cv = threading.Condition()     # guards rows, parked, busy
+        self.rows: dict[str, RunRow] = {}
+        self.attempts: dict[str, int] = {}
+        self.parked: set[str] = set()       # parked pending in this session: not retried here
+        self.busy: set[str] = set()
+        self.plan = self.plan_path = None
+        self._stop = threading.Event()
+
+    # what workers call ---------------------------------------------------------------------
+    def set_state(self, rid: str, state: str, message: str = "", data: dict | None = None, *,
+                  spec: dict | None = None) -> None:
+        transition(self.store, rid, state, message, data, spec=spec)
+        with self.cv:
+            self.rows[rid].state = state
+            if spec is not None:
+                self.rows[rid].spec = spec
+        self.on_event(Event("state", f"{rid}: -> {state}" + (f" ({message})" if message
+                                                               else ""), rid))
+
+    def park(self, rid: str) -> None:
+        with self.cv:
+            self.parked.add(rid)
+
+    def is_parked(self, rid: str) -> bool:
+        with self.cv:
+            return rid in self.parked
+
+    def journal(self, kind: str, message: str, data: dict | None = None) -> None:
+        journal(self.store, kind, message, campaign_id=self.cid, data=data)
+        self.on_event(Event(kind, message))
+
+    def journal_rows(self, kinds: tuple[str, ...]) -> list[JournalRow]:
+        return journal_rows(self.store, self.cid, kinds=kinds)
+
+    def live(self, rid: str, st: dict) -> None:
+        """Keep the run's live row (runner phase, pass, iteration) for the views; a busy
+        database only delays it to the next chunk."""
+        try:
+            set_live(self.store, rid, {"phase": st.get("phase"), **(st.get("progress") or {})})
+        except Exception:  # noqa: BLE001 - progress is for display only
+            pass
+
+    def boot_of(self, rid: str) -> dict:
+        """The run's boot config on the host it is placed on now."""
+        r = self.rows[rid]
+        for c in self.rec["runs"][rid]["candidates"]:
+            if c["host"] == r.host:
+                return c["boot"]
+        return self.rec["runs"][rid]["boot"]
+
+    def run_options(self, rid: str) -> RunOptions:
+        """The run options of a run: the campaign's settings over the matrix's protocol."""
+        row = self.rows[rid]
+        boot = self.boot_of(rid)
+        mem = boot.get("mem_bytes")
+        cell = parse_cell(row.cell)
+        proto = self.rec.get("protocol") or {}
+        headroom = self.s.cgroup_headroom_bytes or proto.get("cgroup_headroom")
+        extra = {"cgroup_headroom_bytes": int(headroom)} if headroom else {}
+        return RunOptions(threads=self.s.threads, **extra,
+                          balloon_max_bytes=self.s.balloon_max_bytes or proto.get("balloon_max"),
+                          passes=int(self.rec["workload"].get("passes") or self.s.passes),
+                          campaign=self.cid, position=row.position, repetition=row.repetition,
+                          mem=format_size(mem) if mem and cell.mechanism == "memboot" else None,
+                          lru_gen=boot.get("lru_gen"))
+
+    def fail(self, rid: str, exc: BaseException) -> None:
+        """An infrastructure failure: attempt n of 1 + retries, journaled."""
+        host = self.rows[rid].host
+        self.workers[host].ready = None     # check everything again next time
+        n = self.attempts.get(rid, 0) + 1
+        self.attempts[rid] = n
+        msg = exc.message if isinstance(exc, BenchError) else str(exc)
+        last = n > self.s.retries
+        try:
+            self.set_state(rid, "failed", f"attempt {n}/{1 + self.s.retries}: {msg}"
+                           + ("" if last else "; will retry"),
+                           {"attempt": n, "final": last, "error": type(exc).__name__})
+        except IllegalTransition as refused:
+            self._overruled(host, rid, refused)
+            return
+        if not last:
+            time.sleep(self.s.retry_pause_s)
+
+    def _overruled(self, host: str, rid: str, exc: IllegalTransition) -> None:
+        """The store refused a move of this run: another writer (a second controller, a
+        `bench ingest` by hand) moved it. The store has the last word: the run is left as it
+        is there and this executor carries on from that state."""
+        self.journal("warning", f"{host}: {exc.message}; the run is left as the store has "
+                                "it")
+        fresh = {r.run_id: r for r in run_rows(self.store, self.cid)}.get(rid)
+        if fresh is not None:
+            with self.cv:
+                self.rows[rid] = fresh
+
+    # the main loop -------------------------------------------------------------------------
+    def run(self) -> CampaignResult:
+        me = owner_info(f"bench campaign {self.cid}")
+        holder = acquire_lock(self.store, self.cid, me, self.s.lock_stale_s)
+        if holder is not None:
+            raise HostError("controller", f"campaign {self.cid} is driven by pid "
+                            f"{holder.get('pid')} on {holder.get('host')} (heartbeat "
+                            f"{time.time() - float(holder.get('heartbeat') or 0):.0f}s ago)",
+                            "`bench watch` it, or wait until its lock goes stale "
+                            f"({self.s.lock_stale_s:.0f}s without heartbeat)")
+        hb_stop = threading.Event()
+        hb = threading.Thread(target=self._beat, args=(me, hb_stop), daemon=True,
+                              name="heartbeat")
+        hb.start()
+        try:
+            ensure_runs(self.store, self.cid, self.rec)
+            self.rows = {r.run_id: r for r in run_rows(self.store, self.cid)}
+            self.attempts = attempts_of(self.store, self.cid)
+            self.s.data_dir = self.s.data_dir or default_data_dir()
+            if not self.rec.get("engine"):     # engine runs ship no plan (docs/engine.md)
+                self.plan, self.plan_path = workload_plan(self.rec["workload"],
+                                                          self.s.data_dir)
+            set_campaign_state(self.store, self.cid, "running", f"controller pid {me['pid']}")
+            self.busy = set(self.workers)
+            threads = [threading.Thread(target=self._work, args=(w,), name=f"host-{h}",
+                                        daemon=True) for h, w in self.workers.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return self._finish()
+        finally:
+            hb_stop.set()
+            release_lock(self.store, self.cid, me)
+
+    def _beat(self, me: dict, stop: threading.Event) -> None:
+        while not stop.wait(self.s.heartbeat_s):
+            try:
+                if not heartbeat(self.store, self.cid, me):
+                    self.on_event(Event("warning", "controller lock lost: stopping after the "
+                                                   "current runs"))
+                    self._stop.set()
+            except Exception:  # noqa: BLE001 - a busy database is retried next beat
+                pass
+
+    def _finish(self) -> CampaignResult:
+        rows = run_rows(self.store, self.cid)
+        left = [r for r in rows if resume_action(
+            r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
+            self.s.retries) not in ("skip", "give-up")]
+        state = "done" if not left else ("stopped" if self._stop.is_set() else "incomplete")
+        msg = f"{len(rows) - len(left)}/{len(rows)} runs finished" + (
+            f"; {len(left)} left: " + ", ".join(f"{r.run_id} ({r.state})"
+                                                 for r in left[:6]) if left else "")
+        set_campaign_state(self.store, self.cid, state, msg)
+        return CampaignResult(self.cid, state, rows,
+                              {h: w.quarantined for h, w in self.workers.items()
+                               if w.quarantined})
+
+    def _work(self, w: Worker) -> None:
+        """A host's worker thread: its runs until none is left (or it is quarantined)."""
+        try:
+            w.start()
+        except Quarantined as exc:
+            self.quarantine(w.name, exc.message, None)
+        except BenchError as exc:
+            self.quarantine(w.name, f"unreachable at start: {exc.message}", None)
+        while not self._stop.is_set() and not w.quarantined:
+            rid = self._next(w.name)
+            if rid is None:
+                with self.cv:
+                    self.busy.discard(w.name)
+                    if not self.busy:       # nobody left who could hand a run over
+                        self.cv.notify_all()
+                        break
+                    self.cv.wait(1.0)
+                continue
+            with self.cv:
+                self.busy.add(w.name)
+            self._one(w, rid)
+        with self.cv:
+            self.busy.discard(w.name)
+            self.cv.notify_all()
+        if not w.quarantined and not self._stop.is_set():
+            w.restore()
+        w.session.close()
+
+    def _one(self, w: Worker, rid: str) -> None:
+        try:
+            w.do_run(rid)
+        except IllegalTransition as exc:
+            self._overruled(w.name, rid, exc)
+        except Quarantined as exc:
+            self.quarantine(w.name, exc.message, rid)
+        except (SafetyError, InputError) as exc:
+            self.journal("warning", f"{w.name}: {rid}: {exc.message}")
+            self.fail(rid, exc)
+        except BenchError as exc:
+            self.fail(rid, exc)
+        except Exception as exc:  # noqa: BLE001 - never let a worker die silently
+            self.journal("warning", f"{w.name}: {rid}: executor error {exc!r}")
+            self.fail(rid, exc)
+
+    def _next(self, host: str) -> str | None:
+        """The host's next run to work on (position order; re-attachments first)."""
+        with self.cv:
+            acts = []
+            for r in self.rows.values():
+                if r.host != host or (r.state == "pending" and r.run_id in self.parked):
+                    continue
+                a = resume_action(r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
+                                  self.s.retries)
+                if a not in ("skip", "give-up"):
+                    acts.append((0 if a in ("reattach", "ingest") else 1, r.position, r.run_id))
+            return min(acts)[2] if acts else None
+
+    # quarantine and hand-over -------------------------------------------------------------
+    def quarantine(self, host: str, reason: str, rid: str | None) -> None:
+        """Stop the host's worker; park the runs started there (`bench resume` re-attaches),
+        hand its unstarted runs to another eligible host or park them with the reason."""
+        w = self.workers[host]
+        w.quarantined = reason
+        self.journal("quarantine", f"{host} quarantined: {reason}", {"host": host,
+                                                                     "reason": reason})
+        with self.cv:
+            held = [r for r in self.rows.values() if r.host == host and r.spec
+                    and r.state in ("running", "failed") and self._action(r) == "reattach"]
+            todo = [r for r in self.rows.values() if r.host == host and not r.spec
+                    and r.state in NOT_STARTED + ("pending", "failed")
+                    and self._action(r) == "redo"]
+        for r in held:
+            self.set_state(r.run_id, "pending", f"{host} quarantined ({reason}); started there: "
+                           "`bench resume` re-attaches", {"quarantine": True})
+            self.park(r.run_id)
+        for r in todo:
+            self._hand_over(host, reason, r)
+
+    def _action(self, r: RunRow) -> str:
+        return resume_action(r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
+                             self.s.retries)
+
+    def _hand_over(self, host: str, reason: str, r: RunRow) -> None:
+        cands = [c for c in self.rec["runs"][r.run_id]["candidates"]
+                 if c["host"] != host and c["host"] in self.workers
+                 and not self.workers[c["host"]].quarantined]
+        if not cands:
+            if r.state != "pending":
+                self.set_state(r.run_id, "pending", f"{host} quarantined ({reason}); no other "
+                               "eligible host (placement each)", {"quarantine": True})
+            self.park(r.run_id)
+            return
+        with self.cv:
+            load = {c["host"]: sum(1 for x in self.rows.values() if x.host == c["host"]
+                                   and x.state not in TERMINAL) for c in cands}
+        c = min(cands, key=lambda c: (load[c["host"]], c["host"]))
+        reassign(self.store, r.run_id, c["host"], c["cell"], f"{host} quarantined: {reason}")
+        with self.cv:
+            r.host, r.cell, r.state, r.spec = c["host"], c["cell"], "planned", None
+            self.cv.notify_all()
+        self.on_event(Event("handover", f"{r.run_id}: handed over to {c['host']} as "
+                                        f"{c['cell']}", r.run_id))

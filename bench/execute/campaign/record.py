@@ -1,0 +1,157 @@
+"""A campaign's record: the settings it runs with and what the journal keeps of its schedule
+(journal kind "plan", for historical reasons: the name of the record is the campaign record),
+enough to resume without the matrix file (per run: host, cell, boot, estimate, the candidates
+for a hand-over). `create` writes the campaign, its record and its planned runs; `resume_action`
+(pure) decides what a resuming executor does with a run in each state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import InputError
+from bench.matrix.expand import Expansion
+from bench.matrix.load import Matrix
+from bench.matrix.schedule import Schedule
+from bench.store.campaigns import (add_run, campaign_row, create_campaign, journal, journal_rows,
+                                   run_rows)
+from bench.store.db import Store, StoreError
+from bench.store.states import NOT_STARTED, STATES, TERMINAL
+
+
+@dataclass
+class Settings:
+    threads: int = 8
+    passes: int = 2
+    retries: int = 2
+    data_dir: Path | None = None
+    db_url: str | None = None
+    hosts_dir: Path | None = None
+    reconnect_timeout_s: float | None = None
+    chunk_s: float = 10.0           # how often the live view hears from a running host
+    run_timeout_s: float = 6 * 3600.0
+    lock_stale_s: float = 60.0
+    heartbeat_s: float = 5.0
+    host_lock_wait_s: float = 120.0
+    retry_pause_s: float = 2.0
+    cgroup_headroom_bytes: int | None = None   # None: the matrix's protocol.cgroup_headroom
+    balloon_max_bytes: int | None = None       # None: the matrix's protocol.balloon_max
+
+    def as_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()
+                if k not in ("db_url",)}
+
+    @classmethod
+    def from_record(cls, rec: dict, **over: object) -> "Settings":
+        """The settings a campaign was created with, then `over` where not None."""
+        s = cls()
+        for k, v in (rec.get("settings") or {}).items():
+            if hasattr(s, k) and k != "db_url":
+                setattr(s, k, Path(v) if k in ("data_dir", "hosts_dir") and v else v)
+        for k, v in over.items():
+            if v is not None:
+                setattr(s, k, v)
+        return s
+
+
+def boot_key(b: dict | None) -> tuple:
+    """(mem bytes, lru_gen) of a boot config as the record keeps it."""
+    b = b or {}
+    return (b.get("mem_bytes"), b.get("lru_gen"))
+
+
+def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
+                    host_names: list[str], settings: Settings, matrix_ref: str) -> dict:
+    """What the journal keeps of a scheduled campaign (module doc)."""
+    cands = {}
+    for req in expansion.requests:
+        for c in req.candidates:
+            cands[(req.point, req.rep, c.host)] = req
+    runs = {}
+    for r in schedule.runs:
+        req = cands.get((r.point, r.rep, r.host))
+        cl = [{"host": c.host, "cell": c.cell, "boot": c.boot.as_dict()}
+              for c in (req.candidates if req else ())]
+        runs[r.run_id] = {"host": r.host, "cell": r.cell, "point": r.point, "rep": r.rep,
+                          "position": r.position, "boot": r.boot.as_dict(),
+                          "estimate_s": r.estimate_s, "candidates": cl,
+                          "placement": "one" if len(cl) > 1 else "each"}
+        if r.pair:      # engine runs: their place in a balanced pair
+            runs[r.run_id]["pair"] = r.pair
+    return {"campaign": schedule.campaign, "seed": schedule.seed, "matrix": matrix.name,
+            "matrix_ref": matrix_ref, "scale": matrix.scale,
+            "protocol": dict(matrix.protocol or {}),
+            "workload": dict(matrix.workload), "hosts": host_names,
+            "estimates": {"run_seconds": schedule.run_seconds,
+                          "reboot_seconds": schedule.reboot_seconds},
+            "settings": settings.as_dict(), "runs": runs,
+            "order": [r.run_id for r in schedule.runs]} | (
+                {"engine": matrix.engine.as_dict()} if matrix.engine else {})
+
+
+def create(store: Store, schedule: Schedule, expansion: Expansion, matrix: Matrix,
+           host_names: list[str], settings: Settings, matrix_ref: str) -> str:
+    """Create the campaign in the store: campaign row, its record in the journal, planned
+    runs. A controller killed half-way through is finished here, not doubled."""
+    rec = campaign_record(schedule, expansion, matrix, host_names, settings, matrix_ref)
+    cid = schedule.campaign
+    if campaign_row(store, cid) is not None:
+        if journal_rows(store, cid, kinds=("plan",)):
+            raise StoreError(f"campaign {cid} exists",
+                             hint=f"`bench resume {cid}`, or pick another --campaign")
+    else:
+        create_campaign(store, cid, matrix=matrix.name, workload=dict(matrix.workload),
+                        seed=schedule.seed)
+    journal(store, "plan", f"plan: {len(rec['runs'])} runs on {', '.join(host_names)}, "
+            f"{schedule.reboots} reboots, estimate {schedule.estimate_s:.0f}s",
+            campaign_id=cid, data=rec)
+    ensure_runs(store, cid, rec)
+    return cid
+
+
+def ensure_runs(store: Store, campaign_id: str, rec: dict) -> None:
+    """Add the record's runs that are not in the store yet (a controller killed mid-create)."""
+    have = {r.run_id for r in run_rows(store, campaign_id)}
+    for rid in rec["order"]:
+        if rid not in have:
+            r = rec["runs"][rid]
+            add_run(store, campaign_id, rid, host=r["host"], cell=r["cell"],
+                    position=r["position"], repetition=r["rep"])
+
+
+def load_record(store: Store, campaign_id: str) -> dict:
+    rows = journal_rows(store, campaign_id, kinds=("plan",))
+    if not rows:
+        raise StoreError(f"campaign {campaign_id} has no plan in its journal",
+                         hint="it was not created by `bench schedule`")
+    return rows[0].data or {}
+
+
+def attempts_of(store: Store, campaign_id: str) -> dict[str, int]:
+    """Infrastructure failures per run (journal entries into `failed`), by run_id."""
+    by_ref = {r.ref: r.run_id for r in run_rows(store, campaign_id)}
+    out: dict[str, int] = {}
+    for j in journal_rows(store, campaign_id, kinds=("state",)):
+        if j.get("to") == "failed" and j.run_ref in by_ref:
+            rid = by_ref[j.run_ref]
+            out[rid] = out.get(rid, 0) + 1
+    return out
+
+
+def resume_action(state: str, has_spec: bool, attempts: int = 0, retries: int = 2) -> str:
+    """What a (resuming) executor does with a run in `state`: 'skip' (finished), 'give-up'
+    (failed with no attempt left), 'ingest' (bundle collected: ingest and judge), 'reattach'
+    (started on its host: status/wait by run id, start from the stored spec if unknown there),
+    'redo' (not started: from the top, idempotent steps)."""
+    if state not in STATES:
+        raise InputError(f"unknown run state {state!r}")
+    if state in TERMINAL:
+        return "skip"
+    if state == "failed" and attempts > retries:
+        return "give-up"
+    if state in ("collected", "ingested"):
+        return "ingest"
+    if state == "running" or has_spec:      # the runner may hold it: never from the top
+        return "reattach"
+    assert state in NOT_STARTED + ("pending", "failed"), state
+    return "redo"

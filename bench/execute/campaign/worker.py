@@ -1,0 +1,311 @@
+"""One host's worker in a campaign: it owns the host's session (transport and patience,
+bench.execute.hostrun.HostSession), what it knows of the host (current boot, whether this
+campaign rebooted it, the agent/plan/pool readiness checked in this boot) and runs that host's
+runs one at a time through their states. What crosses hosts (run rows, attempts, state
+changes, hand-overs, quarantine) belongs to the coordinator (bench.execute.campaign.executor),
+which the worker reaches through the `Coordinator` protocol."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from bench.errors import (BenchError, CommandTimeout, HostError, InputError, SafetyError,
+                          Unreachable)
+from bench.execute.campaign.engine_runs import spec_for
+from bench.execute.campaign.record import Settings, boot_key, resume_action
+from bench.execute.collect import bundle_path, collect, ingest
+from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
+from bench.execute.single import preflight
+from bench.execute.staging import ensure_file, ensure_pool
+from bench.hosts.bootplan import parse_mem
+from bench.hosts.deploy import deploy
+from bench.hosts.inventory import Host
+from bench.hosts.lock import HostLock, HostLocked
+from bench.hosts.procfs import cmdline_param, parse_cmdline
+from bench.hosts.reboot import reboot_host, restore_host
+from bench.hosts.transport import Transport
+from bench.matrix.cells import parse_cell
+from bench.matrix.runspec import RunOptions
+from bench.plan.prepared import PlanInfo
+from bench.store.rows import JournalRow, RunRow
+from bench.units import format_size
+
+
+class Coordinator(Protocol):
+    """What a worker needs of the executor (bench.execute.campaign.executor.Executor)."""
+    cid: str
+    rec: dict
+    s: Settings
+    rows: dict[str, RunRow]
+    attempts: dict[str, int]
+    plan: PlanInfo | None
+    plan_path: Path | None
+
+    def set_state(self, rid: str, state: str, message: str = "", data: dict | None = None,
+                  *, spec: dict | None = None) -> None: ...
+
+    def park(self, rid: str) -> None: ...
+
+    def is_parked(self, rid: str) -> bool: ...
+
+    def journal(self, kind: str, message: str, data: dict | None = None) -> None: ...
+
+    def journal_rows(self, kinds: tuple[str, ...]) -> list[JournalRow]: ...
+
+    def live(self, rid: str, status: dict) -> None: ...
+
+    def run_options(self, rid: str) -> RunOptions: ...
+
+    def boot_of(self, rid: str) -> dict: ...
+
+
+class Worker:
+    def __init__(self, ex: Coordinator, host: Host,
+                 transport_for: Callable[[Host], Transport]):
+        self.ex = ex
+        self.host = host
+        self.name = host.name
+        self.session = HostSession(host, transport_for,
+                                   reconnect_timeout_s=ex.s.reconnect_timeout_s)
+        self.current_boot: tuple = (None, None)     # (mem bytes, lru_gen) of the running boot
+        self.rebooted = False
+        self.quarantined: str | None = None
+        self.ready: tuple | None = None     # (boot_id, plan sha256) once agent/plan/pool checked
+
+    # the host -----------------------------------------------------------------------------
+    def probe_boot(self, t: Transport) -> tuple:
+        """(mem bytes, lru_gen) the host is booted with, from /proc/cmdline."""
+        args = parse_cmdline(t.run(["cat", "/proc/cmdline"], timeout=30).stdout.strip())
+        mem = cmdline_param(args, "mem")
+        lru = cmdline_param(args, "bench.lru_gen")
+        return (parse_mem(mem) if mem else None, lru or None)
+
+    def patiently(self, what: str, fn: Callable[[Transport], object]) -> object:
+        """fn with the session's patience, one journal warning when the host first goes."""
+        return self.session.call(what, fn, on_lost=lambda exc: self.ex.journal(
+            "warning", f"{self.name}: unreachable {what} ({exc.message}); retrying for up to "
+            f"{self.session.limit:.0f}s"))
+
+    def start(self) -> None:
+        """Learn the current boot; a host that is down (or rebooting) gets the same patience
+        as one lost mid-run (Quarantined when it stays away)."""
+        self.current_boot = self.patiently("at the start of its worker", self.probe_boot)
+
+    # one run ------------------------------------------------------------------------------
+    def do_run(self, rid: str) -> None:
+        """Take one run as far as it goes: raises Quarantined when the host is lost (the run
+        parked `pending`), SafetyError/InputError as they are; other errors count as a failed
+        attempt of the run."""
+        row = self.ex.rows[rid]
+        act = resume_action(row.state, bool(row.spec), self.ex.attempts.get(rid, 0),
+                            self.ex.s.retries)
+        try:
+            if act == "ingest":
+                return self.ingest(rid)
+            if act == "redo":
+                self.boot(rid)
+                self.deploy_and_start(rid, None)
+            else:
+                self.reattach(rid, row)
+            self.wait_collect(rid)
+            self.ingest(rid)
+        except Quarantined as exc:
+            if not self.ex.is_parked(rid):
+                self.ex.set_state(rid, "pending", f"host quarantined while running: "
+                                  f"{exc.message}; `bench resume` re-attaches",
+                                  {"quarantine": True})
+                self.ex.park(rid)
+            raise
+        except (SafetyError, InputError):
+            raise
+        except (Unreachable, CommandTimeout) as exc:
+            self.lost(rid, exc)          # raises Quarantined if the host stays away
+            raise
+
+    def reattach(self, rid: str, row: RunRow) -> None:
+        """A run that may be on the host: ask the runner (an unreachable host is waited for,
+        then quarantined, never a failed attempt); start it from the stored spec if the host
+        never got it."""
+        st = self.patiently(f"while re-attaching to {rid}",
+                            lambda t: runner_status(t, self.host, rid))
+        if st is None:
+            self.deploy_and_start(rid, row.spec)
+        elif row.state != "running":
+            self.ex.set_state(rid, "running", "re-attached after " + row.state)
+
+    def lost(self, rid: str, exc: BenchError) -> None:
+        """A step outside the wait (deploy, start, collect) lost the host: is it gone? Back in
+        time: return (the step counts as a failed attempt); gone: the run is parked `pending`
+        (its spec kept when it has one, so `bench resume` re-attaches) and Quarantined raised,
+        instead of every later run of the host burning its retries on a dead host."""
+        try:
+            self.current_boot = self.patiently(f"after {rid} lost it ({exc.message})",
+                                               self.probe_boot)
+        except Quarantined as q:
+            started = bool(self.ex.rows[rid].spec)
+            self.ex.set_state(rid, "pending", f"host quarantined: {q.message}; `bench resume` "
+                              + ("re-attaches" if started else "redoes it"), {"quarantine": True})
+            self.ex.park(rid)
+            raise
+        except BenchError:
+            return      # it answers, if badly: the caller counts the failed attempt
+
+    def boot(self, rid: str) -> None:
+        """Reboot into the run's boot config unless the host already runs it (proven by the
+        gate of bench.hosts.reboot); a failed proof quarantines the host."""
+        boot = self.ex.boot_of(rid)
+        want = boot_key(boot)
+        cur_mem, cur_lru = self.current_boot
+        if want[0] == cur_mem and (want[1] is None or want[1] == cur_lru):
+            self.ex.set_state(rid, "boot_verified", "current boot matches"
+                              if boot.get("label") in (None, "default")
+                              else f"already booted {boot.get('label')}")
+            return
+        self.ex.set_state(rid, "booting", f"reboot into {boot.get('label')}",
+                          {"boot": boot, "current": list(self.current_boot)})
+        self.session.drop()
+        self.ready = None
+        t0 = time.monotonic()
+        try:
+            res = reboot_host(self.session.transport, self.host,
+                              format_size(want[0]) if want[0] else None, want[1],
+                              lambda e: None)
+        finally:
+            self.session.drop()        # the next step talks to the new boot
+        secs = round(time.monotonic() - t0, 1)
+        self.ex.journal("reboot", f"{self.name}: reboot into {boot.get('label')}: "
+                        f"{res.verdict} ({res.reason}) in {secs}s",
+                        {"host": self.name, "seconds": secs, "ok": res.ok, "boot": boot})
+        if not res.ok:
+            self.ex.set_state(rid, "pending", f"reboot failed, host quarantined: {res.reason}")
+            self.ex.park(rid)
+            raise Quarantined(self.name, f"proven reboot failed: {res.reason}")
+        self.rebooted = True
+        self.current_boot = want
+        boot_id = res.after.boot_id if res.after else None
+        self.ex.set_state(rid, "boot_verified", f"booted {boot.get('label')} "
+                          f"(boot_id {boot_id})", {"boot_id": boot_id})
+
+    def host_lock(self, t: Transport, rid: str) -> HostLock:
+        """The controller's host lock, waited for: a killed controller's holder goes away
+        with its connection."""
+        deadline = time.monotonic() + self.ex.s.host_lock_wait_s
+        while True:
+            lock = HostLock(t, self.host, purpose=f"bench campaign {self.ex.cid} run {rid}")
+            try:
+                lock.acquire()
+                return lock
+            except HostLocked:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def deploy_and_start(self, rid: str, spec: dict | None) -> dict:
+        """Spec (unless re-starting a stored one), then under the host lock: agent, plan and
+        pool (skipped when checked in this boot: any failure or reboot forgets it, and the
+        agent still checks the pool it reads), the deployed and running states, the runner.
+        Engine runs ship no plan or pool (docs/engine.md)."""
+        ex, h = self.ex, self.host
+        engine = bool(ex.rec.get("engine"))
+        t = self.session.transport
+        try:
+            boot_id = None
+            if spec is None and engine:
+                spec = spec_for(ex.rec, rid, ex.rows[rid].cell, h)
+            elif spec is None:
+                assert ex.plan is not None
+                pf = preflight(h, parse_cell(ex.rows[rid].cell), ex.plan, rid,
+                               ex.run_options(rid), t)
+                spec, boot_id = pf.spec, pf.facts.get("boot_id")
+            lock = self.host_lock(t, rid)
+            try:
+                self.stage(t, boot_id, engine)
+                if ex.rows[rid].state != "running":
+                    ex.set_state(rid, "deployed", "runner ready (engine run: no plan, no pool "
+                                 "shipped)" if engine else "agent, plan and pool ready")
+                    ex.set_state(rid, "running", "starting the runner", spec=spec)
+                start_run(t, h, spec)
+            finally:
+                lock.release()
+        except BenchError:
+            self.session.drop()        # start the next attempt on a new connection
+            raise
+        return spec
+
+    def stage(self, t: Transport, boot_id: str | None, engine: bool) -> None:
+        ex, h = self.ex, self.host
+        if engine:
+            deploy(t, h)
+            return
+        assert ex.plan is not None and ex.plan_path is not None
+        key = (boot_id, ex.plan.sha256)
+        if boot_id is not None and self.ready == key:
+            return
+        deploy(t, h)
+        ensure_file(t, ex.plan_path, f"{h.work_dir}/{ex.plan.remote_path}", ex.plan.sha256)
+        ensure_pool(t, h, ex.plan.geometry)
+        if boot_id is not None:
+            self.ready = key
+
+    def wait_collect(self, rid: str) -> None:
+        log: list[dict] = []
+        self.session.events = log
+        st = wait_run(self.session, rid, timeout_s=self.ex.s.run_timeout_s,
+                      chunk_s=self.ex.s.chunk_s, on_status=lambda st: self.ex.live(rid, st))
+        lost = [e for e in log if e["event"] == "lost"]
+        if lost:        # one warning per outage, not one per reconnect attempt
+            self.ex.journal("warning", f"{self.name}: {rid}: connection lost "
+                            + (f"{len(lost)} times " if len(lost) > 1 else "")
+                            + f"from {lost[0]['t'][11:19]} to {lost[-1]['t'][11:19]} (last: "
+                            f"{lost[-1].get('error')}); re-attached")
+        try:
+            c = collect(self.session.transport, self.host, rid, self.data_dir)
+        except BenchError:
+            self.session.drop()
+            raise
+        self.ex.set_state(rid, "collected", f"bundle {c['status']}",
+                          {"bundle": c["bundle"], "runner_ok": st.get("ok"),
+                           "runner_reason": st.get("reason")})
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.ex.s.data_dir is not None
+        return Path(self.ex.s.data_dir)
+
+    def ingest(self, rid: str) -> None:
+        b = bundle_path(self.data_dir, self.name, rid)
+        if not b.is_dir():
+            raise HostError(self.name, f"{rid}: collected but {b} is missing; collecting again")
+        res = ingest(self.ex.s.db_url, b, self.ex.plan_path)
+        if res.get("retained"):
+            self.ex.set_state(rid, "validated", "retained", {"verdict": "retained"})
+        else:
+            failed = res.get("failed") or []
+            self.ex.set_state(rid, "rejected", "rejected by " + (", ".join(failed) or
+                                                                 "retention"),
+                              {"verdict": "rejected", "failed": failed})
+
+    # the end ------------------------------------------------------------------------------
+    def restore(self) -> None:
+        """Boot the host's default command line again if this campaign rebooted it."""
+        rebooted = self.rebooted or any(
+            j.get("host") == self.name and j.get("ok")
+            for j in self.ex.journal_rows(("reboot",)))
+        if not rebooted or self.current_boot == (None, None):
+            return
+        self.session.drop()
+        try:
+            res = restore_host(self.session.transport, self.host, lambda e: None)
+        except BenchError as exc:
+            self.ex.journal("warning", f"{self.name}: restore to the default boot failed: "
+                            f"{exc.message}")
+            return
+        finally:
+            self.session.drop()
+        self.ex.journal("reboot", f"{self.name}: restored the default boot: {res.verdict} "
+                        f"({res.reason})", {"host": self.name, "restore": True, "ok": res.ok})
+        if res.ok:
+            self.current_boot = (None, None)

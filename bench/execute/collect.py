@@ -1,0 +1,96 @@
+"""Bundles home: collect a finished run's bundle from its host into
+`<data_dir>/bundles/<host>/<run_id>/` (tarred on the host, member names checked, unpacked in a
+temp dir and renamed into place, manifest verified), its key figures, and its ingest into the
+store."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+
+from bench.errors import HostError
+from bench.hosts.inventory import Host
+from bench.hosts.transport import Transport
+from bench.judge.bundle import BundleError, load, read_dir, verify
+from bench.judge.measured import devices, metrics
+from bench.matrix.runspec import check_run_id
+from bench.store.db import open_store
+from bench.store.ingest import ingest_bundle
+
+
+def bundle_path(data_dir: Path, host: str, run_id: str) -> Path:
+    return Path(data_dir) / "bundles" / host / run_id
+
+
+def _safe_extract(tar: tarfile.TarFile, dest: Path, run_id: str) -> None:
+    for m in tar.getmembers():
+        parts = Path(m.name).parts
+        if not parts or parts[0] != run_id or m.name.startswith("/") or ".." in parts:
+            raise HostError("collect", f"unexpected member {m.name!r} in the bundle archive")
+        if not (m.isfile() or m.isdir()):
+            raise HostError("collect", f"bundle archive member {m.name!r} is not a file")
+    tar.extractall(dest, filter="data")
+
+
+def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
+    """Copy <work_dir>/runs/<run_id>/ to <data_dir>/bundles/<host>/<run_id>/ and verify its
+    manifest. An already collected bundle that verifies is kept ('present')."""
+    check_run_id(run_id)
+    dest = bundle_path(data_dir, host.name, run_id)
+    if dest.is_dir():
+        try:
+            m = verify(read_dir(dest), str(dest))
+            return {"bundle": str(dest), "status": "present", "files": len(m["files"])}
+        except BundleError:
+            shutil.rmtree(dest)
+    src = f"{host.work_dir}/runs/{run_id}"
+    r = t.run(["test", "-f", f"{src}/manifest.json"], timeout=30, check=False)
+    if r.rc != 0:
+        raise HostError(host.name, f"{src}/manifest.json does not exist: the run has not "
+                        "finished writing its bundle (or no such run)",
+                        f"check `runner.py status {run_id}` on the host; collect again later")
+    remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
+    t.run(["mkdir", "-p", f"{host.work_dir}/collect"], timeout=30)
+    t.run(["tar", "-czf", remote_tar, "-C", f"{host.work_dir}/runs", run_id], timeout=600)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{run_id}-", dir=dest.parent))
+    try:
+        local_tar = tmpdir / "bundle.tar.gz"
+        t.get(remote_tar, local_tar)
+        with tarfile.open(local_tar, "r:gz") as tar:
+            _safe_extract(tar, tmpdir, run_id)
+        m = verify(read_dir(tmpdir / run_id), f"{host.name}:{src}")
+        (tmpdir / run_id).rename(dest)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        t.run(["rm", "-f", remote_tar], timeout=30, check=False)
+    return {"bundle": str(dest), "status": "collected", "files": len(m["files"])}
+
+
+def figures(bundle_dir: Path) -> dict:
+    """The key figures of a collected bundle."""
+    b = load(read_dir(bundle_dir), str(bundle_dir))
+    m = metrics(b)
+    dev = m["device_bytes_per_iteration"]
+    return {"iterations": m["iterations"], "iteration_median_s": m["iteration_median_s"],
+            "device_gb_per_iteration": None if dev is None else dev / 1e9,
+            "logical_gb_per_iteration": None if m["logical_bytes_per_iteration"] is None
+            else m["logical_bytes_per_iteration"] / 1e9,
+            "device": (devices(b) or [None])[0], "runner_ok": b.status.get("ok"),
+            "runner_reason": b.status.get("reason")}
+
+
+_INGEST_LOCK = threading.Lock()
+
+
+def ingest(db_url: str | None, bundle_dir: Path, plan_path: Path | None) -> dict:
+    """Ingest one bundle (serialised across this process's host threads: one SQLite writer)."""
+    with _INGEST_LOCK:
+        store = open_store(db_url)
+        try:
+            return ingest_bundle(store, bundle_dir, plan=plan_path)
+        finally:
+            store.close()

@@ -1,0 +1,57 @@
+"""A bundle judged: what the store keeps of a run besides its raw files. Pure.
+
+`judge(bundle, campaign_fingerprint)` checks the bundle against its cell name, derives the
+per-run metrics (bench.judge.measured; none for a partial bundle), its fingerprint, and the
+verdict of every retention rule that applies (bench.judge.retention), against the
+fingerprint its campaign saw first on that host. bench.store.ingest writes the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.errors import BenchError
+from bench.judge import measured, retention
+from bench.judge.bundle import Bundle, BundleError
+from bench.judge.retention import Verdict
+from bench.matrix.cells import Cell, parse_cell
+
+METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
+                  "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
+                  "served_fraction", "scan_steal", "cgroup_scan_steal", "locked_fraction",
+                  "mem_total_bytes", "mglru_loop_entry", "mglru_end")
+
+
+def bundle_cell(b: Bundle, where: str) -> Cell:
+    """The bundle's cell, refused (BundleError naming spec.json) when its name does not parse
+    or the spec's own mechanism, reclaim or capacity contradict it."""
+    try:
+        cell = parse_cell(b.spec.get("cell", ""))
+    except BenchError as exc:
+        raise BundleError(where, "spec.json", f"cell: {exc.message}") from None
+    for attr in ("mechanism", "reclaim", "capacity_bytes"):
+        if attr in b.spec and b.spec[attr] != getattr(cell, attr):
+            raise BundleError(where, "spec.json", f"{attr} {b.spec[attr]!r} contradicts "
+                              f"the cell name {cell.name}")
+    return cell
+
+
+def run_metrics(b: Bundle) -> dict:
+    """The per-run metric columns (all None for a partial bundle: stored, rejected, no
+    figures)."""
+    if not b.completed:
+        return {col: None for col in METRIC_COLUMNS}
+    return measured.engine_metrics(b) if b.is_engine else measured.metrics(b)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdicts: list[Verdict]
+    retained: bool
+    failed: list[str] = field(default_factory=list)     # the rules it failed
+
+
+def judge(b: Bundle, campaign_fingerprint: dict | None) -> Judgement:
+    """Every applicable retention rule's verdict; retained when all pass."""
+    verdicts = retention.evaluate(b, {"campaign_fingerprint": campaign_fingerprint})
+    return Judgement(verdicts, retention.retained(verdicts),
+                     [v.rule for v in verdicts if not v.passed])

@@ -1,0 +1,98 @@
+"""A trace prepared for shipping (a file, or a campaign workload's synth preset generated
+deterministically): its replay plan written content-addressed into the data
+directory (`<data_dir>/plans/<sha256>.bin`), and `PlanInfo`, what the controller knows of the
+plan (and hint plan) it ships: hashes, geometry, iterations, the trace it came from."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.errors import InputError
+from bench.paths import default_data_dir
+from bench.plan.planfile import encode, plan_from_trace
+from bench.trace.parse import parse_trace
+from bench.trace.synth import PRESETS, generate, preset
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    """What the controller knows of the plan it ships (and of its hint plan)."""
+    sha256: str
+    layers: int
+    experts_per_layer: int
+    expert_bytes: int
+    iterations: int
+    trace: str
+    trace_sha256: str | None = None
+    batch: int = 1
+    hints_sha256: str | None = None
+    hints_provenance: dict | None = None
+
+    @property
+    def remote_path(self) -> str:
+        return f"plans/{self.sha256}.bin"
+
+    @property
+    def hints_remote_path(self) -> str | None:
+        return f"plans/{self.hints_sha256}.hints.bin" if self.hints_sha256 else None
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.layers * self.experts_per_layer * self.expert_bytes
+
+    @property
+    def geometry(self) -> tuple[int, int, int]:
+        return (self.layers, self.experts_per_layer, self.expert_bytes)
+
+
+def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | None = None
+                         ) -> tuple[PlanInfo, Path]:
+    """Parse a trace, write its plan into <data_dir>/plans/<sha256>.bin; (PlanInfo, path)."""
+    trace = Path(trace)
+    if not trace.is_file():
+        raise InputError(f"{trace}: no such trace file")
+    raw = trace.read_bytes()
+    trace_sha = hashlib.sha256(raw).hexdigest()
+    plan = plan_from_trace(parse_trace(trace, k=k),
+                           meta={"trace": trace.name, "trace_sha256": trace_sha})
+    data = encode(plan)
+    sha = hashlib.sha256(data).hexdigest()
+    d = Path(data_dir or default_data_dir()) / "plans"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{sha}.bin"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    info = PlanInfo(sha256=sha, layers=plan.layers, experts_per_layer=plan.experts_per_layer,
+                    expert_bytes=plan.expert_bytes, iterations=len(plan.iterations),
+                    trace=trace.name, trace_sha256=trace_sha)
+    return info, path
+
+
+def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
+    """(PlanInfo, path) of the campaign's workload: a synth preset is generated
+    deterministically into <data_dir>/traces/, a file is used as is."""
+    trace = str(workload.get("trace"))
+    if trace in PRESETS:
+        d = Path(data_dir) / "traces"
+        d.mkdir(parents=True, exist_ok=True)
+        dom = workload.get("domain")
+        kw = {"domain": int(dom)} if isinstance(dom, int) or (isinstance(dom, str)
+                                                              and dom.isdigit()) else {}
+        name = trace + (f"-d{kw['domain']}" if kw else "")
+        for key, field_, tag in (("layers", "layers", "l"), ("experts", "experts_per_layer", "e"),
+                                 ("expert_bytes", "expert_bytes", "b"), ("tokens", "tokens", "t")):
+            if workload.get(key):      # a re-sized preset (a matrix scale): its own file
+                kw[field_] = int(workload[key])
+                name += f"-{tag}{kw[field_]}"
+        path = d / f"{name}.jsonl"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("\n".join(generate(preset(trace, **kw))) + "\n")
+            tmp.replace(path)
+    else:
+        path = Path(trace).expanduser()
+    return plan_from_trace_file(path, data_dir=data_dir)
