@@ -205,9 +205,9 @@ def demand(
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Nominal miss GB per iteration: LRU over C / S experts, plan replayed twice (warm, measure)."""
+    from bench.plan.planfile import plan_from_trace
     from bench.results import views
     from bench.sim.demand import demand as run_demand
-    from bench.plan.planfile import plan_from_trace
     from bench.units import parse_size
     caps = [parse_size(c, "capacity") for c in _split_csv(capacity, "--capacity")]
     rows = []
@@ -254,8 +254,8 @@ def plan(
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints."""
-    from bench.results import views
     from bench.plan.planfile import frequency_table, write_plan
+    from bench.results import views
     p = _plan_for(files, k, batch, expert_bytes)
     info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
             "passes": p.passes, "reads": p.reads, "logical_bytes": p.logical_bytes,
@@ -303,8 +303,8 @@ def demo(
     none on a 256 MiB pool) through the real executor, ending with its results table."""
     import time
 
-    from bench.results import views
     from bench.execute.demo import demo_results, prepare_campaign, root_needs, run_demo, tool_needs
+    from bench.results import views
     from bench.units import parse_size
     if trace_only and no_trace:
         raise InputError("--trace-only and --no-trace exclude each other")
@@ -392,8 +392,8 @@ def pool_make(
     json_out: JsonOpt = False,
 ) -> None:
     """Write per-expert files of real data with pool.json (resumable; never overwrites another pool)."""
-    from bench.results import views
     from bench.plan.pool import PoolSpec, make_pool
+    from bench.results import views
     spec = PoolSpec(layers, experts, expert_bytes, seed=seed)
     with views.progress_bar(f"pool {directory}", layers * experts) as update:
         result = make_pool(directory, spec, update)
@@ -410,8 +410,8 @@ def pool_check(directory: Annotated[Path, typer.Argument(help="Pool directory.")
     """Show a pool's manifest; fail if it is missing or incomplete."""
     from dataclasses import asdict
 
-    from bench.results import views
     from bench.plan.pool import check_pool
+    from bench.results import views
     spec = check_pool(directory)
     if json_out:
         views.emit_json(dict(asdict(spec), complete=True, total_bytes=spec.total_bytes))

@@ -37,8 +37,8 @@ ScaleOpt = Annotated[Optional[str], typer.Option(
 @matrix_app.command("list")
 def matrix_list(json_out: JsonOpt = False) -> None:
     """List the shipped matrices."""
-    from bench.results import views
     from bench.matrix.load import list_matrices
+    from bench.results import views
     rows = list_matrices()
     if json_out:
         views.emit_json(rows)
@@ -50,8 +50,8 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
     """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
     ordering, hosts, cells."""
-    from bench.results import views
     from bench.matrix.load import load_matrix
+    from bench.results import views
     m = load_matrix(matrix, scale).as_dict()
     if json_out:
         views.emit_json(m)
@@ -146,8 +146,8 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
     thread shows the live view (plain lines without a terminal); returns its result."""
     import threading
 
-    from bench.results import views
     from bench.execute.campaign.watch import progress
+    from bench.results import views
     from bench.store.campaigns import journal_rows
     from bench.store.db import open_store
     store = open_store(db_url)
@@ -175,8 +175,8 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
 
 
 def _execute(cid: str, settings, json_out: bool) -> None:
-    from bench.results import views
     from bench.execute.campaign.executor import Executor
+    from bench.results import views
     out = run_live(cid, settings.db_url,
                    lambda store: Executor(store, cid, settings), json_out)
     res = out["result"]
@@ -245,8 +245,8 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
     ends when no controller holds the campaign any more, or on Ctrl-C."""
     import time as _time
 
-    from bench.results import views
     from bench.execute.campaign.watch import progress
+    from bench.results import views
     from bench.store.campaigns import journal_rows, latest_campaign
     from bench.store.controller_lock import lock_holder
     from bench.store.db import StoreError, open_store

@@ -36,8 +36,8 @@ def _vm_state_dir(state_dir: Path | None) -> None:
 
 
 def _vm_status(json_out: bool) -> None:
-    from bench.results import views
     from bench.lab.vm import lab_status
+    from bench.results import views
     rows = lab_status()
     if json_out:
         views.emit_json(rows)

@@ -76,9 +76,9 @@ def hosts_mglru(host: HostArg,
                 state: Annotated[str, typer.Argument(help="on or off.")],
                 hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Toggle MGLRU at run time (recorded as a runtime toggle) and read it back."""
-    from bench.results import views
     from bench.errors import InputError
     from bench.hosts.reboot import set_mglru_runtime
+    from bench.results import views
     if state not in ("on", "off"):
         raise InputError(f"MGLRU state {state!r}", hint="allowed values: on, off")
     _h, t = _host_and_transport(hosts_dir, host)

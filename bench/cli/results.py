@@ -58,8 +58,8 @@ def register(app: typer.Typer) -> None:
                    "--nominal-gb", help="Nominal miss GB/iteration, if no plan.")] = None,
                db: DbOpt = None, json_out: JsonOpt = False) -> None:
         """Store run bundles (one transaction each; refused bundles move to rejected/)."""
-        from bench.results import views
         from bench.errors import BenchError
+        from bench.results import views
         from bench.store.ingest import ingest_bundle
         store = _store(db)
         results, failed = [], 0
@@ -111,8 +111,8 @@ def register(app: typer.Typer) -> None:
     @ret_app.command("rules")
     def rules(json_out: JsonOpt = False) -> None:
         """List the retention rules with their versions."""
-        from bench.results import views
         from bench.judge.retention import rule_table
+        from bench.results import views
         rows = rule_table()
         if json_out:
             views.emit_json(rows)

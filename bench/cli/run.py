@@ -83,13 +83,13 @@ def register(app: typer.Typer) -> None:
         """Run one cell on each host in parallel, end to end; print the bundle's key figures
         (median iteration time of the measured pass, pool-device GB per iteration between
         loop entry and pass end, verdicts if ingested). Exit 1 if any host failed."""
-        from bench.results import views
-        from bench.matrix.cells import parse_cell
+        from bench.execute.single import run_hosts
         from bench.hosts.inventory import load_inventory, select
+        from bench.matrix.cells import parse_cell
+        from bench.matrix.runspec import RunOptions
         from bench.paths import default_data_dir
         from bench.plan.prepared import plan_from_trace_file
-        from bench.execute.single import run_hosts
-        from bench.matrix.runspec import RunOptions
+        from bench.results import views
         c = parse_cell(cell)
         names = [n.strip() for n in host.split(",") if n.strip()]
         if not names:

@@ -33,18 +33,30 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.sim.demand import demand
-from bench.trace.locality import locality
+from bench.execute.campaign.record import Settings, create
+from bench.hosts.facts import probe
+from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
+from bench.hosts.procfs import parse_meminfo
+from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.matrix.cells import parse_cell
+from bench.matrix.expand import Skip, expand
+from bench.matrix.load import load_matrix
+from bench.matrix.schedule import HostState, schedule
 from bench.plan.planfile import (frequency_table, oracle_hints, plan_from_trace,
                                  previous_token_hints, write_plan)
+from bench.sim.demand import demand
 from bench.sim.recall import recall_report
 from bench.sim.simulate import simulate
-from bench.trace.synth import generate, preset
+from bench.store import queries
+from bench.store.campaigns import campaign_row, run_rows
+from bench.store.db import open_store
+from bench.trace.locality import locality
 from bench.trace.parse import parse_trace, suspicious_first_passes
-from bench.units import parse_size
+from bench.trace.synth import generate, preset
+from bench.units import format_size, parse_size
 
 DOMAINS = ("prose", "code", "math", "chat")
 # The paper's capacity sweep (Table 2) on the 1.45 TB K3 pool, as fractions of the pool so
@@ -205,7 +217,6 @@ def tool_needs() -> str | None:
 
 
 def mem_available() -> int:
-    from bench.hosts.procfs import parse_meminfo
     with open("/proc/meminfo") as fh:
         return parse_meminfo(fh.read())["MemAvailable"]
 
@@ -217,7 +228,6 @@ def drop_caches() -> None:
 
 
 def _mem_total() -> int:
-    from bench.hosts.procfs import parse_meminfo
     with open("/proc/meminfo") as fh:
         return parse_meminfo(fh.read())["MemTotal"]
 
@@ -235,7 +245,6 @@ def write_trace(out: Path, seed: int = 0) -> Path:
 
 def write_hosts(out: Path) -> Path:
     """An inventory with the local host whose pool and work dir live under out."""
-    from bench.hosts.inventory import Host, render_host_toml
     d = out / "hosts"
     d.mkdir(parents=True, exist_ok=True)
     h = Host(name=HOST, address="localhost", transport="local",
@@ -248,7 +257,6 @@ def write_hosts(out: Path) -> Path:
 
 
 def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
-    from bench.units import format_size
     lock = max(MIB, max_lock // 2 // MIB * MIB)
     return MATRIX_TEMPLATE.format(
         avail_mib=avail // MIB, when=time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -259,8 +267,6 @@ def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
 
 def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:
     """Why this host cannot (or, for the lock cap, may not) run this resolved cell; None: runs."""
-    from bench.matrix.cells import parse_cell
-    from bench.units import format_size
     cell = parse_cell(cand.cell)
     if cell.reclaim == "mglru" and facts.get("mglru") is None:
         return (f"kernel {facts.get('kernel') or ''} has no MGLRU (/sys/kernel/mm/lru_gen "
@@ -307,14 +313,6 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
                      step: Step = lambda _msg: None) -> tuple[DemoCampaign, object]:
     """Trace, inventory, matrix, host facts, the plan with this host's skips, and the campaign
     created in the store. Returns (DemoCampaign, campaign Settings)."""
-    from bench.execute.campaign.record import Settings, create
-    from bench.hosts.facts import probe
-    from bench.hosts.inventory import load_inventory, select
-    from bench.matrix.expand import Skip, expand
-    from bench.matrix.load import load_matrix
-    from bench.matrix.schedule import HostState, schedule
-    from bench.hosts.ssh import transport_for
-    from bench.store.db import open_store
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     step(f"writing the demo trace ({DEMO_TRACE['layers']} layers x "
@@ -323,7 +321,7 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     hosts_dir = write_hosts(out)
     host = select(load_inventory(hosts_dir), [HOST])[0]
     step("probing the local host")
-    t = transport_for(host)
+    t = ssh_transport_for(host)
     try:
         pr = probe(t, host)
     finally:
@@ -378,9 +376,6 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
 def demo_results(demo: DemoCampaign) -> dict:
     """The campaign's runs with their states and measured figures, and the reclaim-shaped
     matrix (`bench results --matrix reclaim --campaign ID`)."""
-    from bench.store import queries
-    from bench.store.campaigns import campaign_row, run_rows
-    from bench.store.db import open_store
     store = open_store(demo.db_url)
     try:
         camp = campaign_row(store, demo.campaign)

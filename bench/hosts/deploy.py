@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.errors import CommandFailed, HostError, InputError, error_data
+from bench.errors import CommandFailed, FormatError, HostError, InputError, error_data
+from bench.hosts.facts import parse_agent, run_parallel
+from bench.hosts.ssh import transport_for as ssh_transport_for
 
 
 def _sources_root() -> Path:
@@ -88,8 +90,6 @@ def make_bundle(repo: Path = REPO, native: bool = True) -> bytes:
 
 def remote_agent(transport, work_dir: str) -> dict | None:
     """What `<work_dir>/native/bench-agent version` reports, or None if it is absent/broken."""
-    from bench.hosts.facts import parse_agent
-    from bench.errors import FormatError
     try:
         r = transport.run([f"{work_dir}/native/bench-agent", "version"], timeout=30, check=False)
     except CommandFailed:
@@ -193,10 +193,7 @@ def install_boot_hook(transport, host) -> dict:
 
 def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = False) -> list[dict]:
     """Deploy to every host in parallel; errors are returned per host as data."""
-    from bench.hosts.facts import run_parallel
-    if transport_for is None:
-        from bench.hosts.ssh import transport_for as default
-        transport_for = default
+    transport_for = transport_for or ssh_transport_for
 
     def one(host) -> dict:
         t = None

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.errors import CommandFailed, FormatError, HostError, error_data
 from bench.hosts import procfs
-from bench.errors import BenchError, CommandFailed, FormatError, HostError, error_data
+from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.hosts.transport import quote_argv
 
 # commands ---------------------------------------------------------------------------------------
 
@@ -273,7 +276,6 @@ def batch_script(commands: Sequence[tuple[str, list[str]]], nonce: str) -> str:
     """One shell script running every fact's argv (each quoted by quote_argv) in turn, its
     stdout and stderr framed by `@@<nonce> NAME` markers and followed by its exit status:
     one round trip per host instead of one per fact."""
-    from bench.hosts.transport import quote_argv
     parts = []
     for name, argv in commands:
         parts.append(f"printf '@@{nonce} %s\\n' {name} ; printf '@@{nonce} %s\\n' {name} >&2 ; "
@@ -302,7 +304,6 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
     """Run every fact on one host (in one batched command). A connection-level HostError
     (unreachable, auth, host key) ends the host's probe with `error`; a failing or
     unparsable fact is recorded in `fact_errors`; an optional fact that fails is None."""
-    import uuid
     res = HostResult(host.name)
     t0 = time.monotonic()
     try:
@@ -370,9 +371,7 @@ def run_parallel(hosts: Sequence, fn: Callable, max_workers: int = 16) -> list:
 def probe_hosts(hosts: Sequence, transport_for: Callable | None = None,
                 facts: Sequence[Fact] = FACTS) -> list[HostResult]:
     """Probe every host in parallel; one result per host, in order."""
-    if transport_for is None:
-        from bench.hosts.ssh import transport_for as default
-        transport_for = default
+    transport_for = transport_for or ssh_transport_for
 
     def one(host) -> HostResult:
         try:

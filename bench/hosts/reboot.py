@@ -29,6 +29,7 @@ from bench.hosts.inventory import Host
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_lru_gen
 from bench.hosts.transport import LocalTransport, Transport, quote_argv
 
+
 @dataclass
 class Event:
     at: str            # UTC ISO timestamp

@@ -38,7 +38,6 @@ from bench.errors import (AuthError, CommandFailed, CommandTimeout, HostError, H
 from bench.hosts.inventory import Host
 from bench.hosts.transport import LocalTransport, Result, Transport, quote_argv
 
-
 # paramiko logs every failed banner read (a rebooting host) as a traceback on stderr; its
 # errors reach the caller as typed HostErrors, so its log stays quiet.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())

@@ -8,9 +8,8 @@ written or with a path prefix, matched by suffix) and VmLck of the agent and the
 
 from __future__ import annotations
 
-from bench.hosts.procfs import (SECTOR_BYTES, parse_cgroup_value, parse_diskstats,
-                                parse_flat_keyed, parse_meminfo, parse_psi, parse_status,
-                                parse_vmstat, status_bytes)
+from bench.hosts.procfs import (SECTOR_BYTES, parse_cgroup_value, parse_diskstats, parse_flat_keyed,
+                                parse_meminfo, parse_psi, parse_status, parse_vmstat, status_bytes)
 
 VMSTAT_PREFIXES = ("pgscan", "pgsteal", "pswp", "oom_kill", "workingset", "pgmajfault", "pgpg",
                    "allocstall", "pgrefill", "pgactivate", "pgdeactivate", "pgrotated",

@@ -26,10 +26,10 @@ import hashlib
 import json
 import re
 
+from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen
 from bench.judge import engine
 from bench.judge.bundle import Bundle
 from bench.judge.counters import counters, deltas, device_bytes
-from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen
 from bench.judge.stats import median
 
 # what bench's own boots change (bench.hosts.reboot.DROPPED_PARAMS) or the boot loader adds

@@ -18,9 +18,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
 from bench.judge.counters import find
-from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.measured import (delta, engine_facts, fingerprint, measured_records, mglru_state,
                                   snap)
 from bench.units import parse_size

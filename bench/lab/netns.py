@@ -32,6 +32,7 @@ the host's detached runners alive.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -474,7 +475,6 @@ def main(argv: list[str] | None = None) -> int:
     the controller's namespaces first (`setsid -f nsenter --net=... --mount=... --`); started
     inside it, it refuses. Its stdio goes to <host dir>/reboot.log at once, so the SSH session
     that started it ends normally; --delay waits before the kill."""
-    import argparse
     p = argparse.ArgumentParser(prog="python -m bench.lab.netns",
                                 description="netns lab helpers (root)")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -36,6 +36,8 @@ from pathlib import Path
 
 from bench.errors import (AuthError, BenchError, CommandFailed, CommandTimeout, HostError,
                           HostKeyError, InputError)
+from bench.hosts.inventory import Host, RebootSpec, SSHOptions, load_host_file, render_host_toml
+from bench.hosts.ssh import transport_for as ssh_transport_for
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 SUITE = "bookworm"
@@ -281,11 +283,9 @@ def _configure_tree(root: Path, pubkey: str) -> None:
 def transport_for(entry):
     """The controller's own transport (bench.hosts.ssh) for a guest: its inventory entry, or the state
     dict whose inventory file lab_up wrote. One SSH implementation serves labs and fleet."""
-    from bench.hosts.inventory import load_host_file
-    from bench.hosts.ssh import transport_for as ssh_transport
     if isinstance(entry, Mapping):
         entry = load_host_file(Path(entry["inventory"]))
-    return ssh_transport(entry)
+    return ssh_transport_for(entry)
 
 
 # guests ----------------------------------------------------------------------------------------
@@ -394,7 +394,6 @@ def _known_hosts_line(port: int, host_pub: str) -> str:
 
 
 def _write_inventory(g: dict, hosts_dir: Path) -> Path:
-    from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
     h = Host(name=g["name"], address="127.0.0.1", transport="ssh", port=g["port"], user="root",
              tags={"lab": "vm", "machine": g["name"][-1].upper(), "accel": "tcg"},
              ssh=SSHOptions(identity_file=g["identity_file"], known_hosts=g["known_hosts"],

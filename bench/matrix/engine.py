@@ -20,10 +20,11 @@ import hashlib
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from bench.matrix.cells import POLICY_MODES, Cell, engine_cell
+from bench.matrix.cells import Cell, POLICY_MODES, engine_cell, parse_cell
 from bench.errors import InputError
+from bench.matrix.runspec import CONTROLLER_VERSION, check_run_id
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
 ORDERS = ("admit-first", "nocache-first")
@@ -335,8 +336,6 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
                host_lock_timeout_s: int | None = None, controller_version: str | None = None,
                extra: dict | None = None) -> dict:
     """spec.json of one engine run on `host` (inventory Host: name, pool_dir, work_dir)."""
-    from bench.matrix.cells import parse_cell
-    from bench.matrix.runspec import CONTROLLER_VERSION, check_run_id
     if isinstance(cell, str):
         cell = parse_cell(cell)
     if not cell.is_engine:

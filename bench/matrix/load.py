@@ -55,7 +55,7 @@ from __future__ import annotations
 import itertools
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -65,6 +65,7 @@ from bench.matrix.cells import (DELIVERIES, ENGINE_RECLAIM, MECHANISMS, MODES, R
 from bench.matrix.engine import EngineConfig, parse_engine
 from bench.errors import InputError
 from bench.units import format_size, parse_size
+import copy
 
 MIB = 1 << 20
 PLACEMENTS = ("each", "one")
@@ -207,7 +208,6 @@ def workload_pool_bytes(workload: dict) -> int | None:
 
 def apply_scale(data: dict, scale: str, source: str) -> dict:
     """The matrix document with its [scale.NAME] applied (see the module doc); pure."""
-    import copy
     c = _C(source)
     scales = data.get("scale")
     if not isinstance(scales, dict) or scale not in scales:
@@ -627,7 +627,6 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
         return m
     if scale not in scaled:
         apply_scale(data, scale, source)        # raises: no such scale, naming the ones there are
-    from dataclasses import replace
     return replace(scaled[scale], scale=scale, scales=m.scales)
 
 

@@ -38,8 +38,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from bench.matrix.engine import order_label, pair_orders
 from bench.errors import InputError, SafetyError
+from bench.matrix.engine import order_label, pair_orders
 from bench.matrix.expand import BootConfig, Candidate, RunRequest
 
 

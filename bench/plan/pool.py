@@ -7,7 +7,6 @@ and refuses to touch a directory holding a different pool.
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from collections.abc import Callable

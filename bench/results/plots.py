@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
+
 from bench.errors import InputError
+from bench.judge.stats import a_over_c
 
 
 def draw(kind: str, m: dict, out: Path) -> None:
-    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     if not m["rows"]:
         raise InputError(f"no retained runs for the {kind} plot")
     fig = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal}[kind](plt, m)
@@ -21,7 +23,6 @@ def draw(kind: str, m: dict, out: Path) -> None:
 
 
 def _capacity(plt, m):
-    from bench.judge.stats import a_over_c
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for reclaim in sorted({r["reclaim"] for r in m["rows"]}):
         rows = sorted((r for r in m["rows"] if r["reclaim"] == reclaim),

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
-from pathlib import Path
+import time as _time
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
-from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.progress_bar import ProgressBar
 from rich.table import Table
+from rich.text import Text
+
+from bench.units import format_size
 
 console = Console()
 err_console = Console(stderr=True)
@@ -151,7 +158,6 @@ def hosts_table(hosts: Sequence[dict]) -> Table:
 def _size(n: int | None) -> str:
     if n is None:
         return "-"
-    from bench.units import format_size
     return format_size(n)
 
 
@@ -238,7 +244,6 @@ def _gbx(x: float | None, fmt: str = ".2f") -> str:
 
 
 def _cap(n: int) -> str:
-    from bench.units import format_size
     return format_size(n)
 
 
@@ -513,9 +518,6 @@ def campaign_renderable(p: dict):
     """One rich renderable of a campaign snapshot (bench.execute.progress, as a dict): one row
     per host (phase, cell, run, pass and iteration as the host last reported them, elapsed,
     ETA), an overall bar, the last verdicts, quarantined hosts and warnings."""
-    from rich.console import Group
-    from rich.progress_bar import ProgressBar
-    from rich.text import Text
     ctl = p.get("controller")
     head = Text.from_markup(
         f"[bold]{p['campaign']}[/]  matrix {p['matrix']}  seed {p['seed']}  state "
@@ -552,9 +554,7 @@ def campaign_renderable(p: dict):
 def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> None:
     """Show a campaign until finished() is true: a rich Live view on a terminal, else plain
     timestamped lines (one per journal entry, from journal(after_id) -> rows)."""
-    import time as _time
     if err_console.is_terminal:
-        from rich.live import Live
         with Live(campaign_renderable(snapshot()), console=err_console,
                   refresh_per_second=2) as live:
             while not finished():
@@ -602,7 +602,6 @@ def campaigns_table(rows: Sequence[dict]) -> Table:
 
 def engine_matrix_text(m: dict) -> str:
     """`bench matrix show` of an engine matrix: the engine, its policies and gates, the cells."""
-    import shlex
     e, o = m["engine"], m["order"]
     lines = [f"matrix {m['name']}: {m['description']}", f"  source       {m['source']}"]
     if m.get("reference"):

@@ -9,8 +9,8 @@ routed (the paper: 64.7% for the engine's predictor against 32-36% for recurrenc
 
 from __future__ import annotations
 
-from bench.plan.planfile import HINT, Plan, previous_token_hints
 from bench.errors import InputError
+from bench.plan.planfile import HINT, Plan, previous_token_hints
 
 
 def recall(plan: Plan, hints: Plan) -> dict:

@@ -11,9 +11,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
@@ -45,7 +50,6 @@ def migrations_dir() -> Path:
 
 
 def _alembic_config(connection=None):
-    from alembic.config import Config
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
@@ -54,12 +58,10 @@ def _alembic_config(connection=None):
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
@@ -94,7 +96,6 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 
 def upgrade(engine: Engine) -> tuple[str | None, str]:
     """Bring the database to head; returns (revision before, head). Refuses foreign schemas."""
-    from alembic import command
     before = check(engine)
     head = head_revision()
     if before != head:
@@ -105,7 +106,6 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
 
 def check(engine: Engine) -> str | None:
     """The database's revision; StoreError when it is not ours or newer than this bench."""
-    from alembic.script import ScriptDirectory
     try:
         rev = current_revision(engine)
         tables = set(inspect(engine).get_table_names())
@@ -152,9 +152,7 @@ def open_store(url: str | None = None, *, upgrade_schema: bool = True) -> Store:
 
 def _revision(message: str) -> None:
     """Developer helper: autogenerate a new revision against a scratch SQLite at head."""
-    import tempfile
 
-    from alembic import command
     with tempfile.TemporaryDirectory() as d:
         engine = make_engine(f"sqlite:///{d}/scratch.db")
         upgrade(engine)

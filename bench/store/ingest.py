@@ -16,17 +16,17 @@ from pathlib import Path
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from bench.errors import FormatError
 from bench.judge import measured
-from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.judge.bundle import Bundle, BundleError, load, read_dir
-from bench.matrix.cells import parse_cell
-from bench.errors import BenchError, FormatError
+from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
+from bench.plan.planfile import read_plan
+from bench.sim.demand import demand
 from bench.store.db import Store, StoreError
-from bench.store.states import check_transition
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
-                                EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile,
-                                Run, TimelineSample, Verdict, now)
-
+                                EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
+                                TimelineSample, Verdict, now)
+from bench.store.states import check_transition
 
 
 def move_aside(path: Path) -> Path:
@@ -43,8 +43,6 @@ def move_aside(path: Path) -> Path:
 
 def nominal_from_plan(plan_path: Path, capacity_bytes: int, _cache: dict = {}) -> float:
     """Nominal miss bytes per iteration of the demand model for one capacity."""
-    from bench.sim.demand import demand
-    from bench.plan.planfile import read_plan
     key = (str(plan_path), capacity_bytes)
     if key not in _cache:
         _cache[key] = demand(read_plan(plan_path), [capacity_bytes])[0][

@@ -9,14 +9,13 @@ from collections import defaultdict
 
 from sqlalchemy import select
 
-from bench.judge import engine
-from bench.judge import stats
-from bench.matrix.cells import parse_cell
 from bench.errors import InputError
-from bench.units import format_size
-from bench.store.db import Store
+from bench.judge import engine, stats
 from bench.judge.judgement import METRIC_COLUMNS
+from bench.matrix.cells import parse_cell
+from bench.store.db import Store
 from bench.store.models import Cell, EngineRun, Host, Run, Verdict
+from bench.units import format_size
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS

@@ -24,8 +24,8 @@ def host_bundles(lab, cid: str, names=NAMES) -> dict[str, list[str]]:
 def offline_campaign(tmp_path: Path, matrix: Path, cid: str, seed: int = 3) -> str:
     """A campaign of `matrix` on NAMES (addresses in 192.0.2.0/24, never reached) in a fresh
     SQLite database; returns the database URL."""
-    from bench.execute.campaign.record import Settings, create
     from bench.cli.campaign import build_plan
+    from bench.execute.campaign.record import Settings, create
     from bench.hosts.inventory import Host, render_host_toml
     from bench.store.db import open_store
     db = f"sqlite:///{tmp_path / (cid + '.db')}"

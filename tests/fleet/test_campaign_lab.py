@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fleet_helpers import offline_campaign
 
 from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
-from fleet_helpers import offline_campaign
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -162,8 +162,8 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
     the snapshot and the rich view show pass and iteration; the plain lines skip it."""
     from rich.console import Console
 
-    from bench.results import views
     from bench.execute.campaign.watch import progress
+    from bench.results import views
     from bench.store.campaigns import journal_rows, run_rows, set_live, transition
     db = offline_campaign(tmp_path, MATRIX, "l-s3")
     store = open_store(db)

@@ -28,17 +28,17 @@ import time
 from pathlib import Path
 
 import pytest
+from fleet_helpers import host_bundles
 
+from bench.cli.campaign import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create
 from bench.execute.campaign.watch import progress
-from bench.cli.campaign import build_plan
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
-from bench.lab.netns import DEFAULT_CMDLINE
 from bench.hosts.reboot import local_boot_id
+from bench.lab.netns import DEFAULT_CMDLINE
 from bench.store.campaigns import journal_rows, run_rows
 from bench.store.db import open_store
-from fleet_helpers import host_bundles
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]

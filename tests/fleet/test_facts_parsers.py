@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.errors import FormatError
 from bench.hosts import facts
 from bench.hosts.deploy import source_hash
-from bench.errors import FormatError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 CAP = FIX / "facts" / "debian12-x86_64-cgv1"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.hosts.deploy import deploy, deploy_hosts, source_hash
 from bench.errors import AuthError, CommandFailed, CommandTimeout, HostKeyError, Unreachable
+from bench.hosts.deploy import deploy, deploy_hosts, source_hash
 from bench.hosts.facts import probe_hosts
-from bench.hosts.lock import HostLock, HostLocked, wait_released
 from bench.hosts.inventory import load_inventory, render_host_toml
+from bench.hosts.lock import HostLock, HostLocked, wait_released
 from bench.hosts.ssh import SSHTransport, transport_for
 from bench.hosts.transport import LocalTransport
 

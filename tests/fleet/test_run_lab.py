@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.lab import netns as lab_netns
-from bench.judge.bundle import read_dir, verify
 from bench.cli import main
 from bench.errors import SafetyError
-from bench.plan.prepared import plan_from_trace_file
 from bench.execute.single import run_hosts
+from bench.judge.bundle import read_dir, verify
+from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions
+from bench.plan.prepared import plan_from_trace_file
 from bench.trace.synth import generate, preset
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools")]

@@ -14,9 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nativelib as nl  # noqa: E402
+from native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES  # noqa: E402
+
 from bench.plan.planfile import Plan, write_plan  # noqa: E402
 from bench.plan.pool import PoolSpec, make_pool  # noqa: E402
-from native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

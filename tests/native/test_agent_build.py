@@ -3,9 +3,8 @@
 import json
 import subprocess
 
-import pytest
-
 import nativelib as nl
+import pytest
 
 pytestmark = pytest.mark.native
 

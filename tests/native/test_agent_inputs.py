@@ -6,11 +6,11 @@ import json
 import os
 import struct
 
-import pytest
-
 import nativelib as nl
-from bench.plan.planfile import HINT, Plan, encode, write_plan
+import pytest
 from native_plans import make_plan
+
+from bench.plan.planfile import HINT, Plan, encode, write_plan
 
 pytestmark = pytest.mark.native
 
@@ -185,6 +185,7 @@ def test_paper_scale_pool_of_82432_files(agent, tmp_path):
     (CAP_SYS_RESOURCE) every file is open at once; without it the agent falls back to one open
     per read, and says so. Either way the replay completes and its bytes are exact."""
     import resource
+
     from bench.plan.pool import PoolSpec, make_pool
     pool = tmp_path / "big"
     make_pool(pool, PoolSpec(92, 896, 64))

@@ -2,11 +2,11 @@
 reads in the page cache ahead of time (measured with the RWF_NOWAIT probe: a demand read the
 probe fully served did not wait for the device)."""
 
-import pytest
-
 import nativelib as nl
-from bench.plan.planfile import oracle_hints, write_plan
+import pytest
 from native_plans import distinct_plan, mixed_plan
+
+from bench.plan.planfile import oracle_hints, write_plan
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

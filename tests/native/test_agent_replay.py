@@ -5,11 +5,11 @@ come from the agent's own pass-boundary snapshots."""
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 import nativelib as nl
-from bench.plan.planfile import frequency_table
+import pytest
 from native_plans import EXPERT_BYTES, distinct_plan, mixed_plan
+
+from bench.plan.planfile import frequency_table
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

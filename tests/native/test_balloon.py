@@ -5,9 +5,8 @@ import signal
 import subprocess
 import time
 
-import pytest
-
 import nativelib as nl
+import pytest
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parents[1] / "native"))
 
 import nativelib as nl  # noqa: E402
+
 from bench.plan.planfile import REPLAY, Plan, write_plan  # noqa: E402
 from bench.plan.pool import PoolSpec, make_pool  # noqa: E402
 from bench.trace.parse import Iteration, Pass  # noqa: E402

@@ -62,9 +62,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
 
+from bench.cli.campaign import build_plan  # noqa: E402
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create  # noqa: E402
-from bench.cli.campaign import build_plan  # noqa: E402
 from bench.lab.netns import Lab, missing_capabilities  # noqa: E402
 from bench.store.campaigns import campaign_row, journal_rows, run_rows  # noqa: E402
 from bench.store.db import open_store  # noqa: E402

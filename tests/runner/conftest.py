@@ -18,8 +18,7 @@ sys.path.insert(0, str(HERE.parent / "native"))
 sys.path.insert(0, str(HERE))
 
 import nativelib as nl  # noqa: E402
-from runner_helpers import (EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES,  # noqa: E402
-                            make_plan_file)
+from runner_helpers import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES, make_plan_file  # noqa: E402
 
 
 def _need(cond, why):

@@ -22,8 +22,8 @@ SECTOR = 512
 
 def make_plan_file(path: Path, tokens: int) -> Path:
     from bench.plan.planfile import plan_from_trace, write_plan
-    from bench.trace.synth import generate, preset
     from bench.trace.parse import parse_lines
+    from bench.trace.synth import generate, preset
     lines = generate(preset("tiny", k=4, experts_per_layer=EXPERTS, layers=LAYERS,
                             expert_bytes=EXPERT_BYTES, tokens=tokens, spec_accept=0.0,
                             fallback=0.0))

@@ -16,7 +16,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from runner_helpers import RUNNER, read_json, start, verify_manifest, wait
 
 from bench.matrix import engine
@@ -54,6 +53,7 @@ def table(prompt_dir: Path, *extra: str, **over) -> dict:
 @pytest.fixture(scope="module")
 def pool_and_prompts():
     from bench.plan.pool import PoolSpec, make_pool
+
     # /var/tmp: a disk filesystem (O_DIRECT works there, unlike tmpfs)
     d = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir="/var/tmp"))
     make_pool(d / "pool", PoolSpec(LAYERS, EXPERTS, EXPERT_BYTES))
@@ -220,6 +220,7 @@ def test_an_orphaned_engine_is_stopped_by_the_next_status(pool_and_prompts, work
     bundle as failed."""
     import os
     import signal
+
     from runner_helpers import runner, wait_phase
     d = pool_and_prompts
     rc, res = start(spec(d, work_dir, "orphan", "e2e-prose-admit", "--sleep", "60"), work_dir)

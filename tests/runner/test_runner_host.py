@@ -14,10 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from runner_helpers import (POOL_BYTES, RUNNER, measured_device_bytes, read_json, runner,
-                            start, timeline, verify_manifest, wait, wait_phase, write_spec,
-                            make_spec)
+from runner_helpers import (POOL_BYTES, RUNNER, make_spec, measured_device_bytes, read_json, runner,
+                            start, timeline, verify_manifest, wait, wait_phase, write_spec)
 
 # a warm pass may read a stray metadata block (journal superblock, an inode): not experts
 WARM_SLACK = 256 << 10
@@ -76,8 +74,8 @@ def check_common(bundle: Path, st: dict, passes=2):
 # --------------------------------------------------------------------------- pure / no kernel
 
 def test_cell_grammar_matches_bench_cells():
-    from bench.matrix.cells import parse_cell
     from bench.errors import InputError
+    from bench.matrix.cells import parse_cell
     r = _load_runner()
     good = ["64g-balloon-mglru", "64g-cgroup-classic", "93g-memboot-mglru",
             "256g-cgroup-mglru-pinned", "256g-cgroup-mglru-pilot-advice", "448g-none-mglru",
@@ -97,8 +95,9 @@ def test_cell_grammar_matches_bench_cells():
 
 
 def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
-    from bench.plan.pool import PoolSpec, make_pool
     from runner_helpers import make_plan_file
+
+    from bench.plan.pool import PoolSpec, make_pool
     pool = tmp_path / "pool"
     make_pool(pool, PoolSpec(8, 64, 4096))
     plan = make_plan_file(tmp_path / "p.bpln", tokens=4)

@@ -20,8 +20,8 @@ import random
 import re
 from pathlib import Path
 
-from bench.matrix.cells import parse_cell
 from bench.hosts.procfs import parse_meminfo
+from bench.matrix.cells import parse_cell
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "captured"
 POOL_BYTES = 192 << 20
@@ -80,6 +80,7 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
                      repetition: int = 0, host: str = "fixture-a", wall_s: float = 12.0,
                      load_s: float = 2.0, seed: int = 0, **_ignored) -> dict:
     from types import SimpleNamespace
+
     from bench.matrix import engine
     c = parse_cell(cell)
     cfg = engine.parse_engine(ENGINE, "bundlegen")

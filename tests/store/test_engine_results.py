@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from bench.cli import main
 from bench.matrix import engine
 from bench.results import views
-from bench.cli import main
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle

@@ -8,9 +8,9 @@ from sqlalchemy import func, select
 from bench.judge.bundle import BundleError
 from bench.store import campaigns
 from bench.store.ingest import ingest_bundle, stored_bundle
+from bench.store.models import (CounterDelta, Iteration, JournalEntry, RawFile, Run, TimelineSample,
+                                Verdict)
 from bench.store.states import IllegalTransition
-from bench.store.models import (CounterDelta, Iteration, JournalEntry, RawFile, Run,
-                                TimelineSample, Verdict)
 
 TABLES = (Run, RawFile, CounterDelta, Iteration, TimelineSample, Verdict, JournalEntry)
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.results import views
 from bench.cli import main
+from bench.results import views
 from bench.store import queries
-from bench.store.ingest import ingest_bundle
 from bench.store.db import open_store
+from bench.store.ingest import ingest_bundle
 
 GOLDEN = Path(__file__).parent / "golden"
 CELLS = [("64m-balloon-mglru", 1.6), ("128m-balloon-mglru", 1.2), ("160m-balloon-mglru", 1.0),

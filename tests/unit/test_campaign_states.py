@@ -4,10 +4,10 @@ parts: tests/store/test_ingest.py, tests/local/test_executor_local.py.)"""
 
 import pytest
 
+from bench.errors import InputError
 from bench.execute.campaign.record import Settings, campaign_record, resume_action
 from bench.store.states import (INITIAL, STATES, TERMINAL, TRANSITIONS, IllegalTransition,
                                 check_transition)
-from bench.errors import InputError
 
 
 @pytest.mark.parametrize("state, has_spec, attempts, want", [
@@ -85,6 +85,7 @@ def test_resume_never_restarts_a_started_run_from_the_top():
 
 def test_campaign_record_keeps_candidates_for_hand_over():
     from types import SimpleNamespace as NS
+
     from bench.matrix.expand import BootConfig, Candidate, RunRequest
     from bench.matrix.schedule import HostState, schedule
     cands = (Candidate("a", "1g-none-classic", BootConfig()),

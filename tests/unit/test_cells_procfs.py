@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.matrix.cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
 from bench.errors import InputError
 from bench.hosts.procfs import (cmdline_param, mglru_on, parse_cgroup_value, parse_cmdline,
                                 parse_diskstats, parse_flat_keyed, parse_lru_gen, parse_meminfo,
                                 parse_psi, parse_status, parse_vmstat, status_bytes)
+from bench.matrix.cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "procfs" / "debian12-x86_64-cgv1"
 

@@ -6,8 +6,8 @@ import json
 import pytest
 import typer.main
 
-from bench.cli.app import app
 from bench.cli import main
+from bench.cli.app import app
 from tests.conftest import header, rec
 
 

@@ -11,14 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.cli import main
+from bench.errors import InputError
 from bench.judge import engine as judge_engine
 from bench.matrix import engine
 from bench.matrix.cells import engine_cell, parse_cell
-from bench.cli import main
-from bench.errors import InputError
 from bench.matrix.expand import BootConfig, Candidate, RunRequest, expand
-from bench.matrix.load import MatrixError, load_matrix
-from bench.matrix.load import parse_matrix
+from bench.matrix.load import MatrixError, load_matrix, parse_matrix
 from bench.matrix.schedule import HostState, schedule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -379,8 +378,8 @@ def test_dry_run_golden_end_to_end(capsys):
 
 
 def test_replay_specs_refuse_engine_cells():
-    from bench.plan.prepared import PlanInfo
     from bench.matrix.runspec import build_spec
+    from bench.plan.prepared import PlanInfo
     h = SimpleNamespace(name="h", pool_dir="/p", work_dir="/w", mem_total=None)
     plan = PlanInfo("a" * 64, 1, 2, 64, 3, "t")
     with pytest.raises(InputError, match="engine cell"):

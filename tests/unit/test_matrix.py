@@ -9,9 +9,9 @@ import pytest
 from bench.cli import main
 from bench.errors import InputError
 from bench.hosts.inventory import Host, RebootSpec
+from bench.matrix.expand import BootConfig, expand
 from bench.matrix.load import (MIB, MatrixError, list_matrices, load_matrix, parse_matrix,
                                shipped_names)
-from bench.matrix.expand import BootConfig, expand
 
 ROOT = Path(__file__).resolve().parents[2]
 G = 1 << 30
@@ -227,8 +227,8 @@ def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
     """A wall the replay never reaches is rejected (timeline_reaches_wall): the lab trace's
     distinct experts per pass must exceed the deepest cgroup cell's C + headroom."""
     from bench.plan.prepared import workload_plan  # noqa: F401 - the executor's own generator
-    from bench.trace.synth import generate, preset
     from bench.trace.parse import accesses, parse_lines
+    from bench.trace.synth import generate, preset
     lab = load_matrix("reclaim", "lab")
     w = lab.workload
     tr = parse_lines(generate(preset(w["trace"], layers=w["layers"], experts_per_layer=w["experts"],

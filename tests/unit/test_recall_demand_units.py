@@ -2,12 +2,12 @@
 
 import pytest
 
-from bench.sim.demand import amplification, demand, plan_keys
 from bench.errors import InputError
 from bench.plan.planfile import HINT, Plan, oracle_hints, plan_from_trace, previous_token_hints
+from bench.sim.demand import amplification, demand, plan_keys
 from bench.sim.recall import recall, recall_report
-from bench.trace.synth import generate, preset
 from bench.trace.parse import Iteration, Pass, parse_lines
+from bench.trace.synth import generate, preset
 from bench.units import format_size, parse_size
 from tests.conftest import header, rec
 

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from bench.errors import InputError
 from bench.sim.policies import belady_hits, lfu_hits
-from bench.sim.simulate import simulate
-from bench.sim.simulate import static_table
+from bench.sim.simulate import simulate, static_table
 from bench.sim.stackdist import COLD, lru_misses, lru_stack_distances, lru_steady_misses, prev_next
 from bench.trace.parse import parse_lines
 

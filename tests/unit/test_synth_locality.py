@@ -5,8 +5,8 @@ import pytest
 
 from bench.errors import InputError
 from bench.trace.locality import jaccard, locality, reuse, top_share, trace_stats, zipf_slope
-from bench.trace.synth import generate, preset
 from bench.trace.parse import SPEC_ACCEPT, SPEC_FALLBACK, parse_lines
+from bench.trace.synth import generate, preset
 from tests.conftest import header, rec
 
 

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.errors import TraceError
-from bench.trace.synth import generate, preset
 from bench.trace.parse import (NORMAL, SPEC_ACCEPT, SPEC_FALLBACK, merge, parse_lines, parse_trace,
                                suspicious_first_passes)
+from bench.trace.synth import generate, preset
 from tests.conftest import header, rec
 
 H = header()

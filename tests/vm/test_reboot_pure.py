@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from bench.errors import InputError, SafetyError
-from bench.hosts.inventory import Host, RebootSpec, load_host_file
 from bench.hosts.bootplan import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
                                   grub_oneshot_plan, kexec_exec_argv, kexec_load_argv,
                                   memtotal_range, next_cmdline, normalize_lru, normalize_mem,
                                   observation_from_files, parse_mem, split_head_output)
+from bench.hosts.inventory import Host, RebootSpec, load_host_file
 from bench.hosts.reboot import reboot_host
 
 ROOT = Path(__file__).resolve().parents[2]

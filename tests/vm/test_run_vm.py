@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.execute.single import run_hosts
+from bench.hosts.procfs import parse_flat_keyed, parse_status
 from bench.judge.bundle import load, read_dir, verify
 from bench.judge.counters import find
-from bench.hosts.procfs import parse_flat_keyed, parse_status
-from bench.plan.prepared import plan_from_trace_file
-from bench.execute.single import run_hosts
 from bench.judge.measured import delta, devices, metrics, snap
 from bench.matrix.runspec import RunOptions, build_spec
+from bench.plan.prepared import plan_from_trace_file
 from bench.trace.synth import generate, preset
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from bench.errors import (BenchError, CommandTimeout, HostError, InputError, SafetyError,
-                          Unreachable)
+from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
 from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
