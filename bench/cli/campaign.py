@@ -7,20 +7,23 @@ and follow campaigns (watch reads the database only)."""
 
 from __future__ import annotations
 
+import secrets
+import threading
+import time as _time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.hosts import HostsDirOpt, JsonOpt
+from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt
+from bench.hosts.inventory import load_inventory, select
+from bench.matrix.expand import expand
+from bench.matrix.load import list_matrices, load_matrix
+from bench.matrix.schedule import HostState, schedule
+from bench.results import views
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
                                                     "repetitions, ordering and host constraints.")
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
-                                               "else the local SQLite).")]
-DataDirOpt = Annotated[Optional[Path], typer.Option(
-    "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, else "
-                       "~/.local/share/bench).")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Agent threads per run.")]
 RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retries per run "
                                                            "(rejections are never retried).")]
@@ -37,8 +40,6 @@ ScaleOpt = Annotated[Optional[str], typer.Option(
 @matrix_app.command("list")
 def matrix_list(json_out: JsonOpt = False) -> None:
     """List the shipped matrices."""
-    from bench.matrix.load import list_matrices
-    from bench.results import views
     rows = list_matrices()
     if json_out:
         views.emit_json(rows)
@@ -50,8 +51,6 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
     """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
     ordering, hosts, cells."""
-    from bench.matrix.load import load_matrix
-    from bench.results import views
     m = load_matrix(matrix, scale).as_dict()
     if json_out:
         views.emit_json(m)
@@ -62,10 +61,6 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
                campaign: str | None = None, scale: str | None = None):
     """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
-    from bench.hosts.inventory import load_inventory, select
-    from bench.matrix.expand import expand
-    from bench.matrix.load import load_matrix
-    from bench.matrix.schedule import HostState, schedule
     m = load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), host_names)
     exp = expand(m, hosts)
@@ -100,23 +95,18 @@ def schedule_cmd(
     each host reboots as few times as the matrix allows, repetitions interleaved. Without
     --dry-run: create the campaign in the database and run it (one run at a time per host,
     hosts in parallel, every step journaled; `bench resume` continues it after any crash)."""
-    import secrets
-    import time as _time
 
-    from bench.results import views
     names = [x.strip() for x in hosts.split(",") if x.strip()] if hosts else None
     if seed is None:
         seed = secrets.randbelow(1_000_000)
         if not json_out:
             views.say(f"seed {seed}")
     if not dry_run and campaign is None:
-        from bench.matrix.load import load_matrix
         campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
                     + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
     plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale)
     if not dry_run:
         from bench.execute.campaign.record import Settings, create
-        from bench.hosts.inventory import load_inventory, select
         from bench.store.db import open_store
         host_names = [h.name for h in select(load_inventory(hosts_dir), names)]
         s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
@@ -144,10 +134,8 @@ def schedule_cmd(
 def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
     """Run an executor (make_executor(store) -> object with run()) in a thread while the main
     thread shows the live view (plain lines without a terminal); returns its result."""
-    import threading
 
     from bench.execute.campaign.watch import progress
-    from bench.results import views
     from bench.store.campaigns import journal_rows
     from bench.store.db import open_store
     store = open_store(db_url)
@@ -176,7 +164,6 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
 
 def _execute(cid: str, settings, json_out: bool) -> None:
     from bench.execute.campaign.executor import Executor
-    from bench.results import views
     out = run_live(cid, settings.db_url,
                    lambda store: Executor(store, cid, settings), json_out)
     res = out["result"]
@@ -221,7 +208,6 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
 
 def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List campaigns with their progress (runs per state)."""
-    from bench.results import views
     from bench.store.campaigns import campaign_list
     from bench.store.db import open_store
     store = open_store(db)
@@ -243,10 +229,8 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
               json_out: JsonOpt = False) -> None:
     """Follow a campaign from another shell (read-only: polls the database, touches no host);
     ends when no controller holds the campaign any more, or on Ctrl-C."""
-    import time as _time
 
     from bench.execute.campaign.watch import progress
-    from bench.results import views
     from bench.store.campaigns import journal_rows, latest_campaign
     from bench.store.controller_lock import lock_holder
     from bench.store.db import StoreError, open_store

@@ -7,27 +7,26 @@ from typing import Annotated, Optional
 
 import typer
 
+from bench.cli.options import HostsDirOpt, JsonOpt
 from bench.errors import BenchError, HostError
+from bench.hosts.inventory import check_inventory, load_inventory, select
+from bench.results import views
+from bench.units import parse_size
 
 hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
                                                    "keys, facts, agent deploy.")
 
-HostsDirOpt = Annotated[Optional[Path], typer.Option(
-    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else the repo's hosts/).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (default: all).",
                                                          show_default=False)]
 
 
 def _hosts(hosts_dir: Path | None, names: list[str] | None):
-    from bench.hosts.inventory import load_inventory, select
     return select(load_inventory(hosts_dir), names)
 
 
 @hosts_app.command("list")
 def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """List the inventory's hosts."""
-    from bench.results import views
     rows = [h.as_dict() for h in _hosts(hosts_dir, None)]
     if json_out:
         views.emit_json(rows)
@@ -38,8 +37,6 @@ def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None
 @hosts_app.command("check")
 def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Validate every inventory file (all problems, not just the first); exit 2 if any."""
-    from bench.hosts.inventory import check_inventory
-    from bench.results import views
     rows = check_inventory(hosts_dir)
     if json_out:
         views.emit_json(rows)
@@ -55,7 +52,6 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     """Probe hosts in parallel: kernel, arch, page size, cmdline, boot_id, memory, MGLRU,
     cgroup backend, systemd, pool device, python3, agent hash. Exit 1 if a host failed."""
     from bench.hosts.facts import probe_hosts
-    from bench.results import views
     results = [r.as_dict() for r in probe_hosts(_hosts(hosts_dir, hosts))]
     if json_out:
         views.emit_json(results)
@@ -76,7 +72,6 @@ def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     """Copy native/ sources and agents/ to each host's work_dir, build with make, check the
     agent's source_sha256 (skips hosts already current). Exit 1 if a host failed."""
     from bench.hosts.deploy import deploy_hosts
-    from bench.results import views
     results = deploy_hosts(_hosts(hosts_dir, hosts), force=force)
     if json_out:
         views.emit_json(results)
@@ -98,7 +93,6 @@ def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inv
     """Fetch a host's SSH key, show its SHA256 fingerprint and append it to the host's
     known_hosts after confirmation. A changed key is refused (remove the old one first)."""
     from bench.hosts.ssh import append_known_host, fetch_host_key, known_host_status
-    from bench.results import views
     (h,) = _hosts(hosts_dir, [host])
     if h.transport == "local":
         raise BenchError(f"{h.name} uses the local transport: there is no host key")
@@ -140,7 +134,6 @@ def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the i
     runner's status, then, if the run ended, the bundle into <data_dir>/bundles/<host>/<run_id>/
     with its manifest verified. Exit 1 while the run is still going."""
     from bench.execute.single import collect_run
-    from bench.results import views
     (h,) = _hosts(hosts_dir, [host])
     res = collect_run(h, run_id, data_dir=data_dir)
     if json_out:
@@ -176,10 +169,8 @@ def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the
     pool file read once cold (pass 0) and once warm (pass 1); device bytes from the pool
     device's diskstats around each pass. Stored with the host's boot_id and fingerprint."""
     from bench.execute.bandwidth import measure_bandwidth
-    from bench.results import views
     from bench.store.bandwidth import store_bandwidth
     from bench.store.db import open_store
-    from bench.units import parse_size
     (h,) = _hosts(hosts_dir, [host])
     m = measure_bandwidth(h, threads=threads, max_bytes=parse_size(max_bytes, "--max-bytes"))
     store = open_store(db)

@@ -3,12 +3,16 @@ and the vm lab (qemu guests with real reboots)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from bench.errors import InputError
+from bench.lab.netns import Lab
+from bench.results import views
 
 lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: network "
                                                  "namespaces running real sshd, or qemu guests "
@@ -25,19 +29,16 @@ def _lab(kind: str, state_dir: Path | None):
         raise InputError(f"--kind {kind!r} is not available", "allowed values: netns, vm")
     if kind == "vm":
         return None
-    from bench.lab.netns import Lab
     return Lab(state_dir)
 
 
 def _vm_state_dir(state_dir: Path | None) -> None:
     if state_dir is not None:
-        import os
         os.environ["BENCH_LAB_DIR"] = str(state_dir)
 
 
 def _vm_status(json_out: bool) -> None:
     from bench.lab.vm import lab_status
-    from bench.results import views
     rows = lab_status()
     if json_out:
         views.emit_json(rows)
@@ -55,9 +56,7 @@ def lab_up(kind: KindOpt = "netns",
                                                "as 10.200.N.")] = "10.200.0",
            json_out: JsonOpt = False) -> None:
     """Bring up COUNT hosts and write their inventory (<state-dir>/hosts) and known_hosts."""
-    import time
 
-    from bench.results import views
     t0 = time.monotonic()
     lab = _lab(kind, state_dir)
     if lab is None:
@@ -81,7 +80,6 @@ def lab_up(kind: KindOpt = "netns",
 def lab_down(kind: KindOpt = "netns", state_dir: StateOpt = None,
              json_out: JsonOpt = False) -> None:
     """Tear down exactly what `lab up` made (processes, namespaces, links, route, files)."""
-    from bench.results import views
     lab = _lab(kind, state_dir)
     if lab is None:
         from bench.lab.vm import lab_down as vm_down
@@ -99,7 +97,6 @@ def lab_down(kind: KindOpt = "netns", state_dir: StateOpt = None,
 def lab_status(kind: KindOpt = "netns", state_dir: StateOpt = None,
                json_out: JsonOpt = False) -> None:
     """Show the lab's hosts, their sshd and boot ids."""
-    from bench.results import views
     lab = _lab(kind, state_dir)
     if lab is None:
         _vm_state_dir(state_dir)

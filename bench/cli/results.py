@@ -9,11 +9,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.errors import InputError
+from bench.cli.options import DbOpt, JsonOpt
+from bench.errors import BenchError, InputError
+from bench.judge.retention import rule_table
+from bench.results import views
+from bench.units import format_size
 
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default: $BENCH_DB, "
-                                              "else $XDG_DATA_HOME/bench/bench.db).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
 CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
 
@@ -23,191 +24,180 @@ def _store(db: str | None):
     return open_store(db)
 
 
+db_app = typer.Typer(no_args_is_help=True, help="The results database schema.")
+ret_app = typer.Typer(no_args_is_help=True, help="Retention rules.")
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOpt = None) -> None:
+    """Bring the database to the newest schema (creates it if new)."""
+    from bench.store.db import make_engine, upgrade
+    engine = make_engine(db)
+    before, head = upgrade(engine)
+    views.say(f"{engine.url.render_as_string()}: {before or 'empty'} -> {head}")
+
+@db_app.command("current")
+def db_current(db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Show the database's schema revision and the head this bench knows."""
+    from bench.store.db import check, head_revision, make_engine
+    engine = make_engine(db)
+    cur, head = check(engine), head_revision()
+    if json_out:
+        views.emit_json({"url": engine.url.render_as_string(), "current": cur, "head": head})
+    else:
+        print(f"{cur or 'empty'} (head {head}){'' if cur == head else ' - run bench db upgrade'}")
+
+def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle directories.")],
+           plan: Annotated[Optional[Path], typer.Option(help="Plan for the demand model's "
+                                                        "nominal misses.")] = None,
+           nominal_gb: Annotated[Optional[float], typer.Option(
+               "--nominal-gb", help="Nominal miss GB/iteration, if no plan.")] = None,
+           db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Store run bundles (one transaction each; refused bundles move to rejected/)."""
+    from bench.store.ingest import ingest_bundle
+    store = _store(db)
+    results, failed = [], 0
+    nominal = None if nominal_gb is None else nominal_gb * 1e9
+    for b in bundles:
+        try:
+            results.append(ingest_bundle(store, b, plan=plan, nominal_miss_bytes=nominal))
+        except BenchError as exc:
+            failed += 1
+            results.append({"bundle": str(b), "status": "refused", "error": exc.message})
+    if json_out:
+        views.emit_json(results)
+    else:
+        for r in results:
+            if r["status"] == "refused":
+                views.say(f"[red]refused[/] {r['error']}")
+            else:
+                what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
+                views.say(f"{r['run_id']}: {r['status']}"
+                          + (f", {what}" if r["status"] == "ingested" else ""))
+    if failed:
+        raise typer.Exit(1)
+
+def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
+         rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
+         = False, host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None,
+         json_out: JsonOpt = False) -> None:
+    """List stored runs with their retention verdicts."""
+    from bench.store.queries import list_runs
+    rows = list_runs(_store(db), cell=cell, host=host, campaign=campaign, rejected=rejected)
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.runs_table(rows))
+
+@ret_app.command("recheck")
+def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Re-evaluate stored runs under the current rule versions; report what changed."""
+    from bench.store.ingest import recheck as do
+    changes = do(_store(db))
+    if json_out:
+        views.emit_json(changes)
+    else:
+        views.print_table(views.recheck_table(changes))
+
+@ret_app.command("rules")
+def rules(json_out: JsonOpt = False) -> None:
+    """List the retention rules with their versions."""
+    rows = rule_table()
+    if json_out:
+        views.emit_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['rule']} v{r['version']}: {r['doc']}")
+
+def results(cell: Annotated[Optional[str], typer.Option(
+                "--cell", help="One cell, e.g. 64G-balloon-mglru.")] = None,
+            matrix: Annotated[Optional[str], typer.Option(
+                "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
+                                 "(engine pairs: Table 3)")] = None,
+            host: HostOpt = None, campaign: CampOpt = None,
+            verbose: Annotated[bool, typer.Option("-v", "--verbose",
+                                                  help="Each run's verdicts.")] = False,
+            db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Statistics of one cell over retained runs, or a campaign-shaped matrix."""
+    from bench.store import queries
+    if (cell is None) == (matrix is None):
+        raise InputError("give exactly one of --cell or --matrix")
+    store = _store(db)
+    if matrix:
+        m = queries.matrix(store, matrix, host=host, campaign=campaign)
+        return views.emit_json(m) if json_out else views.print_table(views.matrix_table(m))
+    res = queries.cell_results(store, cell, host=host, campaign=campaign, verbose=verbose)
+    if json_out:
+        return views.emit_json(res)
+    views.print_table(views.cell_result_table(res))
+    if verbose:
+        for r in res["runs"]:
+            views.print_table(views.verdict_table(r))
+
+def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
+            db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """Ratio of medians and median of per-pair ratios of two cells."""
+    from bench.store.queries import compare as do
+    c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign)
+    return views.emit_json(c) if json_out else views.print_table(views.compare_table(c))
+
+def sizing(target_seconds: Annotated[float, typer.Option(
+               "--target-seconds", help="Target seconds per iteration.")],
+           reclaim: Annotated[str, typer.Option(
+               help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru", host: HostOpt = None, campaign: CampOpt = None,
+           db: DbOpt = None, json_out: JsonOpt = False) -> None:
+    """DRAM needed for a target iteration time, off the measured capacity curve."""
+    from bench.store.queries import sizing as do
+    r = do(_store(db), target_seconds, reclaim=reclaim, host=host, campaign=campaign)
+    if json_out:
+        return views.emit_json(r)
+    cap = r.get("capacity_bytes")
+    msg = {"interpolated": f"about {format_size(cap) if cap % (1 << 20) == 0 else cap} "
+                           f"({cap / 1e9:.2f} GB), interpolated" if cap else "",
+           "measured": f"{format_size(cap) if cap else '-'} (measured point)",
+           "below_range": f"at most {format_size(cap) if cap else '-'} (the smallest measured "
+                          "capacity already meets it)",
+           "unreachable": "not reached even at the largest measured capacity",
+           "no_data": "no retained capacity runs"}[r["status"]]
+    print(f"target {target_seconds:g} s/iteration: {msg}")
+    if r.get("caveat"):
+        views.say(f"[yellow]caveat:[/] {r['caveat']}")
+
+def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
+           host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
+    """Every stored run with its metrics, to stdout."""
+    from bench.store.queries import export_rows
+    rows = export_rows(_store(db), host=host, campaign=campaign)
+    if fmt == "json":
+        return views.emit_json(rows)
+    if fmt != "csv":
+        raise InputError(f"unknown format {fmt!r}", hint="csv or json")
+    if rows:
+        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-memory")],
+         out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
+         host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
+    """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory."""
+    from bench.results import plots, views
+    from bench.store import queries
+    store = _store(db)
+    kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}
+    if kind not in kinds:
+        raise InputError(f"unknown plot {kind!r}", hint="capacity, reclaim or equal-memory")
+    m = queries.matrix(store, kind, host=host, campaign=campaign)
+    plots.draw(kind, m, out)
+    views.say(f"wrote {out}")
+
+
 def register(app: typer.Typer) -> None:
-    db_app = typer.Typer(no_args_is_help=True, help="The results database schema.")
-    ret_app = typer.Typer(no_args_is_help=True, help="Retention rules.")
     app.add_typer(db_app, name="db")
     app.add_typer(ret_app, name="retention")
-
-    @db_app.command("upgrade")
-    def db_upgrade(db: DbOpt = None) -> None:
-        """Bring the database to the newest schema (creates it if new)."""
-        from bench.results import views
-        from bench.store.db import make_engine, upgrade
-        engine = make_engine(db)
-        before, head = upgrade(engine)
-        views.say(f"{engine.url.render_as_string()}: {before or 'empty'} -> {head}")
-
-    @db_app.command("current")
-    def db_current(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """Show the database's schema revision and the head this bench knows."""
-        from bench.results import views
-        from bench.store.db import check, head_revision, make_engine
-        engine = make_engine(db)
-        cur, head = check(engine), head_revision()
-        if json_out:
-            views.emit_json({"url": engine.url.render_as_string(), "current": cur, "head": head})
-        else:
-            print(f"{cur or 'empty'} (head {head}){'' if cur == head else ' - run bench db upgrade'}")
-
-    @app.command("ingest")
-    def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle directories.")],
-               plan: Annotated[Optional[Path], typer.Option(help="Plan for the demand model's "
-                                                            "nominal misses.")] = None,
-               nominal_gb: Annotated[Optional[float], typer.Option(
-                   "--nominal-gb", help="Nominal miss GB/iteration, if no plan.")] = None,
-               db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """Store run bundles (one transaction each; refused bundles move to rejected/)."""
-        from bench.errors import BenchError
-        from bench.results import views
-        from bench.store.ingest import ingest_bundle
-        store = _store(db)
-        results, failed = [], 0
-        nominal = None if nominal_gb is None else nominal_gb * 1e9
-        for b in bundles:
-            try:
-                results.append(ingest_bundle(store, b, plan=plan, nominal_miss_bytes=nominal))
-            except BenchError as exc:
-                failed += 1
-                results.append({"bundle": str(b), "status": "refused", "error": exc.message})
-        if json_out:
-            views.emit_json(results)
-        else:
-            for r in results:
-                if r["status"] == "refused":
-                    views.say(f"[red]refused[/] {r['error']}")
-                else:
-                    what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
-                    views.say(f"{r['run_id']}: {r['status']}"
-                              + (f", {what}" if r["status"] == "ingested" else ""))
-        if failed:
-            raise typer.Exit(1)
-
-    @app.command("runs")
-    def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
-             rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
-             = False, host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None,
-             json_out: JsonOpt = False) -> None:
-        """List stored runs with their retention verdicts."""
-        from bench.results import views
-        from bench.store.queries import list_runs
-        rows = list_runs(_store(db), cell=cell, host=host, campaign=campaign, rejected=rejected)
-        if json_out:
-            views.emit_json(rows)
-        else:
-            views.print_table(views.runs_table(rows))
-
-    @ret_app.command("recheck")
-    def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """Re-evaluate stored runs under the current rule versions; report what changed."""
-        from bench.results import views
-        from bench.store.ingest import recheck as do
-        changes = do(_store(db))
-        if json_out:
-            views.emit_json(changes)
-        else:
-            views.print_table(views.recheck_table(changes))
-
-    @ret_app.command("rules")
-    def rules(json_out: JsonOpt = False) -> None:
-        """List the retention rules with their versions."""
-        from bench.judge.retention import rule_table
-        from bench.results import views
-        rows = rule_table()
-        if json_out:
-            views.emit_json(rows)
-        else:
-            for r in rows:
-                print(f"{r['rule']} v{r['version']}: {r['doc']}")
-
-    @app.command("results")
-    def results(cell: Annotated[Optional[str], typer.Option(
-                    "--cell", help="One cell, e.g. 64G-balloon-mglru.")] = None,
-                matrix: Annotated[Optional[str], typer.Option(
-                    "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
-                                     "(engine pairs: Table 3)")] = None,
-                host: HostOpt = None, campaign: CampOpt = None,
-                verbose: Annotated[bool, typer.Option("-v", "--verbose",
-                                                      help="Each run's verdicts.")] = False,
-                db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """Statistics of one cell over retained runs, or a campaign-shaped matrix."""
-        from bench.results import views
-        from bench.store import queries
-        if (cell is None) == (matrix is None):
-            raise InputError("give exactly one of --cell or --matrix")
-        store = _store(db)
-        if matrix:
-            m = queries.matrix(store, matrix, host=host, campaign=campaign)
-            return views.emit_json(m) if json_out else views.print_table(views.matrix_table(m))
-        res = queries.cell_results(store, cell, host=host, campaign=campaign, verbose=verbose)
-        if json_out:
-            return views.emit_json(res)
-        views.print_table(views.cell_result_table(res))
-        if verbose:
-            for r in res["runs"]:
-                views.print_table(views.verdict_table(r))
-
-    @app.command("compare")
-    def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
-                db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """Ratio of medians and median of per-pair ratios of two cells."""
-        from bench.results import views
-        from bench.store.queries import compare as do
-        c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign)
-        return views.emit_json(c) if json_out else views.print_table(views.compare_table(c))
-
-    @app.command("sizing")
-    def sizing(target_seconds: Annotated[float, typer.Option(
-                   "--target-seconds", help="Target seconds per iteration.")],
-               reclaim: Annotated[str, typer.Option(
-                   help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru", host: HostOpt = None, campaign: CampOpt = None,
-               db: DbOpt = None, json_out: JsonOpt = False) -> None:
-        """DRAM needed for a target iteration time, off the measured capacity curve."""
-        from bench.results import views
-        from bench.store.queries import sizing as do
-        from bench.units import format_size
-        r = do(_store(db), target_seconds, reclaim=reclaim, host=host, campaign=campaign)
-        if json_out:
-            return views.emit_json(r)
-        cap = r.get("capacity_bytes")
-        msg = {"interpolated": f"about {format_size(cap) if cap % (1 << 20) == 0 else cap} "
-                               f"({cap / 1e9:.2f} GB), interpolated" if cap else "",
-               "measured": f"{format_size(cap) if cap else '-'} (measured point)",
-               "below_range": f"at most {format_size(cap) if cap else '-'} (the smallest measured "
-                              "capacity already meets it)",
-               "unreachable": "not reached even at the largest measured capacity",
-               "no_data": "no retained capacity runs"}[r["status"]]
-        print(f"target {target_seconds:g} s/iteration: {msg}")
-        if r.get("caveat"):
-            views.say(f"[yellow]caveat:[/] {r['caveat']}")
-
-    @app.command("export")
-    def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
-               host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
-        """Every stored run with its metrics, to stdout."""
-        from bench.results import views
-        from bench.store.queries import export_rows
-        rows = export_rows(_store(db), host=host, campaign=campaign)
-        if fmt == "json":
-            return views.emit_json(rows)
-        if fmt != "csv":
-            raise InputError(f"unknown format {fmt!r}", hint="csv or json")
-        if rows:
-            w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-
-    @app.command("plot")
-    def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-memory")],
-             out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
-             host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
-        """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory."""
-        from bench.results import plots, views
-        from bench.store import queries
-        store = _store(db)
-        kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}
-        if kind not in kinds:
-            raise InputError(f"unknown plot {kind!r}", hint="capacity, reclaim or equal-memory")
-        m = queries.matrix(store, kind, host=host, campaign=campaign)
-        plots.draw(kind, m, out)
-        views.say(f"wrote {out}")
+    app.command("ingest")(ingest)
+    app.command("runs")(runs)
+    app.command("results")(results)
+    app.command("compare")(compare)
+    app.command("sizing")(sizing)
+    app.command("export")(export)
+    app.command("plot")(plot)

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.table import Table
 
 from bench.errors import InputError
+from bench.hosts.inventory import load_inventory, select
+from bench.matrix.cells import parse_cell
+from bench.matrix.runspec import RunOptions
+from bench.paths import default_data_dir
+from bench.results import views
 
 
 def _table(results: list):
-    from rich.table import Table
     t = Table(title="bench run")
     for col in ("host", "run id", "runner", "median iter (ms)", "device GB/iter", "verdict",
                 "reconnects", "seconds", "bundle / error"):
@@ -47,69 +52,66 @@ def _table(results: list):
     return t
 
 
+def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classic.")],
+        host: Annotated[str, typer.Option("--host", help="Host name(s), comma separated.")],
+        trace: Annotated[Path, typer.Option("--trace", help="Trace JSONL the plan is made "
+                                            "from.")],
+        k: Annotated[Optional[int], typer.Option("--k", help="top-k when the trace has no "
+                                                 "header.")] = None,
+        threads: Annotated[int, typer.Option("--threads", help="Agent threads.")] = 8,
+        passes: Annotated[int, typer.Option("--passes", help="Replay passes (warm-up "
+                                            "passes + 1 measured).")] = 2,
+        run_id: Annotated[Optional[str], typer.Option(
+            "--run-id", help="Run id (default r<UTC time>-<random>); with several hosts "
+            "each host's run id is <ID>-<host>.")] = None,
+        mem: Annotated[Optional[str], typer.Option(
+            "--mem", help="memboot cells: the mem= the host booted with.")] = None,
+        db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default "
+                                                  "$BENCH_DB, else the local SQLite).")] = None,
+        no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
+                                                "but do not ingest it.")] = False,
+        data_dir: Annotated[Optional[Path], typer.Option(
+            "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, "
+            "else ~/.local/share/bench).")] = None,
+        hosts_dir: Annotated[Optional[Path], typer.Option(
+            "--hosts-dir", help="Inventory directory (default $BENCH_HOSTS, else the "
+            "repo's hosts/).")] = None,
+        timeout: Annotated[float, typer.Option("--timeout", help="Longest a run may take "
+                                               "(seconds).")] = 6 * 3600.0,
+        reconnect_timeout: Annotated[Optional[float], typer.Option(
+            "--reconnect-timeout", help="Longest a host may stay unreachable before it is "
+            "quarantined (default: its reboot.up_timeout).")] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        ) -> None:
+    """Run one cell on each host in parallel, end to end; print the bundle's key figures
+    (median iteration time of the measured pass, pool-device GB per iteration between
+    loop entry and pass end, verdicts if ingested). Exit 1 if any host failed."""
+    from bench.execute.single import run_hosts
+    from bench.plan.prepared import plan_from_trace_file
+    c = parse_cell(cell)
+    names = [n.strip() for n in host.split(",") if n.strip()]
+    if not names:
+        raise InputError("--host is empty", "name at least one host of the inventory")
+    hosts = select(load_inventory(hosts_dir), names)
+    rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    options = RunOptions(threads=threads, passes=passes, mem=mem)
+    ddir = data_dir or default_data_dir()
+    from bench.execute.single import host_run_ids
+    host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
+    plan, plan_path = plan_from_trace_file(trace, k=k, data_dir=ddir)
+    results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
+                        db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
+                        reconnect_timeout_s=reconnect_timeout)
+    if json_out:
+        views.emit_json([r.as_dict() for r in results])
+    else:
+        views.print_table(_table(results))
+        for r in results:
+            if r.error and r.error.get("hint"):
+                views.say(f"[bold]{r.host}:[/] fix: {r.error['hint']}")
+    if not all(r.ok for r in results):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("run")
-    def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classic.")],
-            host: Annotated[str, typer.Option("--host", help="Host name(s), comma separated.")],
-            trace: Annotated[Path, typer.Option("--trace", help="Trace JSONL the plan is made "
-                                                "from.")],
-            k: Annotated[Optional[int], typer.Option("--k", help="top-k when the trace has no "
-                                                     "header.")] = None,
-            threads: Annotated[int, typer.Option("--threads", help="Agent threads.")] = 8,
-            passes: Annotated[int, typer.Option("--passes", help="Replay passes (warm-up "
-                                                "passes + 1 measured).")] = 2,
-            run_id: Annotated[Optional[str], typer.Option(
-                "--run-id", help="Run id (default r<UTC time>-<random>); with several hosts "
-                "each host's run id is <ID>-<host>.")] = None,
-            mem: Annotated[Optional[str], typer.Option(
-                "--mem", help="memboot cells: the mem= the host booted with.")] = None,
-            db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default "
-                                                      "$BENCH_DB, else the local SQLite).")] = None,
-            no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
-                                                    "but do not ingest it.")] = False,
-            data_dir: Annotated[Optional[Path], typer.Option(
-                "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, "
-                "else ~/.local/share/bench).")] = None,
-            hosts_dir: Annotated[Optional[Path], typer.Option(
-                "--hosts-dir", help="Inventory directory (default $BENCH_HOSTS, else the "
-                "repo's hosts/).")] = None,
-            timeout: Annotated[float, typer.Option("--timeout", help="Longest a run may take "
-                                                   "(seconds).")] = 6 * 3600.0,
-            reconnect_timeout: Annotated[Optional[float], typer.Option(
-                "--reconnect-timeout", help="Longest a host may stay unreachable before it is "
-                "quarantined (default: its reboot.up_timeout).")] = None,
-            json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-            ) -> None:
-        """Run one cell on each host in parallel, end to end; print the bundle's key figures
-        (median iteration time of the measured pass, pool-device GB per iteration between
-        loop entry and pass end, verdicts if ingested). Exit 1 if any host failed."""
-        from bench.execute.single import run_hosts
-        from bench.hosts.inventory import load_inventory, select
-        from bench.matrix.cells import parse_cell
-        from bench.matrix.runspec import RunOptions
-        from bench.paths import default_data_dir
-        from bench.plan.prepared import plan_from_trace_file
-        from bench.results import views
-        c = parse_cell(cell)
-        names = [n.strip() for n in host.split(",") if n.strip()]
-        if not names:
-            raise InputError("--host is empty", "name at least one host of the inventory")
-        hosts = select(load_inventory(hosts_dir), names)
-        rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-        options = RunOptions(threads=threads, passes=passes, mem=mem)
-        ddir = data_dir or default_data_dir()
-        from bench.execute.single import host_run_ids
-        host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
-        plan, plan_path = plan_from_trace_file(trace, k=k, data_dir=ddir)
-        results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
-                            db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
-                            reconnect_timeout_s=reconnect_timeout)
-        if json_out:
-            views.emit_json([r.as_dict() for r in results])
-        else:
-            views.print_table(_table(results))
-            for r in results:
-                if r.error and r.error.get("hint"):
-                    views.say(f"[bold]{r.host}:[/] fix: {r.error['hint']}")
-        if not all(r.ok for r in results):
-            raise typer.Exit(1)
+    app.command("run")(run)

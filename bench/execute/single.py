@@ -41,7 +41,7 @@ from bench.hosts.transport import Transport
 from bench.matrix.cells import Cell, parse_cell
 from bench.matrix.runspec import RunOptions, build_spec, check_run_id
 from bench.paths import default_data_dir
-from bench.plan.prepared import PlanInfo
+from bench.plan.planinfo import PlanInfo
 
 TransportFor = Callable[[Host], Transport]
 # reached stages add these (the --json shape shows only what was reached)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from bench.errors import InputError, SafetyError
 from bench.matrix.cells import Cell, parse_cell
-from bench.plan.prepared import PlanInfo
+from bench.plan.planinfo import PlanInfo
 from bench.units import format_size, parse_size
 
 RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

@@ -1,50 +1,18 @@
 """A trace prepared for shipping (a file, or a campaign workload's synth preset generated
 deterministically): its replay plan written content-addressed into the data
-directory (`<data_dir>/plans/<sha256>.bin`), and `PlanInfo`, what the controller knows of the
-plan (and hint plan) it ships: hashes, geometry, iterations, the trace it came from."""
+directory (`<data_dir>/plans/<sha256>.bin`), described by a bench.plan.planinfo.PlanInfo."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.plan.planfile import encode, plan_from_trace
+from bench.plan.planinfo import PlanInfo
 from bench.trace.parse import parse_trace
 from bench.trace.synth import PRESETS, generate, preset
-
-
-@dataclass(frozen=True)
-class PlanInfo:
-    """What the controller knows of the plan it ships (and of its hint plan)."""
-    sha256: str
-    layers: int
-    experts_per_layer: int
-    expert_bytes: int
-    iterations: int
-    trace: str
-    trace_sha256: str | None = None
-    batch: int = 1
-    hints_sha256: str | None = None
-    hints_provenance: dict | None = None
-
-    @property
-    def remote_path(self) -> str:
-        return f"plans/{self.sha256}.bin"
-
-    @property
-    def hints_remote_path(self) -> str | None:
-        return f"plans/{self.hints_sha256}.hints.bin" if self.hints_sha256 else None
-
-    @property
-    def pool_bytes(self) -> int:
-        return self.layers * self.experts_per_layer * self.expert_bytes
-
-    @property
-    def geometry(self) -> tuple[int, int, int]:
-        return (self.layers, self.experts_per_layer, self.expert_bytes)
 
 
 def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | None = None

@@ -379,7 +379,7 @@ def test_dry_run_golden_end_to_end(capsys):
 
 def test_replay_specs_refuse_engine_cells():
     from bench.matrix.runspec import build_spec
-    from bench.plan.prepared import PlanInfo
+    from bench.plan.planinfo import PlanInfo
     h = SimpleNamespace(name="h", pool_dir="/p", work_dir="/w", mem_total=None)
     plan = PlanInfo("a" * 64, 1, 2, 64, 3, "t")
     with pytest.raises(InputError, match="engine cell"):

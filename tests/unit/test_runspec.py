@@ -13,7 +13,7 @@ import pytest
 from bench.errors import InputError, SafetyError
 from bench.hosts.inventory import Host
 from bench.matrix.runspec import RunOptions, build_spec
-from bench.plan.prepared import PlanInfo
+from bench.plan.planinfo import PlanInfo
 
 GiB = 1 << 30
 HOST = Host(name="gh200-a", address="10.0.0.21", transport="ssh", mem_total=480 * GiB,

@@ -288,6 +288,6 @@ def _keys(d: dict, prefix: str = "") -> list[str]:
 
 
 def _plan_of(b):
-    from bench.plan.prepared import PlanInfo
+    from bench.plan.planinfo import PlanInfo
     return PlanInfo(sha256=b.spec["plan_sha256"], layers=LAYERS, experts_per_layer=EXPERTS,
                     expert_bytes=EXPERT_BYTES, iterations=1, trace="t")

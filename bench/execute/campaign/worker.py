@@ -28,7 +28,7 @@ from bench.hosts.reboot import reboot_host, restore_host
 from bench.hosts.transport import Transport
 from bench.matrix.cells import parse_cell
 from bench.matrix.runspec import RunOptions
-from bench.plan.prepared import PlanInfo
+from bench.plan.planinfo import PlanInfo
 from bench.store.rows import JournalRow, RunRow
 from bench.units import format_size
 

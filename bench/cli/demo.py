@@ -1,0 +1,122 @@
+"""`bench demo`: the main job on this machine (bench.execute.demo), shown."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from bench.cli.options import JsonOpt, ints
+from bench.errors import InputError
+from bench.results import views
+from bench.units import parse_size
+
+# Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
+# or matplotlib (~500 ms) are imported inside the commands that use them, so that `bench --help`
+# and every light command stay fast (bench --help: 0.17 s; with every command's imports at the
+# top, see README, Commands). Everything else is imported at the top.
+
+
+def demo(
+    out: Annotated[Path, typer.Option(help="Directory for traces, plans, the pool, the work "
+                                           "dir and bundles.")] = Path("bench-demo"),
+    model: Annotated[str, typer.Option(help="Model preset of the trace pipeline: k3, qwen3, "
+                                            "dsv3 or tiny.")] = "k3",
+    budgets: Annotated[str, typer.Option(help="Comma list of B, experts per layer.")] = "8,16,32",
+    seed: Annotated[int, typer.Option(help="Random seed of the synthetic traces.")] = 0,
+    trace_only: Annotated[bool, typer.Option("--trace-only", help="Only the trace pipeline "
+                                             "(no root needed, nothing measured).")] = False,
+    no_trace: Annotated[bool, typer.Option("--no-trace", help="Skip the trace pipeline; only "
+                                           "the measured campaign.")] = False,
+    max_lock: Annotated[str, typer.Option("--max-lock", help="Largest balloon (mlocked "
+                                          "memory) a cell may hold; larger ones are skipped.")]
+    = "2G",
+    db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
+                                              "else the local SQLite).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="Bundles and plans "
+                                                     "(default OUT/data).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The main job on this machine: the trace pipeline (synth, parse, locality, policies,
+    demand, plans), then as root a small campaign on the local host (cgroup walls, balloon,
+    none on a 256 MiB pool) through the real executor, ending with its results table."""
+
+    from bench.execute.demo import demo_results, prepare_campaign, root_needs, run_demo, tool_needs
+    if trace_only and no_trace:
+        raise InputError("--trace-only and --no-trace exclude each other")
+    lock = parse_size(max_lock, "--max-lock")
+    t0 = time.monotonic()
+
+    def step(msg: str) -> None:
+        if not json_out:
+            views.say(f"[dim]{time.monotonic() - t0:6.1f}s[/] {msg}")
+    result: dict = {}
+    if not no_trace:
+        step(f"part 1: the trace pipeline ({model})")
+        result["trace"] = run_demo(out, model, tuple(ints(budgets, "--budgets")), seed, step=step)
+        if not json_out:
+            views.print_table(views.parse_table(result["trace"]["parse"]))
+            views.print_table(views.stats_table(result["trace"]["locality"]))
+            views.print_table(views.sim_table(result["trace"]["sim"]))
+            views.print_table(views.sim_table(result["trace"]["sim_off_domain"], "Off-domain: "
+                              "static table trained on prose, LRU needs no table"))
+            views.print_table(views.demand_table(result["trace"]["demand"]))
+            views.print_table(views.recall_table(result["trace"]["recall"]))
+    if trace_only:
+        if json_out:
+            views.emit_json(result["trace"])
+        else:
+            views.say(f"files in {out}; {time.monotonic() - t0:.1f}s")
+        return
+    need = root_needs() or tool_needs()
+    if need:
+        # the trace part ran; the measured part cannot: say what it needs, exit 0
+        result["campaign"] = {"skipped": need}
+        if json_out:
+            views.emit_json(result)
+        else:
+            views.say(f"[yellow]not measured:[/] {need}")
+            views.say(f"files in {out}; {time.monotonic() - t0:.1f}s")
+        return
+    step("part 2: a campaign on the local host (cgroup walls, balloon, none)")
+    dc, settings = prepare_campaign(out, db_url=db, data_dir=data_dir, max_lock=lock, seed=seed,
+                                    step=step)
+    for r in dc.runs:
+        step(f"  will run {r['cell']}")
+    for s in dc.skipped:
+        step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
+    step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
+    from bench.cli.campaign import run_live
+    from bench.execute.campaign.executor import Executor
+    run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings), json_out)
+    res = demo_results(dc)
+    result["campaign"] = res
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    if json_out:
+        views.emit_json(result)
+    else:
+        views.print_table(views.matrix_table(res["table"]))
+        t = Table(title=f"demo cells on {dc.out}: run or skipped")
+        for col in ("cell", "outcome", "s/it", "GB/it", "why"):
+            t.add_column(col, justify="right" if col in ("s/it", "GB/it") else "left")
+        for r in res["runs"]:
+            dev, med = r["device_bytes_per_iteration"], r["iteration_median_s"]
+            t.add_row(r["cell"], r["state"], "-" if med is None else f"{med:.4f}",
+                      "-" if dev is None else f"{dev / 1e9:.4f}", "; ".join(r["failed_rules"][:2]))
+        for sk in res["skipped"]:
+            t.add_row(sk["cell"] or sk["point"], "skipped", "-", "-", sk["reason"])
+        views.print_table(t)
+        views.say(f"campaign {dc.campaign}: {res['state']}; results again with `bench results "
+                  f"--matrix reclaim --campaign {dc.campaign}" + (f" --db {db}" if db else "")
+                  + "`")
+        views.say(f"files in {out} (trace, matrix.toml, hosts/, pool/, work/) and bundles in "
+                  f"{dc.data_dir}; {time.monotonic() - t0:.1f}s")
+    if res["state"] != "done":
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)

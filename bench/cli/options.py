@@ -1,0 +1,38 @@
+"""Options and arguments several command groups share, and small parsers of option text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bench.errors import InputError
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+KOpt = Annotated[Optional[int], typer.Option("--k", help="The model's top-k (overrides the "
+                                             "trace header; llama.cpp shape defaults to 8).")]
+FilesArg = Annotated[list[Path], typer.Argument(help="Trace files (JSONL).", show_default=False)]
+BatchOpt = Annotated[bool, typer.Option("--batch", help="Merge the traces iteration by iteration "
+                                        "(batch union, truncated to the shortest) and use that.")]
+HostsDirOpt = Annotated[Optional[Path], typer.Option(
+    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else the repo's hosts/).")]
+DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
+                                              "else the local SQLite).")]
+DataDirOpt = Annotated[Optional[Path], typer.Option(
+    "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, else "
+                       "~/.local/share/bench).")]
+
+
+def split_csv(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise InputError(f"{what} is empty")
+    return items
+
+
+def ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in split_csv(text, what)]
+    except ValueError:
+        raise InputError(f"{what} must be comma-separated integers, got {text!r}") from None

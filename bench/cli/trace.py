@@ -1,0 +1,245 @@
+"""`bench trace ...`, `bench sim`, `bench demand`, `bench plan`: the trace pipeline, which needs
+no host: parse, check, synthesize, locality, policy simulation, the demand model, plan files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
+from bench.errors import InputError
+from bench.results import views
+from bench.units import parse_size
+
+# Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
+# or matplotlib (~500 ms) are imported inside the commands that use them, so that `bench --help`
+# and every light command stay fast (bench --help: 0.17 s; with every command's imports at the
+# top, see README, Commands). Everything else is imported at the top.
+
+trace_app = typer.Typer(no_args_is_help=True, help="Router traces: parse, check, synthesize, "
+                                                   "analyse locality, score predictions.")
+
+
+def _traces(files: list[Path], k: int | None, batch: bool = False):
+    from bench.trace.parse import merge, parse_trace
+    traces = [parse_trace(f, k) for f in files]
+    return [merge(traces)] if batch else traces
+
+
+# trace ------------------------------------------------------------------------------------------
+
+@trace_app.command("parse")
+def trace_parse(files: FilesArg, k: KOpt = None, batch: BatchOpt = False,
+                json_out: JsonOpt = False) -> None:
+    """Type every iteration (normal, spec-accept, spec-fallback) and count tokens, passes, reads."""
+    summaries = [t.summary() for t in _traces(files, k, batch)]
+    if json_out:
+        views.emit_json(summaries[0] if len(summaries) == 1 else summaries)
+    else:
+        views.print_table(views.parse_table(summaries))
+
+
+@trace_app.command("check")
+def trace_check(files: FilesArg, k: KOpt = None, json_out: JsonOpt = False) -> None:
+    """Flag a suspicious first pass that is bit-identical across traces (exit 1 if any)."""
+    from bench.trace.parse import suspicious_first_passes
+    groups = suspicious_first_passes(_traces(files, k))
+    if json_out:
+        views.emit_json({"suspicious_first_pass": groups, "ok": not groups})
+    else:
+        for line in views.check_lines(groups):
+            views.say(f"[yellow]warning:[/] {line}")
+        if not groups:
+            views.say(f"ok: {len(files)} traces, no shared first pass")
+    if groups:
+        raise typer.Exit(1)
+
+
+@trace_app.command("synth")
+def trace_synth(
+    out: Annotated[Path, typer.Argument(help="Output JSONL file, or - for stdout.")],
+    preset: Annotated[str, typer.Option(help="Model preset: k3, qwen3, dsv3 or tiny.")] = "tiny",
+    tokens: Annotated[Optional[int], typer.Option(help="Requested tokens (decode yields one "
+                                                  "fewer: the first comes from prefill).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same bytes).")] = None,
+    domain: Annotated[Optional[int], typer.Option(help="Domain index (hot-set permutation).")] = None,
+    alpha: Annotated[Optional[float], typer.Option(help="Zipf exponent of selection counts.")] = None,
+    head: Annotated[Optional[float], typer.Option(help="Zipf-Mandelbrot offset: popularity "
+                                                  "~ (rank + head)^-alpha; 0 is pure Zipf.")] = None,
+    gradient: Annotated[Optional[float], typer.Option(help="Per-layer slope ramp: first layer "
+                                                      "alpha*(1-g/2), last alpha*(1+g/2).")] = None,
+    reuse: Annotated[Optional[float], typer.Option(help="Probability a selection repeats the "
+                                                   "previous token's expert.")] = None,
+    overlap: Annotated[Optional[float], typer.Option(help="Fraction of popularity ranks domains "
+                                                     "share.")] = None,
+    spec_accept: Annotated[Optional[float], typer.Option(help="Rate of spec-accept iterations.")] = None,
+    fallback: Annotated[Optional[float], typer.Option(help="Rate of spec-fallback iterations.")] = None,
+    shape: Annotated[Optional[str], typer.Option(help="production (default) or llama.")] = None,
+    dry_run_pass: Annotated[bool, typer.Option("--dry-run-pass", help="Add llama.cpp's synthetic "
+                                               "first pass (identical across prompts).")] = False,
+) -> None:
+    """Write a deterministic synthetic trace in the production format."""
+    from bench.trace.synth import generate
+    from bench.trace.synth import preset as make_preset
+    params = make_preset(preset, tokens=tokens, seed=seed, domain=domain, alpha=alpha, head=head,
+                         gradient=gradient, reuse=reuse, overlap=overlap, spec_accept=spec_accept,
+                         fallback=fallback, shape=shape, dry_run_pass=dry_run_pass or None)
+    lines = generate(params)
+    if str(out) == "-":
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        return
+    tmp = out.with_name(out.name + ".tmp")
+    with tmp.open("w") as fh:
+        for line in lines:
+            fh.write(line + "\n")
+    tmp.replace(out)
+
+
+@trace_app.command("stats")
+def trace_stats(files: FilesArg, k: KOpt = None,
+                top: Annotated[int, typer.Option(help="Experts per layer in each trace's top set "
+                                                 "(for the domain Jaccard).")] = 8,
+                json_out: JsonOpt = False) -> None:
+    """Locality: Zipf slope, reuse W1/W8/W64, top-8 share, coverage, domain Jaccard."""
+    from bench.trace.locality import locality
+    if top < 1:
+        raise InputError("--top must be at least 1")
+    result = locality(_traces(files, k), top)
+    if json_out:
+        views.emit_json(result)
+    else:
+        views.print_table(views.stats_table(result))
+
+
+@trace_app.command("recall")
+def trace_recall(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    hints: Annotated[str, typer.Option(help="oracle, previous-token, or a hint plan file.")],
+    k: KOpt = None,
+    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Recall of a next-pass prediction plan, next to previous-token recurrence."""
+    from bench.sim.recall import recall_report
+    plan = _plan_for([trace], k, False, expert_bytes)
+    report = recall_report(plan, _hints_for(plan, hints))
+    if json_out:
+        views.emit_json(report)
+    else:
+        views.print_table(views.recall_table(report))
+
+
+def sim(
+    files: FilesArg,
+    policy: Annotated[str, typer.Option(help="Comma list of lru, lfu, static, belady.")] = "lru,lfu,static,belady",
+    regime: Annotated[str, typer.Option(help="per-layer (B experts per layer) or global "
+                                        "(one pool of B x layers keys).")] = "per-layer",
+    budgets: Annotated[str, typer.Option(help="Comma list of B, experts per layer.")] = "8,16,32",
+    window: Annotated[float, typer.Option(help="Warm on the first fraction of iterations, "
+                                          "score the rest.")] = 0.6,
+    train: Annotated[Optional[str], typer.Option(help="Static table: 'window' (default), "
+                                                 "'oracle' (whole trace) or a trace FILE "
+                                                 "(off-domain).")] = None,
+    k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+) -> None:
+    """Simulate cache policies under fair windows and print hit rates."""
+    from bench.sim.simulate import simulate
+    from bench.trace.parse import parse_trace
+    trained = train
+    if train not in (None, "window", "oracle"):
+        trained = parse_trace(Path(train), k)
+    rows = []
+    for t in _traces(files, k, batch):
+        rows += simulate(t, policies=tuple(split_csv(policy, "--policy")), regime=regime,
+                         budgets=tuple(ints(budgets, "--budgets")), window=window,
+                         train=None if trained == "window" else trained)
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.sim_table(rows))
+
+
+def demand(
+    files: FilesArg,
+    capacity: Annotated[str, typer.Option(help="Comma list of capacities C (64G = 64 GiB).")],
+    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = None,
+    k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+) -> None:
+    """Nominal miss GB per iteration: LRU over C / S experts, plan replayed twice (warm, measure)."""
+    from bench.plan.planfile import plan_from_trace
+    from bench.sim.demand import demand as run_demand
+    caps = [parse_size(c, "capacity") for c in split_csv(capacity, "--capacity")]
+    rows = []
+    for t in _traces(files, k, batch):
+        rows += run_demand(plan_from_trace(t, expert_bytes, {"source": t.source}), caps)
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(views.demand_table(rows))
+
+
+def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int | None):
+    from bench.plan.planfile import plan_from_trace
+    traces = _traces(files, k, batch)
+    if len(traces) != 1:
+        raise InputError("one plan is made from one trace; pass --batch to merge several")
+    t = traces[0]
+    return plan_from_trace(t, expert_bytes, {"source": t.source, "model": t.model.as_dict(),
+                                             "accepted_tokens": t.accepted_tokens})
+
+
+def _hints_for(plan, hints: str):
+    from bench.plan.planfile import hints_from_file, oracle_hints, previous_token_hints, read_plan
+    if hints == "oracle":
+        return oracle_hints(plan)
+    if hints == "previous-token":
+        return previous_token_hints(plan)
+    if not Path(hints).exists():
+        raise InputError(f"--hints {hints!r} is neither oracle, previous-token nor a file")
+    return hints_from_file(plan, read_plan(hints), hints)
+
+
+def plan(
+    files: FilesArg,
+    out: Annotated[Path, typer.Option("-o", "--out", help="Replay plan file to write.")],
+    hints: Annotated[Optional[str], typer.Option(help="Also write a hint plan: oracle, "
+                                                 "previous-token, or a recorded hint plan FILE.")] = None,
+    hints_out: Annotated[Optional[Path], typer.Option(help="Hint plan file (default: OUT "
+                                                      "with .hints.bin).")] = None,
+    freq_out: Annotated[Optional[Path], typer.Option(help="Also write the plan's frequency "
+                                                     "table (the pinned arena's oracle).")] = None,
+    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = None,
+    k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+) -> None:
+    """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints."""
+    from bench.plan.planfile import frequency_table, write_plan
+    p = _plan_for(files, k, batch, expert_bytes)
+    info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
+            "passes": p.passes, "reads": p.reads, "logical_bytes": p.logical_bytes,
+            "distinct_experts": len(p.distinct_experts())}
+    if hints:
+        h = _hints_for(p, hints)
+        target = hints_out or out.with_name(out.stem + ".hints.bin")
+        info.update(hints=str(target), hints_bytes=write_plan(target, h),
+                    hints_provenance=h.meta.get("provenance"))
+    if freq_out:
+        table = frequency_table(p)
+        lines = [f"{layer} {expert} {n}" for (layer, expert), n in sorted(table.items())]
+        freq_out.write_text("# layer expert count\n" + "\n".join(lines) + "\n")
+        info["freq"] = str(freq_out)
+    if json_out:
+        views.emit_json(info)
+    else:
+        for key, value in info.items():
+            views.console.print(f"{key:>18}: {value}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trace_app, name="trace")
+    app.command()(sim)
+    app.command()(demand)
+    app.command()(plan)
