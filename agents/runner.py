@@ -9,9 +9,12 @@ hostrunner/ (agents/README.md lists its modules). Writes the run bundle of docs/
     python3 runner.py status RUN_ID --work-dir DIR             -> status.json (+ "live")
     python3 runner.py wait   RUN_ID --work-dir DIR [--timeout S]
     python3 runner.py stop   RUN_ID --work-dir DIR             -> SIGTERM to the runner
+    python3 runner.py pool   --dir D --layers L --experts E --expert-bytes S
+                             [--seed N] [--template T]         -> {"ok","status",...}
 
-Exit codes: 0 ok (started, re-attached, done), 1 run failed / runner error, 2 bad spec or
-usage, 3 wait timed out. `--work-dir` defaults to $BENCH_WORK_DIR, else /var/lib/bench.
+Exit codes: 0 ok (started, re-attached, done; pool made, resumed or present), 1 run failed /
+runner error, 2 bad spec or usage, 3 wait timed out or pool refused. `--work-dir` defaults to
+$BENCH_WORK_DIR, else /var/lib/bench.
 
 Files under work_dir: runs/<run_id>/ (the bundle), host.lock (flock, held for a whole run),
 host.lock.owner (who holds it), start.lock (short critical section of start/re-attach),

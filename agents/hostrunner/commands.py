@@ -1,5 +1,5 @@
-"""The runner's command line: start (validate, detach, re-attach), status, wait and stop;
-plus settling a run whose runner died.
+"""The runner's command line: start (validate, detach, re-attach), status, wait, stop, and the
+pool writer; plus settling a run whose runner died.
 
 Detaching: `start` validates the spec, then under start.lock creates the bundle, writes
 spec.json and status `accepted`, takes the run lock, double-forks (setsid in between; stdio of
@@ -20,11 +20,13 @@ import time
 from types import FrameType
 from typing import Any
 
+from . import poolfmt
 from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
 from .cleanup import clean_record, new_report
 from .errors import SpecError
 from .files import now_iso, read_or_none, read_text, write_atomic, write_json
 from .locks import lock_path, start_lock, try_lock
+from .poolwriter import write_pool
 from .progress import read_progress
 from .run import Run
 from .spec import valid_run_id, validate_spec
@@ -240,6 +242,11 @@ def cmd_stop(a: argparse.Namespace) -> int:
     return out(st)
 
 
+def cmd_pool(a: argparse.Namespace) -> int:
+    res, rc = write_pool(a.dir, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
+    return out(res, rc)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="runner.py", description=DESCRIPTION)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -253,6 +260,14 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--work-dir", default=wd)
         if name == "wait":
             s.add_argument("--timeout", type=float, default=None)
+    s = sub.add_parser("pool", help="make, resume or find an expert pool (docs/formats.md)")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--layers", type=int, required=True)
+    s.add_argument("--experts", type=int, required=True)
+    s.add_argument("--expert-bytes", type=int, required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--template", default=poolfmt.DEFAULT_PATH)
+    s.add_argument("--work-dir", default=wd, help="accepted like the other commands; unused")
     return p
 
 
@@ -260,5 +275,6 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     if getattr(a, "run_id", None) is not None and not valid_run_id(a.run_id):
         return out({"ok": False, "reason": f"bad run id {a.run_id!r}"}, EXIT_USAGE)
-    commands = {"start": cmd_start, "status": cmd_status, "wait": cmd_wait, "stop": cmd_stop}
+    commands = {"start": cmd_start, "status": cmd_status, "wait": cmd_wait, "stop": cmd_stop,
+                "pool": cmd_pool}
     return commands[a.cmd](a)
