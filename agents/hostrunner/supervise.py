@@ -56,8 +56,9 @@ def stop_group(p: subprocess.Popen[bytes], timeout: float) -> None:
             continue
 
 
-def stop(p: subprocess.Popen[bytes], group: bool, timeout: float = STOP_GRACE_S) -> None:
-    (stop_group if group else stop_child)(p, timeout)
+def stop(p: subprocess.Popen[bytes], group: bool) -> None:
+    """Stop the supervised child: its process group when it leads one, else just it."""
+    (stop_group if group else stop_child)(p, STOP_GRACE_S)
 
 
 def _no_row() -> tuple[str, str]:
