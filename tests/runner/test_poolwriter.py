@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import RUNNER
+from runner_helpers import PYTHON, RUNNER
 
 from bench.agents.hostrunner import poolfmt, poolwriter
 from bench.errors import PoolError
@@ -38,7 +38,7 @@ def expert_files(d: Path, template=poolfmt.DEFAULT_PATH):
 
 
 def cli(*args) -> tuple[int, list[str]]:
-    r = subprocess.run([sys.executable, str(RUNNER), "pool", *map(str, args)],
+    r = subprocess.run([PYTHON, str(RUNNER), "pool", *map(str, args)],
                        capture_output=True, text=True, timeout=120)
     return r.returncode, r.stdout.splitlines()
 
