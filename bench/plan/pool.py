@@ -7,21 +7,18 @@ and refuses to touch a directory holding a different pool.
 from __future__ import annotations
 
 import json
-import re
-import struct
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from bench.agents.hostrunner import poolfmt
 from bench.errors import PoolError
 
-DEFAULT_PATH = "L{layer:03d}/E{expert:04d}.bin"
-MANIFEST = "pool.json"
-HEADER = struct.Struct("<8sIIQQ")  # magic, layer, expert, expert_bytes, seed: 32 bytes
-MAGIC = b"BXPERT\0\0"
-_FIELD = re.compile(r"\{(layer|expert)(?::0(\d+)d)?\}")
+# one format definition for the controller and the host's writer (runner.py pool)
+DEFAULT_PATH, MANIFEST, HEADER, MAGIC = (poolfmt.DEFAULT_PATH, poolfmt.MANIFEST, poolfmt.HEADER,
+                                         poolfmt.MAGIC)
 _CHUNK = 8 << 20
 
 
@@ -34,19 +31,11 @@ class PoolSpec:
     seed: int = 0
     format: int = 1
 
-    def __post_init__(self):
-        for name in ("layers", "experts_per_layer", "expert_bytes"):
-            if getattr(self, name) <= 0:
-                raise PoolError(f"pool {name} must be positive, got {getattr(self, name)}")
-        if self.expert_bytes < HEADER.size:
-            raise PoolError(f"expert_bytes must be at least {HEADER.size}")
-        fields = sorted(m.group(1) for m in _FIELD.finditer(self.path))
-        rest = _FIELD.sub("", self.path)
-        if fields != ["expert", "layer"] or "{" in rest or "}" in rest:
-            raise PoolError(f"pool path template {self.path!r} must use {{layer}} and {{expert}} "
-                            "once each, optionally zero padded as {layer:03d}")
-        if self.path.startswith("/") or ".." in Path(self.path).parts:
-            raise PoolError(f"pool path template {self.path!r} must stay inside the pool")
+    def __post_init__(self) -> None:
+        why = (poolfmt.geometry_problem(self.layers, self.experts_per_layer, self.expert_bytes)
+               or poolfmt.template_problem(self.path))
+        if why:
+            raise PoolError(why)
 
     def relpath(self, layer: int, expert: int) -> str:
         return self.path.format(layer=layer, expert=expert)
@@ -69,32 +58,24 @@ def load_manifest(directory: str | Path) -> tuple[PoolSpec, bool]:
     except json.JSONDecodeError as exc:
         raise PoolError(f"{p}: manifest is not JSON ({exc.msg})") from None
     try:
-        spec = PoolSpec(int(raw["layers"]), int(raw["experts_per_layer"]), int(raw["expert_bytes"]),
-                        str(raw.get("path", DEFAULT_PATH)), int(raw.get("seed", 0)),
-                        int(raw.get("format", 1)))
+        f = poolfmt.parse_manifest(raw)
+        spec = PoolSpec(f["layers"], f["experts_per_layer"], f["expert_bytes"], f["path"],
+                        f["seed"], f["format"])
     except (KeyError, TypeError, ValueError) as exc:
         raise PoolError(f"{p}: manifest lacks or garbles {exc}") from None
     return spec, bool(raw.get("complete", False))
 
 
 def _write_manifest(directory: Path, spec: PoolSpec, complete: bool) -> None:
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(dict(asdict(spec), complete=complete), sort_keys=True) + "\n")
-    tmp.replace(directory / MANIFEST)
+    poolfmt.write_manifest(str(directory), asdict(spec), complete)
 
 
 def expert_header(spec: PoolSpec, layer: int, expert: int) -> bytes:
-    return HEADER.pack(MAGIC, layer, expert, spec.expert_bytes, spec.seed)
+    return poolfmt.expert_header(layer, expert, spec.expert_bytes, spec.seed)
 
 
 def _is_complete(path: Path, spec: PoolSpec, layer: int, expert: int) -> bool:
-    try:
-        if path.stat().st_size != spec.expert_bytes:
-            return False
-        with path.open("rb") as fh:
-            return fh.read(HEADER.size) == expert_header(spec, layer, expert)
-    except FileNotFoundError:
-        return False
+    return poolfmt.file_complete(str(path), expert_header(spec, layer, expert), spec.expert_bytes)
 
 
 def _write_expert(path: Path, spec: PoolSpec, layer: int, expert: int) -> None:

@@ -94,8 +94,11 @@ def code_version() -> dict:
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip() or None
     files = {}
-    for f in ("bench/campaign.py", "bench/runctl.py", "bench/deploy.py", "bench/store/ingest.py",
-              "agents/runner.py"):
+    paths = ["bench/execute/campaign/executor.py", "bench/execute/campaign/worker.py",
+             "bench/execute/hostrun.py", "bench/hosts/deploy.py", "bench/store/ingest.py",
+             "agents/runner.py"] + sorted(str(p.relative_to(root)) for p in
+                                          (root / "agents" / "hostrunner").glob("*.py"))
+    for f in paths:
         try:
             files[f] = hashlib.sha256((root / f).read_bytes()).hexdigest()[:12]
         except OSError:
@@ -314,7 +317,7 @@ def report(res: dict, a, load0, load1, elapsed: float, code: dict) -> dict:
           f"{' '.join(f'{x:.2f}' for x in load1)}; campaign {elapsed:.1f} s")
     dirty = " + uncommitted changes" if code["modified_vs_head"] else ""
     print(f"code: HEAD {code['head']}{dirty}"
-          f"; campaign.py {code['sha256_12']['bench/campaign.py']}, runner.py "
+          f"; executor.py {code['sha256_12']['bench/execute/campaign/executor.py']}, runner.py "
           f"{code['sha256_12']['agents/runner.py']}, ingest.py "
           f"{code['sha256_12']['bench/store/ingest.py']}")
     if res["bad"]:

@@ -13,6 +13,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "agents" / "runner.py"
+# the interpreter that runs the runner, as a host's python3 would: this one unless
+# BENCH_RUNNER_PYTHON names another (e.g. a Python 3.8, the oldest hosts may have)
+PYTHON = os.environ.get("BENCH_RUNNER_PYTHON") or sys.executable
 # pool: 8 layers x 64 experts x 512 KiB = 256 MiB, on a 400 MiB ext4 loop device
 LAYERS, EXPERTS, EXPERT_BYTES = 8, 64, 512 << 10
 POOL_BYTES = LAYERS * EXPERTS * EXPERT_BYTES
@@ -55,7 +58,7 @@ def make_spec(run_id, cell, *, pool, plan, agent, **over) -> dict:
 
 
 def runner(*args, timeout=120) -> tuple[int, dict]:
-    r = subprocess.run([sys.executable, str(RUNNER), *map(str, args)], capture_output=True,
+    r = subprocess.run([PYTHON, str(RUNNER), *map(str, args)], capture_output=True,
                        text=True, timeout=timeout)
     assert r.stdout.strip(), f"runner printed nothing; stderr: {r.stderr}"
     return r.returncode, json.loads(r.stdout.strip().splitlines()[-1])

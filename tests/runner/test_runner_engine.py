@@ -323,3 +323,28 @@ def test_campaign_of_engine_pairs_through_the_executor(pool_and_prompts, tmp_pat
             assert len({v["admit"]["output_sha256"] for v in pairs.values()}) == 1
     finally:
         store.close()
+
+
+@pytest.mark.root
+def test_runner_stop_stops_the_engines_process_group(pool_and_prompts, work_dir):
+    """`runner.py stop` while the engine decodes: the supervise loop stops the engine's whole
+    process group; the run fails "stopped by request" with engine.json saying stopped."""
+    import os
+    from runner_helpers import runner, wait_phase
+    d = pool_and_prompts
+    rc, res = start(spec(d, work_dir, "stopped", "e2e-prose-admit", "--sleep", "60"), work_dir)
+    assert rc == 0, res
+    bundle = Path(res["bundle"])
+    wait_phase(bundle, ("measuring",))
+    time.sleep(0.3)
+    rc, st = runner("stop", "stopped", "--work-dir", work_dir)
+    assert st.get("stop_sent") is True, st
+    st = wait("stopped", work_dir, timeout=60)
+    assert st["phase"] == "failed" and "stopped by request" in st["reason"], st
+    e = read_json(bundle / "engine.json")
+    assert e["stopped"] is True and e["timed_out"] is False and e["signal"] == 15, e
+    assert e["wall_s"] < 30
+    with pytest.raises(ProcessLookupError):
+        os.killpg(e["pid"], 0)                  # nothing of its group is left
+    verify_manifest(bundle)
+    assert not (work_dir / "active" / "stopped.json").exists()

@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import (POOL_BYTES, RUNNER, make_spec, measured_device_bytes, read_json, runner,
+from runner_helpers import (PYTHON, RUNNER, make_spec, measured_device_bytes, read_json, runner,
                             start, timeline, verify_manifest, wait, wait_phase, write_spec)
 
 # a warm pass may read a stray metadata block (journal superblock, an inode): not experts
@@ -134,7 +133,7 @@ def test_none_run_survives_its_caller_and_never_runs_twice(agent, loopfs, pool, 
     spec = make_spec("none-1", "1g-none-classic", pool=pool, plan=plans["short"], agent=agent)
     sp = write_spec(spec, work_dir)
     caller = subprocess.Popen(
-        ["bash", "-c", f"'{sys.executable}' '{RUNNER}' start --spec '{sp}' --work-dir "
+        ["bash", "-c", f"'{PYTHON}' '{RUNNER}' start --spec '{sp}' --work-dir "
                        f"'{work_dir}'; sleep 120"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     res = json.loads(caller.stdout.readline())

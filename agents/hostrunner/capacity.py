@@ -1,0 +1,195 @@
+"""The memory capacity of a cell (capacity.json): a memory cgroup made directly in cgroupfs
+(v2 or v1, probed), a balloon (the agent's `balloon` subcommand locking memory away), or a
+check that the host booted with the expected mem=. Each fills the `cap` record it is given and
+raises RunFailed with the reason when the capacity cannot be applied."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any, Callable
+
+from .cleanup import Active
+from .errors import RunFailed
+from .files import (exit_fields, meminfo, proc_status, read_or_none, read_text, status_bytes,
+                    write_file)
+from .probes import cgroup_backend
+from .spec import parse_size
+
+BALLOON_STALL_S = 60        # a balloon whose RSS has not grown for this long has failed
+
+
+# ----------------------------------------------------------------------------- cgroup
+
+def create_cgroup(cap: dict[str, Any], run_id: str, headroom: int,
+                  active: Active) -> dict[str, str]:
+    """mkdir <mount>/bench-<run_id> (recorded in the active record first); returns
+    {"backend", "path"}. On cgroup v2 the parent's subtree_control gets +memory if needed."""
+    backend, mp = cgroup_backend()
+    limit = cap["capacity_bytes"] + headroom
+    cap.update(backend=backend, headroom_bytes=headroom, limit_bytes=limit)
+    if backend == "none" or mp is None:
+        raise RunFailed("no memory cgroup controller on this host "
+                        "(neither cgroup2 nor v1 memory)")
+    path = os.path.join(mp, f"bench-{run_id}")
+    cap["path"] = path
+    if backend == "v2":
+        sub = os.path.join(mp, "cgroup.subtree_control")
+        if "memory" not in read_text(sub).split():
+            write_file(sub, "+memory\n")
+            cap["enabled_memory_in_parent"] = True
+    active.add_cgroup(path)
+    os.mkdir(path)
+    return {"backend": backend, "path": path}
+
+
+def limit_cgroup(cap: dict[str, Any], cg: dict[str, str]) -> None:
+    """Write the limit (capacity + headroom) and no swap; read both back into cap."""
+    path, limit = cg["path"], cap["limit_bytes"]
+    try:
+        if cg["backend"] == "v2":
+            _limit_v2(cap, path, limit)
+        else:
+            _limit_v1(cap, path, limit)
+    except OSError as e:
+        raise RunFailed(f"cgroup {path}: cannot set the limit: {e.strerror}") from None
+    cap["swap_total_bytes"] = meminfo().get("SwapTotal")
+    page = os.sysconf("SC_PAGE_SIZE")
+    if not (limit <= cap["limit_read_back"] < limit + page):
+        raise RunFailed(f"cgroup limit read back {cap['limit_read_back']} is not the "
+                        f"{limit} written")
+
+
+def _limit_v2(cap: dict[str, Any], path: str, limit: int) -> None:
+    write_file(os.path.join(path, "memory.max"), f"{limit}\n")
+    cap["limit_read_back"] = int(read_text(os.path.join(path, "memory.max")))
+    swap = os.path.join(path, "memory.swap.max")
+    if os.path.exists(swap):
+        write_file(swap, "0\n")
+        cap["swap_limit_read_back"] = int(read_text(swap).replace("max", "-1"))
+    else:
+        cap["swap_limit_read_back"] = None
+        cap["swap_note"] = "memory.swap.max absent (swap accounting off): swap not limited"
+
+
+def _limit_v1(cap: dict[str, Any], path: str, limit: int) -> None:
+    write_file(os.path.join(path, "memory.limit_in_bytes"), f"{limit}\n")
+    cap["limit_read_back"] = int(read_text(os.path.join(path, "memory.limit_in_bytes")))
+    memsw = os.path.join(path, "memory.memsw.limit_in_bytes")
+    if os.path.exists(memsw):
+        write_file(memsw, f"{limit}\n")
+        cap["swap_limit_read_back"] = int(read_text(memsw)) - cap["limit_read_back"]
+        cap["memsw_limit_read_back"] = int(read_text(memsw))
+    else:
+        cap["swap_limit_read_back"] = None
+        cap["swap_note"] = ("memory.memsw.limit_in_bytes absent (swapaccount off): "
+                            "swap not limited")
+
+
+# ----------------------------------------------------------------------------- balloon
+
+def launch_balloon(cap: dict[str, Any], agent: str, bundle: str, max_bytes: int | None,
+                   active: Active) -> subprocess.Popen[bytes]:
+    """Start `bench-agent balloon` for MemAvailable - capacity bytes (output to
+    balloon.jsonl) and record it; wait_balloon_ready then waits for its ready line."""
+    avail = meminfo()["MemAvailable"]
+    nbytes = avail - cap["capacity_bytes"]
+    cap.update(mem_available_before=avail, requested_bytes=nbytes)
+    if nbytes <= 0:
+        raise RunFailed(f"MemAvailable {avail} is already at or below the capacity "
+                        f"{cap['capacity_bytes']}: no balloon can make room smaller")
+    if max_bytes is not None and nbytes > max_bytes:
+        raise RunFailed(f"balloon of {nbytes} bytes is above the spec's balloon_max_bytes "
+                        f"{max_bytes}")
+    ready = os.path.join(bundle, ".balloon-ready")
+    with open(os.path.join(bundle, "balloon.jsonl"), "ab") as out:
+        balloon = subprocess.Popen([agent, "balloon", "--bytes", str(nbytes),
+                                    "--ready-file", ready], stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=out, close_fds=True)
+    active.add_pid("balloon", balloon.pid)
+    cap["pid"] = balloon.pid
+    return balloon
+
+
+def wait_balloon_ready(balloon: subprocess.Popen[bytes], cap: dict[str, Any], bundle: str,
+                       check_stop: Callable[[], None]) -> None:
+    """Wait for the ready line and check the balloon's VmLck covers what was asked.
+
+    First touch runs at ~2 s/GiB on a quiet host, far slower where reclaim must first free
+    the room or the CPU is emulated: wait while the balloon's RSS still grows, give up after
+    BALLOON_STALL_S without progress (or at a generous overall bound)."""
+    nbytes = cap["requested_bytes"]
+    ready = os.path.join(bundle, ".balloon-ready")
+    t0 = time.monotonic()
+    limit = t0 + 120 + 120 * nbytes / (1 << 30)
+    stall, last_rss = t0 + BALLOON_STALL_S, -1
+    while True:
+        text = read_or_none(ready)
+        if text:
+            line = json.loads(text)
+            break
+        if balloon.poll() is not None:
+            text = read_or_none(ready) or read_or_none(os.path.join(bundle, "balloon.jsonl")) \
+                or ""
+            raise RunFailed(f"balloon exited ({balloon.returncode}) before ready: "
+                            f"{text.strip().splitlines()[-1:] or ''}")
+        now = time.monotonic()
+        rss = status_bytes(proc_status(balloon.pid), "VmRSS") or 0
+        if rss > last_rss:
+            last_rss, stall = rss, now + BALLOON_STALL_S
+        if now > stall or now > limit:
+            raise RunFailed(f"balloon not ready after {now - t0:.0f} s: RSS {last_rss} of "
+                            f"{nbytes} bytes" + (f", no progress for {BALLOON_STALL_S} s"
+                                                 if now > stall else ""))
+        check_stop()
+        time.sleep(0.05)
+    os.unlink(ready)
+    cap["ready"] = line
+    if not line.get("ready"):
+        raise RunFailed(f"balloon failed: {line.get('reason')}")
+    cap["vmlck_bytes"] = status_bytes(proc_status(balloon.pid), "VmLck")
+    if cap["vmlck_bytes"] is None or cap["vmlck_bytes"] < nbytes:
+        raise RunFailed(f"balloon VmLck {cap['vmlck_bytes']} is below the {nbytes} requested")
+    cap["vmlck_verified"] = True
+
+
+def release_balloon(balloon: subprocess.Popen[bytes], info: dict[str, Any],
+                    requested_bytes: int) -> list[str]:
+    """SIGTERM (the balloon releases its memory and says so), SIGKILL when it ignores that;
+    its exit goes into info (balloon.json). Returns teardown notes."""
+    notes = []
+    if balloon.poll() is None:
+        balloon.send_signal(signal.SIGTERM)
+        try:
+            balloon.wait(30 + 4 * requested_bytes / (1 << 30))
+        except subprocess.TimeoutExpired:
+            notes.append("balloon ignored SIGTERM: killed")
+            balloon.kill()
+            balloon.wait()
+    else:
+        info["exited_before_teardown"] = True
+    info["exit_code"], info["signal"] = exit_fields(balloon.returncode)
+    return notes
+
+
+# ----------------------------------------------------------------------------- memboot
+
+def check_memboot(cap: dict[str, Any], want: str) -> None:
+    """The host booted with mem=<want> and MemTotal shows it took effect."""
+    from_cmd = None
+    for a in (read_or_none("/proc/cmdline") or "").split():
+        if a.startswith("mem="):
+            from_cmd = a[4:]
+    mt = meminfo()["MemTotal"]
+    cap.update(mem_total_bytes=mt, mem_in_cmdline=from_cmd, expected_mem=want)
+    if from_cmd is None:
+        raise RunFailed(f"memboot cell but no mem= on the kernel command line "
+                        f"(expected mem={want})")
+    want_bytes = parse_size(want)
+    if parse_size(from_cmd) != want_bytes:
+        raise RunFailed(f"booted with mem={from_cmd}, the cell expects mem={want}")
+    if want_bytes is not None and mt > want_bytes:
+        raise RunFailed(f"MemTotal {mt} is above mem={want}: the limit did not take effect")

@@ -1,0 +1,280 @@
+"""The runner's command line: start (validate, detach, re-attach), status, wait, stop, and the
+pool writer; plus settling a run whose runner died.
+
+Detaching: `start` validates the spec, then under start.lock creates the bundle, writes
+spec.json and status `accepted`, takes the run lock, double-forks (setsid in between; stdio of
+the daemon goes to runner.log in the bundle, stdin /dev/null, SIGHUP ignored) and returns at
+once. The daemon inherits the run-lock descriptor, so the run is locked from before the fork
+until the daemon exits. A second `start` of the same run id never runs it again: if the lock
+is held it reports the live runner, else it reports the final status; a run whose runner died
+without finishing is marked failed (with a manifest) by whoever notices it first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from . import poolfmt
+from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
+from .cleanup import clean_record, new_report
+from .errors import SpecError
+from .files import now_iso, read_or_none, read_text, write_atomic, write_json
+from .locks import lock_path, start_lock, try_lock
+from .poolwriter import write_pool
+from .progress import read_progress
+from .run import Run
+from .spec import valid_run_id, validate_spec
+
+DESCRIPTION = ("bench host-side cell runner: one measurement cell on this host "
+               "(Algorithm 1 of DESIGN.md).")
+TERMINAL = ("done", "failed")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+
+
+def out(obj: dict[str, Any], rc: int = EXIT_OK) -> int:
+    print(json.dumps(obj), flush=True)
+    return rc
+
+
+# ----------------------------------------------------------------------------- orphans
+
+def settle_orphan(work_dir: str, run_id: str) -> dict[str, Any]:
+    """If nobody holds the run's lock but its status is not final, the runner died: mark the
+    run failed and write its manifest so it can be ingested. Returns the status."""
+    start_fd = start_lock(work_dir)  # start() may be between mkdir and taking the run lock
+    try:
+        return _settle(work_dir, run_id, bundle_dir(work_dir, run_id))
+    finally:
+        os.close(start_fd)
+
+
+def _settle(work_dir: str, run_id: str, bundle: str) -> dict[str, Any]:
+    os.makedirs(os.path.dirname(lock_path(work_dir, run_id)), exist_ok=True)
+    fd = try_lock(lock_path(work_dir, run_id))
+    if fd is None:
+        st = load_status(work_dir, run_id)
+        st["live"] = True
+        st["progress"] = read_progress(work_dir, run_id)
+        return st
+    try:
+        st = load_status(work_dir, run_id)
+        if st.get("phase") not in TERMINAL:
+            _fail_orphan(work_dir, run_id, bundle, st)
+        elif not os.path.exists(os.path.join(bundle, "manifest.json")):
+            write_manifest(bundle, run_id)
+    finally:
+        os.close(fd)
+    st["live"] = False
+    return st
+
+
+def _fail_orphan(work_dir: str, run_id: str, bundle: str, st: dict[str, Any]) -> None:
+    """What the dead runner left running would keep writing into the bundle: stop the
+    agent/balloon/engine it recorded (verified processes), remove its cgroup, seal it."""
+    rep = new_report()
+    clean_record(os.path.join(work_dir, "active", f"{run_id}.json"), rep)
+    reason = (f"runner (pid {st.get('pid')}) died in phase {st.get('phase')} without "
+              f"finishing; orphan cleanup: killed {len(rep['killed'])} process(es), "
+              f"removed {len(rep['cgroups_removed'])} cgroup(s)"
+              + (f", problems: {'; '.join(rep['problems'])}" if rep["problems"] else ""))
+    t = now_iso()
+    st.update(phase="failed", ok=False, reason=reason, updated=t)
+    st["history"].append({"phase": "failed", "t": t, "mono_ns": time.monotonic_ns(),
+                          "reason": reason})
+    write_json(os.path.join(bundle, "status.json"), st)
+    write_manifest(bundle, run_id)
+
+
+# ----------------------------------------------------------------------------- start
+
+def cmd_start(a: argparse.Namespace) -> int:
+    work_dir = os.path.abspath(a.work_dir)
+    try:
+        raw = read_text(a.spec)
+        spec = json.loads(raw)
+    except (OSError, ValueError) as e:
+        return out({"ok": False, "reason": f"cannot read spec {a.spec}: {e}"}, EXIT_USAGE)
+    rid = spec.get("run_id") if isinstance(spec, dict) else None
+    # re-attach first: an existing run is reported, never validated or run again
+    if isinstance(rid, str) and valid_run_id(rid) and os.path.isdir(bundle_dir(work_dir, rid)):
+        return reattach(work_dir, rid, spec)
+    try:
+        cfg = validate_spec(spec, work_dir)
+    except SpecError as e:
+        return out({"ok": False, "run_id": rid, "reason": f"bad spec: {e}"}, EXIT_USAGE)
+    rid = cfg["run_id"]
+    for d in ("runs", "locks", "active"):
+        os.makedirs(os.path.join(work_dir, d), exist_ok=True)
+    start_fd = start_lock(work_dir)
+    bundle = bundle_dir(work_dir, rid)
+    try:
+        os.mkdir(bundle)
+        run_fd = try_lock(lock_path(work_dir, rid))
+    except FileExistsError:
+        run_fd = None
+    if run_fd is None:              # another start made it first: report that run
+        os.close(start_fd)
+        return reattach(work_dir, rid, spec)
+    write_atomic(os.path.join(bundle, "spec.json"), raw)   # byte for byte what was sent
+    write_json(os.path.join(bundle, "status.json"), accepted_status(rid))
+    pid = detach(work_dir, bundle, spec, cfg, run_fd, start_fd)
+    os.close(start_fd)
+    return out({"ok": True, "state": "started", "run_id": rid, "pid": pid, "bundle": bundle})
+
+
+def detach(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any],
+           run_fd: int, start_fd: int) -> int:
+    """Double-fork the daemon (setsid in between); returns its pid, reported through a pipe.
+    The run lock's descriptor goes with the daemon and is closed here."""
+    rpipe, wpipe = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # first child
+        try:
+            os.close(rpipe)
+            os.close(start_fd)
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            daemon(work_dir, bundle, spec, cfg, run_fd, wpipe)
+        finally:
+            os._exit(1)
+    os.close(wpipe)
+    os.close(run_fd)
+    os.waitpid(pid, 0)
+    data = b""
+    while True:
+        chunk = os.read(rpipe, 64)
+        if not chunk:
+            break
+        data += chunk
+    os.close(rpipe)
+    return int(data or 0)
+
+
+def daemon(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any],
+           run_fd: int, wpipe: int) -> None:
+    """The detached runner: stdio to runner.log, SIGTERM/SIGINT = stop request; runs the
+    steps and exits, releasing the run lock."""
+    os.chdir("/")
+    os.umask(0o022)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    log = os.open(os.path.join(bundle, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                  0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(devnull)
+    os.close(log)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    run = Run(work_dir, bundle, spec, cfg)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        run.stop_requested = True
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    os.write(wpipe, str(os.getpid()).encode())
+    os.close(wpipe)
+    run.status.update(pid=os.getpid(), updated=now_iso())
+    write_json(os.path.join(bundle, "status.json"), run.status)
+    try:
+        run.execute()
+    finally:
+        os.close(run_fd)
+        os._exit(0)
+
+
+def reattach(work_dir: str, rid: str, spec: Any) -> int:
+    st = settle_orphan(work_dir, rid)
+    stored = read_or_none(os.path.join(bundle_dir(work_dir, rid), "spec.json"))
+    same = stored is not None and json.loads(stored) == spec
+    res = {"ok": same, "state": "running" if st["live"] else "ended", "run_id": rid,
+           "pid": st.get("pid"), "bundle": bundle_dir(work_dir, rid), "status": st,
+           "spec_matches": same}
+    if not same:
+        res["reason"] = "a run with this id exists with a different spec; nothing started"
+    return out(res, EXIT_OK if same else EXIT_FAILED)
+
+
+# ----------------------------------------------------------------------------- the others
+
+def _no_such_run(a: argparse.Namespace) -> bool:
+    return not os.path.exists(status_path(os.path.abspath(a.work_dir), a.run_id))
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    if _no_such_run(a):
+        return out({"ok": False, "run_id": a.run_id, "reason": "no such run"}, EXIT_FAILED)
+    return out(settle_orphan(os.path.abspath(a.work_dir), a.run_id))
+
+
+def cmd_wait(a: argparse.Namespace) -> int:
+    if _no_such_run(a):
+        return out({"ok": False, "run_id": a.run_id, "reason": "no such run"}, EXIT_FAILED)
+    work_dir = os.path.abspath(a.work_dir)
+    end = time.monotonic() + a.timeout if a.timeout else None
+    while True:
+        st = settle_orphan(work_dir, a.run_id)
+        if not st["live"] and st.get("phase") in TERMINAL:
+            return out(st, EXIT_OK if st.get("ok") else EXIT_FAILED)
+        if end is not None and time.monotonic() > end:
+            st["timed_out"] = True
+            return out(st, EXIT_TIMEOUT)
+        time.sleep(0.25)
+
+
+def cmd_stop(a: argparse.Namespace) -> int:
+    if _no_such_run(a):
+        return out({"ok": False, "run_id": a.run_id, "reason": "no such run"}, EXIT_FAILED)
+    st = settle_orphan(os.path.abspath(a.work_dir), a.run_id)
+    pid = st.get("pid")
+    if st["live"] and pid and "runner" in (read_or_none(f"/proc/{pid}/cmdline") or ""):
+        os.kill(pid, signal.SIGTERM)
+        st["stop_sent"] = True
+    return out(st)
+
+
+def cmd_pool(a: argparse.Namespace) -> int:
+    res, rc = write_pool(a.dir, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
+    return out(res, rc)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="runner.py", description=DESCRIPTION)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    wd = os.environ.get("BENCH_WORK_DIR", "/var/lib/bench")
+    s = sub.add_parser("start")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--work-dir", default=wd)
+    for name in ("status", "wait", "stop"):
+        s = sub.add_parser(name)
+        s.add_argument("run_id")
+        s.add_argument("--work-dir", default=wd)
+        if name == "wait":
+            s.add_argument("--timeout", type=float, default=None)
+    s = sub.add_parser("pool", help="make, resume or find an expert pool (docs/formats.md)")
+    s.add_argument("--dir", required=True)
+    s.add_argument("--layers", type=int, required=True)
+    s.add_argument("--experts", type=int, required=True)
+    s.add_argument("--expert-bytes", type=int, required=True)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--template", default=poolfmt.DEFAULT_PATH)
+    s.add_argument("--work-dir", default=wd, help="accepted like the other commands; unused")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    if getattr(a, "run_id", None) is not None and not valid_run_id(a.run_id):
+        return out({"ok": False, "reason": f"bad run id {a.run_id!r}"}, EXIT_USAGE)
+    commands = {"start": cmd_start, "status": cmd_status, "wait": cmd_wait, "stop": cmd_stop,
+                "pool": cmd_pool}
+    return commands[a.cmd](a)

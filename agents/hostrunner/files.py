@@ -1,0 +1,112 @@
+"""Files and /proc: atomic writes, JSON, sha256, and the /proc readers the runner needs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def read_or_none(path: str) -> str | None:
+    try:
+        return read_text(path)
+    except OSError:
+        return None
+
+
+def write_file(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Temp file in the same directory, fsync, rename: readers see the old or the new text."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: str, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def strip_deleted(exe: str) -> str:
+    """/proc/PID/exe of a replaced file ends in ' (deleted)' (str.removesuffix is 3.9+)."""
+    suffix = " (deleted)"
+    return exe[:-len(suffix)] if exe.endswith(suffix) else exe
+
+
+def _kb_value(text: str) -> int:
+    parts = text.split()
+    return int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
+
+
+def meminfo() -> dict[str, int]:
+    out = {}
+    for line in read_text("/proc/meminfo").splitlines():
+        key, _, rest = line.partition(":")
+        if rest.split():
+            out[key.strip()] = _kb_value(rest)
+    return out
+
+
+def parse_status(text: str) -> dict[str, str]:
+    """/proc/PID/status text -> {field: value}."""
+    return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines())}
+
+
+def proc_status(pid: int) -> dict[str, str] | None:
+    text = read_or_none(f"/proc/{pid}/status")
+    return None if text is None else parse_status(text)
+
+
+def status_bytes(st: dict[str, str] | None, key: str) -> int | None:
+    if not st or key not in st:
+        return None
+    return _kb_value(st[key])
+
+
+def proc_starttime(pid: int) -> int | None:
+    text = read_or_none(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    return int(text[text.rindex(")") + 2:].split()[19])
+
+
+def snap_name(path: str) -> str:
+    """The agent's naming: '/' -> '_', the leading '_' dropped (/proc/diskstats ->
+    proc_diskstats)."""
+    name = path.replace("/", "_")
+    return name[1:] if name.startswith("_") else name
+
+
+def exit_fields(rc: int) -> tuple[int | None, int | None]:
+    """A Popen returncode as (exit_code, signal): one of them is None."""
+    return (rc, None) if rc >= 0 else (None, -rc)
+
+
+def last_line(path: str) -> str:
+    lines = (read_or_none(path) or "").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
