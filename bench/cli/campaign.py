@@ -20,7 +20,7 @@ from bench.hosts.inventory import load_inventory, select
 from bench.matrix.expand import expand
 from bench.matrix.load import list_matrices, load_matrix
 from bench.matrix.schedule import HostState, schedule
-from bench.results import views
+from bench.results import campaign_views, plan_views, views
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
                                                     "repetitions, ordering and host constraints.")
@@ -44,7 +44,7 @@ def matrix_list(json_out: JsonOpt = False) -> None:
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.matrix_list_table(rows))
+        views.print_table(plan_views.matrix_list_table(rows))
 
 
 @matrix_app.command("show")
@@ -55,7 +55,7 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
     if json_out:
         views.emit_json(m)
     else:
-        print(views.matrix_text(m), end="")
+        print(plan_views.matrix_text(m), end="")
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
@@ -128,7 +128,7 @@ def schedule_cmd(
                          **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
                          "warnings": exp.warnings})
     else:
-        print(views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+        print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
 
 
 def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
@@ -150,7 +150,7 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
     th.start()
     try:
         if not json_out:
-            views.campaign_live(lambda: progress(store, cid), lambda: not th.is_alive(),
+            campaign_views.campaign_live(lambda: progress(store, cid), lambda: not th.is_alive(),
                                 journal=lambda after: journal_rows(store, cid, after))
         th.join()
         if "error" in out:
@@ -218,7 +218,7 @@ def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.campaigns_table(rows))
+        views.print_table(campaign_views.campaigns_table(rows))
 
 
 def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
@@ -244,7 +244,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
             if json_out:
                 views.emit_json(p)
             else:
-                views.console.print(views.campaign_renderable(p))
+                views.console.print(campaign_views.campaign_renderable(p))
             return
         seen = {"t": _time.monotonic()}
 
@@ -256,7 +256,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
                 seen["t"] = _time.monotonic()
             return _time.monotonic() - seen["t"] > 5.0
         try:
-            views.campaign_live(lambda: progress(store, cid), finished, interval,
+            campaign_views.campaign_live(lambda: progress(store, cid), finished, interval,
                                 journal=lambda after: journal_rows(store, cid, after))
         except KeyboardInterrupt:
             pass

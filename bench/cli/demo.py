@@ -11,7 +11,7 @@ from rich.table import Table
 
 from bench.cli.options import JsonOpt, ints
 from bench.errors import InputError
-from bench.results import views
+from bench.results import store_views, trace_views, views
 from bench.units import parse_size
 
 # Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
@@ -58,13 +58,13 @@ def demo(
         step(f"part 1: the trace pipeline ({model})")
         result["trace"] = run_demo(out, model, tuple(ints(budgets, "--budgets")), seed, step=step)
         if not json_out:
-            views.print_table(views.parse_table(result["trace"]["parse"]))
-            views.print_table(views.stats_table(result["trace"]["locality"]))
-            views.print_table(views.sim_table(result["trace"]["sim"]))
-            views.print_table(views.sim_table(result["trace"]["sim_off_domain"], "Off-domain: "
+            views.print_table(trace_views.parse_table(result["trace"]["parse"]))
+            views.print_table(trace_views.stats_table(result["trace"]["locality"]))
+            views.print_table(trace_views.sim_table(result["trace"]["sim"]))
+            views.print_table(trace_views.sim_table(result["trace"]["sim_off_domain"], "Off-domain: "
                               "static table trained on prose, LRU needs no table"))
-            views.print_table(views.demand_table(result["trace"]["demand"]))
-            views.print_table(views.recall_table(result["trace"]["recall"]))
+            views.print_table(trace_views.demand_table(result["trace"]["demand"]))
+            views.print_table(trace_views.recall_table(result["trace"]["recall"]))
     if trace_only:
         if json_out:
             views.emit_json(result["trace"])
@@ -98,7 +98,7 @@ def demo(
     if json_out:
         views.emit_json(result)
     else:
-        views.print_table(views.matrix_table(res["table"]))
+        views.print_table(store_views.matrix_table(res["table"]))
         t = Table(title=f"demo cells on {dc.out}: run or skipped")
         for col in ("cell", "outcome", "s/it", "GB/it", "why"):
             t.add_column(col, justify="right" if col in ("s/it", "GB/it") else "left")

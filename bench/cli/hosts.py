@@ -10,7 +10,7 @@ import typer
 from bench.cli.options import HostsDirOpt, JsonOpt
 from bench.errors import BenchError, HostError
 from bench.hosts.inventory import check_inventory, load_inventory, select
-from bench.results import views
+from bench.results import fleet_views, views
 from bench.units import parse_size
 
 hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
@@ -31,7 +31,7 @@ def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.hosts_table(rows))
+        views.print_table(fleet_views.hosts_table(rows))
 
 
 @hosts_app.command("check")
@@ -41,7 +41,7 @@ def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> Non
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.inventory_check_table(rows))
+        views.print_table(fleet_views.inventory_check_table(rows))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(2)
 
@@ -56,7 +56,7 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     if json_out:
         views.emit_json(results)
     else:
-        views.print_table(views.probe_table(results))
+        views.print_table(fleet_views.probe_table(results))
         for r in results:
             if r["error"] and r["error"].get("hint"):
                 views.say(f"[bold]{r['host']}:[/] fix: {r['error']['hint']}")
@@ -76,7 +76,7 @@ def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     if json_out:
         views.emit_json(results)
     else:
-        views.print_table(views.deploy_table(results))
+        views.print_table(fleet_views.deploy_table(results))
         for r in results:
             if r.get("error") and r["error"].get("output"):
                 views.say(f"[bold]{r['host']}[/] build output:\n{r['error']['output']}")

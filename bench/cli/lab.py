@@ -12,7 +12,7 @@ import typer
 
 from bench.errors import InputError
 from bench.lab.netns import Lab
-from bench.results import views
+from bench.results import fleet_views, views
 
 lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: network "
                                                  "namespaces running real sshd, or qemu guests "
@@ -43,7 +43,7 @@ def _vm_status(json_out: bool) -> None:
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.vm_lab_table(rows))
+        views.print_table(fleet_views.vm_lab_table(rows))
 
 
 @lab_app.command("up")
@@ -71,7 +71,7 @@ def lab_up(kind: KindOpt = "netns",
     if json_out:
         views.emit_json(status)
     else:
-        views.print_table(views.lab_table(status))
+        views.print_table(fleet_views.lab_table(status))
         views.say(f"up in {status['seconds']}s; try: bench hosts probe --hosts-dir "
                   f"{status['hosts_dir']}")
 
@@ -106,7 +106,7 @@ def lab_status(kind: KindOpt = "netns", state_dir: StateOpt = None,
     if json_out:
         views.emit_json(status)
     else:
-        views.print_table(views.lab_table(status))
+        views.print_table(fleet_views.lab_table(status))
 
 
 def register(app: typer.Typer) -> None:

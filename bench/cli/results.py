@@ -12,7 +12,7 @@ import typer
 from bench.cli.options import DbOpt, JsonOpt
 from bench.errors import BenchError, InputError
 from bench.judge.retention import rule_table
-from bench.results import views
+from bench.results import store_views, views
 from bench.units import format_size
 
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
@@ -86,7 +86,7 @@ def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this c
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.runs_table(rows))
+        views.print_table(store_views.runs_table(rows))
 
 @ret_app.command("recheck")
 def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
@@ -96,7 +96,7 @@ def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     if json_out:
         views.emit_json(changes)
     else:
-        views.print_table(views.recheck_table(changes))
+        views.print_table(store_views.recheck_table(changes))
 
 @ret_app.command("rules")
 def rules(json_out: JsonOpt = False) -> None:
@@ -124,21 +124,21 @@ def results(cell: Annotated[Optional[str], typer.Option(
     store = _store(db)
     if matrix:
         m = queries.matrix(store, matrix, host=host, campaign=campaign)
-        return views.emit_json(m) if json_out else views.print_table(views.matrix_table(m))
+        return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
     res = queries.cell_results(store, cell, host=host, campaign=campaign, verbose=verbose)
     if json_out:
         return views.emit_json(res)
-    views.print_table(views.cell_result_table(res))
+    views.print_table(store_views.cell_result_table(res))
     if verbose:
         for r in res["runs"]:
-            views.print_table(views.verdict_table(r))
+            views.print_table(store_views.verdict_table(r))
 
 def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Ratio of medians and median of per-pair ratios of two cells."""
     from bench.store.queries import compare as do
     c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign)
-    return views.emit_json(c) if json_out else views.print_table(views.compare_table(c))
+    return views.emit_json(c) if json_out else views.print_table(store_views.compare_table(c))
 
 def sizing(target_seconds: Annotated[float, typer.Option(
                "--target-seconds", help="Target seconds per iteration.")],
@@ -180,7 +180,7 @@ def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-me
          out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
          host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
     """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory."""
-    from bench.results import plots, views
+    from bench.results import plots   # matplotlib: loaded only when used
     from bench.store import queries
     store = _store(db)
     kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}

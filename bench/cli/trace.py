@@ -11,7 +11,7 @@ import typer
 
 from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
 from bench.errors import InputError
-from bench.results import views
+from bench.results import trace_views, views
 from bench.units import parse_size
 
 # Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
@@ -39,7 +39,7 @@ def trace_parse(files: FilesArg, k: KOpt = None, batch: BatchOpt = False,
     if json_out:
         views.emit_json(summaries[0] if len(summaries) == 1 else summaries)
     else:
-        views.print_table(views.parse_table(summaries))
+        views.print_table(trace_views.parse_table(summaries))
 
 
 @trace_app.command("check")
@@ -50,7 +50,7 @@ def trace_check(files: FilesArg, k: KOpt = None, json_out: JsonOpt = False) -> N
     if json_out:
         views.emit_json({"suspicious_first_pass": groups, "ok": not groups})
     else:
-        for line in views.check_lines(groups):
+        for line in trace_views.check_lines(groups):
             views.say(f"[yellow]warning:[/] {line}")
         if not groups:
             views.say(f"ok: {len(files)} traces, no shared first pass")
@@ -112,7 +112,7 @@ def trace_stats(files: FilesArg, k: KOpt = None,
     if json_out:
         views.emit_json(result)
     else:
-        views.print_table(views.stats_table(result))
+        views.print_table(trace_views.stats_table(result))
 
 
 @trace_app.command("recall")
@@ -130,7 +130,7 @@ def trace_recall(
     if json_out:
         views.emit_json(report)
     else:
-        views.print_table(views.recall_table(report))
+        views.print_table(trace_views.recall_table(report))
 
 
 def sim(
@@ -160,7 +160,7 @@ def sim(
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.sim_table(rows))
+        views.print_table(trace_views.sim_table(rows))
 
 
 def demand(
@@ -179,7 +179,7 @@ def demand(
     if json_out:
         views.emit_json(rows)
     else:
-        views.print_table(views.demand_table(rows))
+        views.print_table(trace_views.demand_table(rows))
 
 
 def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int | None):

@@ -163,7 +163,7 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
     from rich.console import Console
 
     from bench.execute.campaign.watch import progress
-    from bench.results import views
+    from bench.results import campaign_views
     from bench.store.campaigns import journal_rows, run_rows, set_live, transition
     db = offline_campaign(tmp_path, MATRIX, "l-s3")
     store = open_store(db)
@@ -180,14 +180,14 @@ def test_live_view_shows_pass_and_iteration_as_the_host_reported_them(tmp_path):
         h = next(h for h in p["hosts"] if h["run_id"] == rid)
         assert (h["phase"], h["pass"], h["iteration"], h["iterations"]) == ("measuring", 1, 17, 40)
         con = Console(record=True, width=160)
-        con.print(views.campaign_renderable(p))
+        con.print(campaign_views.campaign_renderable(p))
         row = next(line for line in con.export_text().splitlines() if rid in line)
         assert "measuring" in row and "2/2" in row and "17/40" in row, row
         import contextlib
         import io
         out = io.StringIO()
         with contextlib.redirect_stdout(out):       # no terminal: plain journal lines
-            views.campaign_live(lambda: p, lambda: True, interval=0,
+            campaign_views.campaign_live(lambda: p, lambda: True, interval=0,
                                 journal=lambda after: journal_rows(store, "l-s3", after))
         kinds = [line.split()[2] for line in out.getvalue().splitlines()]
         assert "state" in kinds and "live" not in kinds, kinds

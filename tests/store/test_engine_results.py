@@ -10,7 +10,7 @@ import pytest
 
 from bench.cli import main
 from bench.matrix import engine
-from bench.results import views
+from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
@@ -62,7 +62,7 @@ def e2e(tmp_path, bundles):
 
 def test_golden_engine_table(e2e):
     res = queries.matrix(e2e[0], "end-to-end")
-    check_golden("matrix_end-to-end.txt", render(views.matrix_table(res)))
+    check_golden("matrix_end-to-end.txt", render(store_views.matrix_table(res)))
 
 
 def test_median_of_pair_ratios_recomputed_from_stored_rows(e2e):

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from bench.cli import main
-from bench.results import views
+from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
@@ -62,12 +62,12 @@ def check_golden(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("kind", queries.MATRICES)
 def test_golden_matrix(full, kind):
-    check_golden(f"matrix_{kind}.txt", render(views.matrix_table(queries.matrix(full[0], kind))))
+    check_golden(f"matrix_{kind}.txt", render(store_views.matrix_table(queries.matrix(full[0], kind))))
 
 
 def test_golden_cell(full):
     res = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
-    text = render(views.cell_result_table(res)) + render(views.verdict_table(res["runs"][-1]))
+    text = render(store_views.cell_result_table(res)) + render(store_views.verdict_table(res["runs"][-1]))
     check_golden("cell_64m-balloon-mglru.txt", text)
 
 

@@ -1,0 +1,99 @@
+"""Views of campaigns: the live view (rich on a terminal, plain journal lines otherwise) and the
+campaign list."""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from bench.results.views import dur, err_console
+
+
+def campaign_renderable(p: dict):
+    """One rich renderable of a campaign snapshot (bench.execute.progress, as a dict): one row
+    per host (phase, cell, run, pass and iteration as the host last reported them, elapsed,
+    ETA), an overall bar, the last verdicts, quarantined hosts and warnings."""
+    ctl = p.get("controller")
+    head = Text.from_markup(
+        f"[bold]{p['campaign']}[/]  matrix {p['matrix']}  seed {p['seed']}  state "
+        f"[bold]{p['state']}[/]  controller "
+        + (f"pid {ctl['pid']} on {ctl['host']}" if ctl else "[yellow]none[/]"))
+    t = Table(expand=False)
+    for col in ("host", "phase", "cell", "run", "pass", "iteration", "elapsed", "done", "ETA"):
+        t.add_column(col)
+    for h in p["hosts"]:
+        phase = f"[red]{h['phase']}[/]" if h["quarantined"] else h["phase"]
+        has = h.get("passes") is not None
+        t.add_row(h["host"], phase, h["cell"] or "-", h["run_id"] or "-",
+                  f"{h['pass'] + 1}/{h['passes']}" if has else "-",
+                  f"{h['iteration']}/{h['iterations']}" if has else "-",
+                  dur(h["elapsed_s"]), f"{h['done']}/{h['total']}", dur(h["eta_s"]))
+    bar = ProgressBar(total=max(1, p["total"]), completed=p["finished"], width=50)
+    line = Text(f" {p['finished']}/{p['total']} runs finished, {p['failed']} failed, "
+                f"ETA {dur(p['eta_s'])} (run ~{dur(p['run_seconds'])}, reboot "
+                f"~{dur(p['reboot_seconds'])})")
+    parts = [head, t, Group(bar, line)]
+    if p["verdicts"]:
+        v = Table(title="last verdicts", show_header=False, box=None)
+        for x in p["verdicts"]:
+            color = "green" if x["verdict"] == "validated" else "yellow"
+            v.add_row(x["t"][11:19], x["run_id"], f"[{color}]{x['verdict']}[/]", x["message"])
+        parts.append(v)
+    for h, why in (p.get("quarantined") or {}).items():
+        parts.append(Text.from_markup(f"[red]quarantined[/] {h}: {why}"))
+    for w in p.get("warnings") or []:
+        parts.append(Text.from_markup(f"[yellow]warning[/] {w['t'][11:19]} {w['message']}"))
+    return Group(*parts)
+
+
+def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> None:
+    """Show a campaign until finished() is true: a rich Live view on a terminal, else plain
+    timestamped lines (one per journal entry, from journal(after_id) -> rows)."""
+    if err_console.is_terminal:
+        with Live(campaign_renderable(snapshot()), console=err_console,
+                  refresh_per_second=2) as live:
+            while not finished():
+                _time.sleep(interval)
+                try:
+                    live.update(campaign_renderable(snapshot()))
+                except Exception:  # noqa: BLE001 - a busy database: next tick
+                    pass
+            live.update(campaign_renderable(snapshot()))
+        return
+    last = 0
+    while True:
+        done = finished()
+        try:
+            rows = journal(last) if journal else []
+        except Exception:  # noqa: BLE001
+            rows = []
+        for j in rows:
+            last = j.id
+            if j.kind in ("lock", "live"):    # rows updated in place, not events
+                continue
+            print(f"{j.t[:19].replace('T', ' ')} {j.kind:<10} {j.message}", flush=True)
+        if done:
+            return
+        _time.sleep(interval)
+
+
+def campaigns_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="campaigns")
+    for col in ("campaign", "matrix", "seed", "state", "created", "finished", "progress",
+                "states"):
+        t.add_column(col)
+    for r in rows:
+        st = r["states"]
+        total = sum(st.values())
+        fin = st.get("validated", 0) + st.get("rejected", 0)
+        t.add_row(r["id"], r["matrix"] or "-", str(r["seed"]), r["state"],
+                  (r["created"] or "")[:19], f"{fin}/{total}",
+                  f"{100 * fin / total:.0f}%" if total else "-",
+                  ", ".join(f"{k} {v}" for k, v in sorted(st.items())))
+    return t

@@ -1,0 +1,85 @@
+"""Views of the trace pipeline: parse, locality, policies, demand, recall."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from rich.table import Table
+
+from bench.results.views import num, pct, source_name
+
+
+def parse_table(summaries: Sequence[dict]) -> Table:
+    t = Table(title="Parsed traces (canonical parser)")
+    for col in ("trace", "iterations", "normal", "spec-accept", "spec-fallback", "tokens",
+                "passes", "reads", "reads/it", "reads/token", "prefill excl."):
+        t.add_column(col, justify="left" if col == "trace" else "right")
+    for s in summaries:
+        t.add_row(source_name(s["source"]), str(s["iterations"]), str(s["normal"]), str(s["spec_accept"]),
+                  str(s["spec_fallback"]), str(s["accepted_tokens"]), str(s["passes"]),
+                  str(s["reads"]), f"{s['reads_per_iteration']:.0f}",
+                  f"{s['reads_per_accepted_token']:.0f}", str(s["prefill_records_excluded"]))
+    return t
+
+
+def stats_table(result: dict) -> Table:
+    t = Table(title="Router locality (Table 1 quantities)")
+    for col in ("trace", "zipf alpha", "W1", "W8", "W64", "top-8 share first/last/min/max",
+                "union cov. min-max", "pool cov."):
+        t.add_column(col, justify="left" if col == "trace" else "right")
+    for s in result["traces"]:
+        ts = s["top8_share"]
+        t.add_row(source_name(s["source"]), num(s["zipf_alpha"], ".2f"), pct(s["reuse"]["w1"]),
+                  pct(s["reuse"]["w8"]), pct(s["reuse"]["w64"]),
+                  f"{pct(ts['first_layer'])} / {pct(ts['last_layer'])} / {pct(ts['min'])} / "
+                  f"{pct(ts['max'])}",
+                  f"{s['union_coverage']['min']}-{s['union_coverage']['max']} of "
+                  f"{s['union_coverage']['of']}", pct(s["pool_coverage"]))
+    if result.get("jaccard_range"):
+        lo, hi = result["jaccard_range"]
+        t.caption = f"domain Jaccard of top-{result['traces'][0]['top_set']} sets: {lo:.3f}-{hi:.3f}"
+    return t
+
+
+def sim_table(rows: Sequence[dict], title: str = "Fair-window hit rates") -> Table:
+    t = Table(title=title)
+    for col in ("trace", "regime", "budget", "policy", "trained on", "hits", "accesses",
+                "hit rate"):
+        t.add_column(col, justify="left" if col in ("trace", "regime", "policy", "trained on")
+                     else "right")
+    for r in rows:
+        t.add_row(source_name(str(r["trace"])), r["regime"], str(r["budget"]), r["policy"],
+                  source_name(str(r.get("train", "-"))), str(r["hits"]), str(r["accesses"]),
+                  pct(r["hit_rate"]))
+    return t
+
+
+def demand_table(rows: Sequence[dict]) -> Table:
+    t = Table(title="Demand model: LRU over one global pool, measured (second) pass")
+    for col in ("trace", "capacity", "pool keys", "misses/it", "nominal miss GB/it",
+                "logical GB/it", "hit rate"):
+        t.add_column(col, justify="left" if col == "trace" else "right")
+    for r in rows:
+        t.add_row(source_name(str(r["trace"])), r["capacity"], str(r["capacity_experts"]),
+                  f"{r['misses_per_iteration']:.1f}", f"{r['nominal_miss_gb_per_iteration']:.2f}",
+                  f"{r['logical_gb_per_iteration']:.2f}", pct(r["hit_rate"]))
+    return t
+
+
+def recall_table(report: dict) -> Table:
+    t = Table(title="Next-pass prediction recall")
+    for col in ("plan", "provenance", "recall", "per-layer range", "precision", "hinted"):
+        t.add_column(col, justify="left" if col in ("plan", "provenance") else "right")
+    for name, r in (("hints", report["hints"]), ("previous token", report["previous_token_baseline"])):
+        rng = r["per_layer_range"]
+        t.add_row(name, json.dumps(r["provenance"]), pct(r["recall"]),
+                  f"{pct(rng[0])}-{pct(rng[1])}" if rng else "-", pct(r["precision"]),
+                  str(r["hinted"]))
+    return t
+
+
+def check_lines(groups: Sequence[Sequence[str]]) -> Iterable[str]:
+    for g in groups:
+        yield ("suspicious first pass: bit-identical step-0 coverage in " + ", ".join(g) +
+               " (a synthetic scheduler dry run recorded as decode?)")
