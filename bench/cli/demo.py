@@ -44,7 +44,7 @@ def demo(
     demand, plans), then as root a small campaign on the local host (cgroup walls, balloon,
     none on a 256 MiB pool) through the real executor, ending with its results table."""
 
-    from bench.execute.demo import demo_results, prepare_campaign, root_needs, run_demo, tool_needs
+    from bench.execute.demo import root_needs, run_demo, tool_needs
     if trace_only and no_trace:
         raise InputError("--trace-only and --no-trace exclude each other")
     lock = parse_size(max_lock, "--max-lock")
@@ -58,13 +58,7 @@ def demo(
         step(f"part 1: the trace pipeline ({model})")
         result["trace"] = run_demo(out, model, tuple(ints(budgets, "--budgets")), seed, step=step)
         if not json_out:
-            views.print_table(trace_views.parse_table(result["trace"]["parse"]))
-            views.print_table(trace_views.stats_table(result["trace"]["locality"]))
-            views.print_table(trace_views.sim_table(result["trace"]["sim"]))
-            views.print_table(trace_views.sim_table(result["trace"]["sim_off_domain"], "Off-domain: "
-                              "static table trained on prose, LRU needs no table"))
-            views.print_table(trace_views.demand_table(result["trace"]["demand"]))
-            views.print_table(trace_views.recall_table(result["trace"]["recall"]))
+            _show_trace(result["trace"])
     if trace_only:
         if json_out:
             views.emit_json(result["trace"])
@@ -82,6 +76,25 @@ def demo(
             views.say(f"files in {out}; {time.monotonic() - t0:.1f}s")
         return
     step("part 2: a campaign on the local host (cgroup walls, balloon, none)")
+    res, dc = _campaign(out, db, data_dir, lock, seed, step, json_out)
+    result["campaign"] = res
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    if json_out:
+        views.emit_json(result)
+    else:
+        _show_campaign(res, dc.out, db)
+        views.say(f"files in {out} (trace, matrix.toml, hosts/, pool/, work/) and bundles in "
+                  f"{dc.data_dir}; {time.monotonic() - t0:.1f}s")
+    if res["state"] != "done":
+        raise typer.Exit(1)
+
+
+def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed: int,
+              step, json_out: bool) -> tuple[dict, object]:
+    """The measured part: the demo campaign prepared, run with the live view, its results."""
+    from bench.cli.campaign import run_live
+    from bench.execute.campaign.executor import Executor
+    from bench.execute.demo import demo_results, prepare_campaign
     dc, settings = prepare_campaign(out, db_url=db, data_dir=data_dir, max_lock=lock, seed=seed,
                                     step=step)
     for r in dc.runs:
@@ -89,33 +102,36 @@ def demo(
     for s in dc.skipped:
         step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
     step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
-    from bench.cli.campaign import run_live
-    from bench.execute.campaign.executor import Executor
     run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings), json_out)
-    res = demo_results(dc)
-    result["campaign"] = res
-    result["seconds"] = round(time.monotonic() - t0, 1)
-    if json_out:
-        views.emit_json(result)
-    else:
-        views.print_table(store_views.matrix_table(res["table"]))
-        t = Table(title=f"demo cells on {dc.out}: run or skipped")
-        for col in ("cell", "outcome", "s/it", "GB/it", "why"):
-            t.add_column(col, justify="right" if col in ("s/it", "GB/it") else "left")
-        for r in res["runs"]:
-            dev, med = r["device_bytes_per_iteration"], r["iteration_median_s"]
-            t.add_row(r["cell"], r["state"], "-" if med is None else f"{med:.4f}",
-                      "-" if dev is None else f"{dev / 1e9:.4f}", "; ".join(r["failed_rules"][:2]))
-        for sk in res["skipped"]:
-            t.add_row(sk["cell"] or sk["point"], "skipped", "-", "-", sk["reason"])
-        views.print_table(t)
-        views.say(f"campaign {dc.campaign}: {res['state']}; results again with `bench results "
-                  f"--matrix reclaim --campaign {dc.campaign}" + (f" --db {db}" if db else "")
-                  + "`")
-        views.say(f"files in {out} (trace, matrix.toml, hosts/, pool/, work/) and bundles in "
-                  f"{dc.data_dir}; {time.monotonic() - t0:.1f}s")
-    if res["state"] != "done":
-        raise typer.Exit(1)
+    return demo_results(dc), dc
+
+
+def _show_trace(trace: dict) -> None:
+    views.print_table(trace_views.parse_table(trace["parse"]))
+    views.print_table(trace_views.stats_table(trace["locality"]))
+    views.print_table(trace_views.sim_table(trace["sim"]))
+    views.print_table(trace_views.sim_table(trace["sim_off_domain"], "Off-domain: static table "
+                                            "trained on prose, LRU needs no table"))
+    views.print_table(trace_views.demand_table(trace["demand"]))
+    views.print_table(trace_views.recall_table(trace["recall"]))
+
+
+def _show_campaign(res: dict, out: Path, db: str | None) -> None:
+    """The reclaim-shaped table, then every demo cell: run (state, s/it, GB/it) or skipped."""
+    views.print_table(store_views.matrix_table(res["table"]))
+    t = Table(title=f"demo cells on {out}: run or skipped")
+    for col in ("cell", "outcome", "s/it", "GB/it", "why"):
+        t.add_column(col, justify="right" if col in ("s/it", "GB/it") else "left")
+    for r in res["runs"]:
+        dev, med = r["device_bytes_per_iteration"], r["iteration_median_s"]
+        t.add_row(r["cell"], r["state"], "-" if med is None else f"{med:.4f}",
+                  "-" if dev is None else f"{dev / 1e9:.4f}", "; ".join(r["failed_rules"][:2]))
+    for sk in res["skipped"]:
+        t.add_row(sk["cell"] or sk["point"], "skipped", "-", "-", sk["reason"])
+    views.print_table(t)
+    views.say(f"campaign {res['campaign']}: {res['state']}; results again with `bench results "
+              f"--matrix reclaim --campaign {res['campaign']}" + (f" --db {db}" if db else "")
+              + "`")
 
 
 def register(app: typer.Typer) -> None:

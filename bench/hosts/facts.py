@@ -376,7 +376,7 @@ def probe_hosts(hosts: Sequence, transport_for: Callable | None = None,
     def one(host) -> HostResult:
         try:
             t = transport_for(host)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - one host's failure is data
             return HostResult(host.name, error=error_data(exc), exception=exc)
         try:
             res = probe(t, host, facts)

@@ -220,42 +220,11 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
                        before=before, events=L.events)
     _stage_and_trigger(transport, host_entry, method, append, before, L)
     t_trigger = L.t_trigger or time.monotonic()
-    try:
-        transport.close()
-    except Exception:  # noqa: BLE001
-        pass
-    got = _poll_boot_id(transport, before.boot_id, time.monotonic() + down_timeout,
-                        want_down=True, log=L, interval=min(poll_interval, 1.0))
-    if got is None:
-        res.reason = (f"host never went down within {down_timeout:.0f}s "
-                      f"(still boot_id {before.boot_id})")
+    new_id = _await_new_boot(transport, host_entry, before, res, L, t_trigger, down_timeout,
+                             up_timeout, poll_interval)
+    if new_id is None:
         L("quarantine", res.reason)
         return res
-    res.seconds_down = round(time.monotonic() - t_trigger, 3)
-    new_id = got if got != "down" else None
-    if new_id is None:
-        new_id = _poll_boot_id(transport, before.boot_id, time.monotonic() + up_timeout,
-                               want_down=False, log=L, interval=poll_interval)
-    if new_id is None:
-        pc = host_entry.reboot.power_cycle
-        if not pc:
-            res.reason = f"no new boot_id within {up_timeout:.0f}s and no power_cycle configured"
-            L("quarantine", res.reason)
-            return res
-        L("power-cycle", quote_argv(list(pc)))
-        res.power_cycled = True
-        try:
-            LocalTransport("controller").run(list(pc), timeout=120)
-        except BenchError as exc:
-            res.reason = f"no new boot_id within {up_timeout:.0f}s; power cycle failed: {exc}"
-            L("quarantine", res.reason)
-            return res
-        new_id = _poll_boot_id(transport, before.boot_id, time.monotonic() + up_timeout,
-                               want_down=False, log=L, interval=poll_interval)
-        if new_id is None:
-            res.reason = f"no new boot_id within {up_timeout:.0f}s after a power cycle"
-            L("quarantine", res.reason)
-            return res
     res.seconds_to_ssh = round(time.monotonic() - t_trigger, 3)
     L("up", f"new boot_id={new_id} after {res.seconds_to_ssh:.1f}s")
     after = observe(transport)
@@ -273,6 +242,46 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
     res.reason = gate.reason
     L(res.verdict, res.reason)
     return res
+
+
+def _await_new_boot(transport: Transport, host: Host, before: Observation, res: RebootResult,
+                    L: _Log, t_trigger: float, down_timeout: float, up_timeout: float,
+                    poll_interval: float) -> str | None:
+    """The new boot_id once the host went down and came back, power-cycling it (when the
+    inventory says how) if it does not come back in time; None with res.reason when not."""
+    try:
+        transport.close()
+    except Exception:  # noqa: BLE001 - the trigger may have killed the connection already
+        pass
+    got = _poll_boot_id(transport, before.boot_id, time.monotonic() + down_timeout,
+                        want_down=True, log=L, interval=min(poll_interval, 1.0))
+    if got is None:
+        res.reason = (f"host never went down within {down_timeout:.0f}s "
+                      f"(still boot_id {before.boot_id})")
+        return None
+    res.seconds_down = round(time.monotonic() - t_trigger, 3)
+    if got != "down":
+        return got
+    new_id = _poll_boot_id(transport, before.boot_id, time.monotonic() + up_timeout,
+                           want_down=False, log=L, interval=poll_interval)
+    if new_id is not None:
+        return new_id
+    pc = host.reboot.power_cycle
+    if not pc:
+        res.reason = f"no new boot_id within {up_timeout:.0f}s and no power_cycle configured"
+        return None
+    L("power-cycle", quote_argv(list(pc)))
+    res.power_cycled = True
+    try:
+        LocalTransport("controller").run(list(pc), timeout=120)
+    except BenchError as exc:
+        res.reason = f"no new boot_id within {up_timeout:.0f}s; power cycle failed: {exc}"
+        return None
+    new_id = _poll_boot_id(transport, before.boot_id, time.monotonic() + up_timeout,
+                           want_down=False, log=L, interval=poll_interval)
+    if new_id is None:
+        res.reason = f"no new boot_id within {up_timeout:.0f}s after a power cycle"
+    return new_id
 
 
 def restore_host(transport: Transport, host_entry: Host,

@@ -205,7 +205,7 @@ class SSHTransport:
             except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - closing a failed connection
                     pass
                 raise _translate(self.entry, exc) from None
             self._conn = conn
@@ -233,7 +233,7 @@ class SSHTransport:
         except CommandTimedOut:
             self.close()  # the channel may still be busy: start afresh next time
             raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             self.close()
             raise _translate(self.entry, exc) from None
         res = Result(self.host, tuple(argv), r.exited, r.stdout, r.stderr, time.monotonic() - t0)
@@ -245,7 +245,7 @@ class SSHTransport:
         conn = self._open()
         try:
             conn.put(str(local), remote)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             raise self._io_error("put", remote, exc) from None
 
     def get(self, remote: str, local: Path) -> None:
@@ -253,7 +253,7 @@ class SSHTransport:
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
             conn.get(remote, str(local))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             raise self._io_error("get", remote, exc) from None
 
     def _io_error(self, what: str, remote: str, exc: Exception) -> HostError:
@@ -267,7 +267,7 @@ class SSHTransport:
         try:
             chan = conn.client.get_transport().open_session()
             chan.exec_command(quote_argv(argv))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             raise _translate(self.entry, exc) from None
         return RemoteProcess(chan)
 
@@ -276,7 +276,7 @@ class SSHTransport:
             if self._conn is not None:
                 try:
                     self._conn.close()
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - closing a dead connection
                     pass
                 self._conn = None
 
@@ -309,7 +309,7 @@ def fetch_host_key(host: Host) -> tuple[str, str, str]:
         t.banner_timeout = host.ssh.banner_timeout
         t.start_client(timeout=host.ssh.banner_timeout)
         key = t.get_remote_server_key()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
         raise _translate(host, exc) from None
     finally:
         if t is not None:

@@ -1,11 +1,9 @@
 """The virtual-machine lab (test tier 3): Debian guests under qemu (TCG), reached over SSH.
 
-Image: built offline from Debian's packages with debootstrap (minbase + sshd, python3, kexec,
-gcc/make, the Debian kernel 6.1 with its initramfs), turned into an ext4 disk with
-`mkfs.ext4 -d`, cached in $BENCH_LAB_CACHE (default /var/cache/bench-lab) under a key that
-hashes everything that goes into it. Init is busybox init with bench/guest/rcS (mounts,
-`bench.lru_gen=on|off` from the kernel command line, network, sshd); the guest's SSH host key
-is made at build time and recorded in the lab's known_hosts; root logs in with the lab key.
+Image: bench.lab.vm_image (Debian from debootstrap, cached). Init is busybox init with
+bench/lab/guest/rcS (mounts, `bench.lru_gen=on|off` from the kernel command line, network,
+sshd); the guest's SSH host key is made at build time and recorded in the lab's known_hosts;
+root logs in with the lab key.
 
 Guests: `lab_up(count)` starts `count` qemu-system-x86_64 (TCG) guests in parallel, each with a
 qcow2 overlay on the cached image (vda), its own ext4 pool disk (vdb, mounted at /srv/bench),
@@ -20,7 +18,6 @@ exactly the qemu processes this lab started (PIDs from the state file, checked a
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -28,26 +25,18 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.errors import (AuthError, BenchError, CommandFailed, CommandTimeout, HostError,
+from bench.errors import (AuthError, BenchError, CommandTimeout, HostError,
                           HostKeyError, InputError)
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, load_host_file, render_host_toml
 from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.lab.vm_image import (build_image, cache_dir, lab_key, run_cmd,
+                                say)
 
-GUEST_DIR = Path(__file__).resolve().parent / "guest"
-SUITE = "bookworm"
-IMAGE_VERSION = 3          # bump when the build recipe changes
-PACKAGES = ["openssh-server", "python3", "kexec-tools", "make", "gcc", "libc6-dev",
-            "iproute2", "linux-image-amd64", "initramfs-tools", "busybox", "kmod", "procps",
-            "zstd", "e2fsprogs", "util-linux"]
-HOST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
-              "debootstrap": "debootstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client",
-              "ssh-keygen": "openssh-client"}
 GUEST_MEM_MIB = 1536
 MEM_FLOOR = "512M"
 POOL_DISK_BYTES = 4 << 30
@@ -55,229 +44,14 @@ NAMES = "abcdefghij"
 BASE_APPEND = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4"
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("BENCH_LAB_CACHE", "/var/cache/bench-lab"))
-
-
 def state_dir() -> Path:
     return Path(os.environ.get("BENCH_LAB_DIR", "/run/bench-lab-vm"))
 
 
-def _say(log: Callable[[str], None] | None, msg: str) -> None:
-    if log:
-        log(f"{time.strftime('%H:%M:%S')} lab: {msg}")
-
-
-def _run(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
-    try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired:
-        raise CommandTimeout("lab", f"`{' '.join(argv)}` ran past {timeout}s") from None
-    except FileNotFoundError:
-        raise CommandFailed("lab", list(argv), 127, f"{argv[0]}: not found") from None
-    if p.returncode != 0:
-        raise CommandFailed("lab", list(argv), p.returncode, p.stderr or p.stdout)
-    return p
-
-
 # capabilities ---------------------------------------------------------------------------------
-
-def missing_capabilities(build: bool = True) -> list[str]:
-    """Why the lab cannot run here (empty when it can): not root, missing tools (with the Debian
-    package that has them), no mirror for debootstrap (only when an image must be built)."""
-    why = []
-    if os.geteuid() != 0:
-        why.append("not root (debootstrap and mkfs of the guest image need root)")
-    for tool, pkg in HOST_TOOLS.items():
-        if shutil.which(tool) is None and not (build is False and tool == "debootstrap"):
-            why.append(f"no {tool} (Debian package {pkg})")
-    if build and not _cached_image_ok() and mirror() is None:
-        why.append("no Debian mirror in the apt sources for debootstrap (set BENCH_LAB_MIRROR)")
-    return why
-
-
-def mirror() -> str | None:
-    """The Debian mirror this machine's apt uses ($BENCH_LAB_MIRROR wins)."""
-    env = os.environ.get("BENCH_LAB_MIRROR")
-    if env:
-        return env
-    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for f in files:
-        try:
-            text = f.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            parts = line.split()
-            if not parts or parts[0].startswith("#"):
-                continue
-            urls = []
-            if parts[0] == "URIs:":
-                urls = parts[1:]
-            elif parts[0] == "deb":
-                urls = [p for p in parts[1:] if "://" in p][:1]
-            for u in urls:
-                if u.rstrip("/").endswith("/debian") and "security" not in u:
-                    return u
-    return None
 
 
 # image -----------------------------------------------------------------------------------------
-
-def lab_key(cache: Path | None = None) -> Path:
-    """The lab's SSH identity (ed25519, made once per cache); .pub next to it."""
-    cache = cache or cache_dir()
-    key = cache / "lab_ed25519"
-    if not key.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab", "-f", str(key)])
-    return key
-
-
-def image_key(pubkey: str) -> str:
-    h = hashlib.sha256()
-    h.update(f"{IMAGE_VERSION} {SUITE} {' '.join(PACKAGES)}\n{pubkey}\n".encode())
-    for f in sorted(GUEST_DIR.iterdir()):
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _image_dir(cache: Path | None = None) -> Path:
-    cache = cache or cache_dir()
-    pub = (lab_key(cache).with_suffix(".pub")).read_text()
-    return cache / f"image-{image_key(pub)}"
-
-
-def _cached_image_ok() -> bool:
-    try:
-        d = _image_dir()
-    except BenchError:
-        return False
-    return (d / "manifest.json").exists()
-
-
-_SLIM = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
-         "var/cache/apt/archives", "var/lib/apt/lists"]
-_SLIM_MODULES = ["drivers/gpu", "drivers/net/wireless", "drivers/media", "drivers/infiniband",
-                 "drivers/staging", "drivers/bluetooth", "drivers/iio", "sound", "net/wireless",
-                 "net/mac80211", "drivers/net/ethernet"]
-
-
-def tree_key() -> str:
-    return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
-
-
-def _debootstrap_tree(cache: Path, url: str, log) -> Path:
-    """The pristine debootstrap result, cached apart from the image (so a change of the guest
-    files rebuilds the image in seconds without downloading again)."""
-    tree = cache / f"tree-{tree_key()}"
-    if (tree / "etc/debian_version").exists():
-        return tree
-    tmp = cache / f"tree-{tree_key()}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    _say(log, f"debootstrap {SUITE} from {url} (minutes, network bound)")
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-          str(tmp), url], timeout=1800)
-    shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
-    (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
-    tmp.rename(tree)
-    return tree
-
-
-def build_image(log: Callable[[str], None] | None = None, force: bool = False) -> dict:
-    """Build (or find cached) the guest image. Returns its manifest (paths, kernel release,
-    build seconds, whether it came from the cache)."""
-    cache = cache_dir()
-    d = _image_dir(cache)
-    man = d / "manifest.json"
-    if man.exists() and not force:
-        m = json.loads(man.read_text())
-        m["cached"] = True
-        _say(log, f"image cached in {d}")
-        return m
-    why = missing_capabilities(build=True)
-    if why:
-        raise BenchError("cannot build the lab image: " + "; ".join(why))
-    t0 = time.monotonic()
-    url = mirror()
-    cache.mkdir(parents=True, exist_ok=True)
-    tree = _debootstrap_tree(cache, url, log)
-    t_ds = time.monotonic() - t0
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
-    root = work / "root"
-    try:
-        _run(["cp", "-a", str(tree), str(root)], timeout=900)
-        _say(log, f"tree ready after {t_ds:.0f}s; configuring")
-        _configure_tree(root, lab_key(cache).with_suffix(".pub").read_text())
-        kernels = sorted((root / "boot").glob("vmlinuz-*"))
-        if not kernels:
-            raise BenchError("no kernel in the guest tree (linux-image-amd64 not installed?)")
-        release = kernels[-1].name[len("vmlinuz-"):]
-        _run(["chroot", str(root), "update-initramfs", "-u", "-k", release], timeout=600)
-        for sub in _SLIM:
-            shutil.rmtree(root / sub, ignore_errors=True)
-            (root / sub).mkdir(parents=True, exist_ok=True)
-        for sub in _SLIM_MODULES:
-            shutil.rmtree(root / "lib/modules" / release / "kernel" / sub, ignore_errors=True)
-        _run(["chroot", str(root), "depmod", release], timeout=300)
-        out = work / "out"
-        out.mkdir()
-        shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
-        shutil.copy2(root / "boot" / f"initrd.img-{release}", out / "initrd.img")
-        shutil.copy2(root / "etc/ssh/ssh_host_ed25519_key.pub", out / "host_key.pub")
-        used = int(_run(["du", "-sb", str(root)]).stdout.split()[0])
-        size_mib = (int(used * 1.3) >> 20) + 1024   # room for builds and logs in the guest
-        _say(log, f"mkfs.ext4 -d ({used >> 20} MiB tree, {size_mib} MiB image)")
-        _run(["mkfs.ext4", "-q", "-F", "-L", "benchroot", "-d", str(root),
-              str(out / "base.img"), f"{size_mib}M"], timeout=900)
-        manifest = {"key": d.name, "kernel": release, "suite": SUITE, "mirror": url,
-                    "packages": PACKAGES, "build_seconds": round(time.monotonic() - t0, 1),
-                    "debootstrap_seconds": round(t_ds, 1), "tree_bytes": used,
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if d.exists():
-            shutil.rmtree(d)
-        out.rename(d)
-        for old in cache.glob("image-*"):      # images of older recipes are never used again
-            if old != d:
-                shutil.rmtree(old, ignore_errors=True)
-        _say(log, f"image built in {manifest['build_seconds']}s: {d}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    manifest["cached"] = False
-    return manifest
-
-
-def _configure_tree(root: Path, pubkey: str) -> None:
-    g = GUEST_DIR
-    (root / "etc/bench").mkdir(parents=True, exist_ok=True)
-    for f, dest, mode in (("rcS", "etc/bench/rcS", 0o755),
-                          ("rc.shutdown", "etc/bench/rc.shutdown", 0o755),
-                          ("inittab", "etc/inittab", 0o644),
-                          ("sshd_config", "etc/ssh/sshd_config", 0o644),
-                          ("initramfs-modules", "etc/initramfs-tools/modules", 0o644)):
-        shutil.copyfile(g / f, root / dest)
-        os.chmod(root / dest, mode)
-    for f in (root / "etc/ssh/sshd_config.d").glob("*"):
-        f.unlink()
-    for link in ("sbin/init", "sbin/reboot", "sbin/poweroff", "sbin/halt"):
-        p = root / link
-        if p.exists() or p.is_symlink():
-            p.unlink()
-        p.symlink_to("/bin/busybox")
-    for f in (root / "etc/ssh").glob("ssh_host_*"):
-        f.unlink()
-    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
-          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
-    ssh = root / "root/.ssh"
-    ssh.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh, 0o700)
-    (ssh / "authorized_keys").write_text(pubkey)
-    os.chmod(ssh / "authorized_keys", 0o600)
-    (root / "etc/hostname").write_text("bench-guest\n")
-    (root / "etc/hosts").write_text("127.0.0.1 localhost\n")
-    (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime 0 1\n")
 
 
 def transport_for(entry):
@@ -437,25 +211,8 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
     host_pub = (img_dir / "host_key.pub").read_text()
     guests = {}
     for i in range(count):
-        name = f"lab-{NAMES[i]}"
-        gd = sd / name
-        gd.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
-        g = {"name": name, "dir": str(gd), "port": port, "address": "127.0.0.1", "user": "root",
-             "mem_mib": mem_mib, "overlay": str(gd / "root.qcow2"),
-             "pool_disk": str(gd / "pool.img"), "console": str(gd / "console.log"),
-             "qemu_log": str(gd / "qemu.log"), "pidfile": str(gd / "qemu.pid"),
-             "identity_file": str(key), "known_hosts": str(kh),
-             "default_append": f"{BASE_APPEND} bench.name={name}"}
-        for f in (g["overlay"], g["pool_disk"]):
-            Path(f).unlink(missing_ok=True)
-        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", img["base"], "-F", "raw",
-              g["overlay"]])
-        with open(g["pool_disk"], "wb") as f:
-            f.truncate(POOL_DISK_BYTES)
-        _run(["mkfs.ext4", "-q", "-F", "-L", "benchpool", "-E",
-              "lazy_itable_init=0,lazy_journal_init=0", g["pool_disk"]])
-        guests[name] = g
+        g = _new_guest(f"lab-{NAMES[i]}", sd, mem_mib, key, kh, img["base"])
+        guests[g["name"]] = g
     kh.write_text("".join(_known_hosts_line(g["port"], host_pub) for g in guests.values()))
     hosts_dir = sd / "hosts"
     for g in guests.values():  # written first: the boot wait connects through it
@@ -466,7 +223,7 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
         _start_qemu(g, img, g["default_append"])
     _save_state(st)
     started = ", ".join(f"{n} (pid {g['pid']}, port {g['port']})" for n, g in guests.items())
-    _say(log, f"started {started}")
+    say(log, f"started {started}")
 
     def wait(g):
         bid = wait_for_boot(transport_for(g), None, boot_timeout, g["pid"], g["console"])
@@ -483,10 +240,31 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
         lab_down(log=log)
         raise
     for g in guests.values():
-        _say(log, f"{g['name']} answers SSH on 127.0.0.1:{g['port']} after {g['boot_seconds']}s")
+        say(log, f"{g['name']} answers SSH on 127.0.0.1:{g['port']} after {g['boot_seconds']}s")
     st["hosts_dir"] = str(hosts_dir)
     _save_state(st)
     return st
+
+
+def _new_guest(name: str, sd: Path, mem_mib: int, key: Path, kh: Path, base: str) -> dict:
+    """A guest's state: its directory, port, disks (a qcow2 overlay of the image and a fresh
+    ext4 pool disk), logs and SSH settings."""
+    gd = sd / name
+    gd.mkdir(parents=True, exist_ok=True)
+    g = {"name": name, "dir": str(gd), "port": _free_port(), "address": "127.0.0.1",
+         "user": "root", "mem_mib": mem_mib, "overlay": str(gd / "root.qcow2"),
+         "pool_disk": str(gd / "pool.img"), "console": str(gd / "console.log"),
+         "qemu_log": str(gd / "qemu.log"), "pidfile": str(gd / "qemu.pid"),
+         "identity_file": str(key), "known_hosts": str(kh),
+         "default_append": f"{BASE_APPEND} bench.name={name}"}
+    for f in (g["overlay"], g["pool_disk"]):
+        Path(f).unlink(missing_ok=True)
+    run_cmd(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", g["overlay"]])
+    with open(g["pool_disk"], "wb") as fh:
+        fh.truncate(POOL_DISK_BYTES)
+    run_cmd(["mkfs.ext4", "-q", "-F", "-L", "benchpool", "-E",
+          "lazy_itable_init=0,lazy_journal_init=0", g["pool_disk"]])
+    return g
 
 
 def lab_down(log: Callable[[str], None] | None = None, keep_disks: bool = False) -> list[str]:
@@ -499,7 +277,7 @@ def lab_down(log: Callable[[str], None] | None = None, keep_disks: bool = False)
         if pid and _is_our_qemu(pid, g["overlay"]):
             _stop_pid(pid, g["overlay"])
             stopped.append(name)
-            _say(log, f"stopped {name} (pid {pid})")
+            say(log, f"stopped {name} (pid {pid})")
         if not keep_disks:
             shutil.rmtree(g["dir"], ignore_errors=True)
     if not keep_disks:
@@ -558,18 +336,20 @@ def main(argv: list[str] | None = None) -> int:
     pc.add_argument("name")
     pc.add_argument("--append")
     a = ap.parse_args(argv)
-    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+
+    def tell(m: str) -> None:
+        print(m, file=sys.stderr)
     try:
         if a.cmd == "up":
-            st = lab_up(a.count, log=say)
+            st = lab_up(a.count, log=tell)
             print(json.dumps({n: {k: g[k] for k in ("port", "pid", "boot_seconds", "inventory")}
                               for n, g in st["guests"].items()}, indent=2))
         elif a.cmd == "down":
-            print(json.dumps(lab_down(log=say)))
+            print(json.dumps(lab_down(log=tell)))
         elif a.cmd == "status":
             print(json.dumps(lab_status(), indent=2))
         elif a.cmd == "build":
-            print(json.dumps(build_image(log=say), indent=2))
+            print(json.dumps(build_image(log=tell), indent=2))
         elif a.cmd == "power-cycle":
             print(power_cycle(a.name, a.append))
     except BenchError as exc:

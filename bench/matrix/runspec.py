@@ -133,6 +133,40 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
                          "engine matrix, not the replay agent",
                          hint="bench schedule --matrix end-to-end (docs/engine.md)")
     check_run_id(run_id)
+    _check_plan_and_options(plan, options)
+    check_cell_on_host(cell, host, facts, options)
+    hints = _hints_path(cell, plan)
+    spec = {
+        "format": 1, "run_id": run_id,
+        "campaign": options.campaign, "position": options.position,
+        "repetition": options.repetition,
+        "host": host.name, "cell": cell.name, "capacity_bytes": cell.capacity_bytes,
+        "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
+        "prefetch": cell.hints or "none", "delivery": cell.delivery,
+        "workload": {"trace": plan.trace, "trace_sha256": plan.trace_sha256,
+                     "batch": plan.batch},
+        "plan": plan.remote_path, "plan_sha256": plan.sha256,
+        "hints": hints, "hints_sha256": plan.hints_sha256 if hints else None,
+        "hints_provenance": plan.hints_provenance if hints else None,
+        "pool": host.pool_dir, "pool_bytes": plan.pool_bytes,
+        "agent": _agent_section(cell, options),
+        "cgroup_headroom_bytes": options.cgroup_headroom_bytes,
+        "expect_boot": {"boot_id": options.boot_id, "mem": options.mem,
+                        "lru_gen": options.lru_gen},
+        "mglru_runtime_toggle": options.mglru_runtime_toggle,
+        "timeline_interval_ms": options.timeline_interval_ms,
+        "controller_version": options.controller_version,
+        "created": options.created,
+    }
+    for key in ("host_lock_timeout_s", "agent_timeout_s", "balloon_max_bytes"):
+        v = getattr(options, key)
+        if v is not None:
+            spec[key] = v
+    spec.update(options.extra)
+    return spec
+
+
+def _check_plan_and_options(plan: PlanInfo, options: RunOptions) -> None:
     for name in ("sha256", "trace_sha256", "hints_sha256"):
         v = getattr(plan, name)
         if v is not None and not SHA256.match(v):
@@ -148,54 +182,31 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
                          hint="pass --threads 8 (the engine's reader threads)")
     if options.lru_gen not in (None, "on", "off"):
         raise InputError(f"expect_boot lru_gen {options.lru_gen!r} must be on, off or none")
-    check_cell_on_host(cell, host, facts, options)
-    hints = None
+
+
+def _hints_path(cell: Cell, plan: PlanInfo) -> str | None:
+    """Where the hint plan is on the host: a prefetch cell needs one, no other cell takes one."""
     if cell.hints is not None:
         if not plan.hints_sha256:
             raise InputError(f"cell {cell.name} prefetches {cell.hints} hints but no hint plan "
                              "was made", hint="build the plan with a hint plan (bench plan "
                                               "--hints oracle|previous-token|FILE)")
-        hints = plan.hints_remote_path
-    elif plan.hints_sha256:
+        return plan.hints_remote_path
+    if plan.hints_sha256:
         raise InputError(f"cell {cell.name} has no prefetch but a hint plan was given",
                          hint="drop the hint plan or name a prefetch cell (...-oracle-advice)")
-    arena = 0
-    if cell.mode == "pinned":
-        arena = cell.capacity_bytes
-    elif cell.mode == "hybrid":
-        arena = cell.capacity_bytes // 2
+    return None
+
+
+def _agent_section(cell: Cell, options: RunOptions) -> dict:
+    """The spec's agent section: pinned mode gets an arena of C, hybrid C/2."""
+    arena = {"pinned": cell.capacity_bytes, "hybrid": cell.capacity_bytes // 2}.get(cell.mode, 0)
     nocache = None
     if cell.mode == "nocache":
         if options.nocache not in NOCACHE:
-            raise InputError(f"nocache method {options.nocache!r}", hint=f"one of {', '.join(NOCACHE)}")
+            raise InputError(f"nocache method {options.nocache!r}",
+                             hint=f"one of {', '.join(NOCACHE)}")
         nocache = options.nocache
-    spec = {
-        "format": 1, "run_id": run_id,
-        "campaign": options.campaign, "position": options.position,
-        "repetition": options.repetition,
-        "host": host.name, "cell": cell.name, "capacity_bytes": cell.capacity_bytes,
-        "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
-        "prefetch": cell.hints or "none", "delivery": cell.delivery,
-        "workload": {"trace": plan.trace, "trace_sha256": plan.trace_sha256,
-                     "batch": plan.batch},
-        "plan": plan.remote_path, "plan_sha256": plan.sha256,
-        "hints": hints, "hints_sha256": plan.hints_sha256 if hints else None,
-        "hints_provenance": plan.hints_provenance if hints else None,
-        "pool": host.pool_dir, "pool_bytes": plan.pool_bytes,
-        "agent": {"path": AGENT_PATH, "source_sha256": options.source_sha256,
-                  "threads": options.threads, "passes": options.passes, "arena_bytes": arena,
-                  "nocache": nocache, "freq": None},
-        "cgroup_headroom_bytes": options.cgroup_headroom_bytes,
-        "expect_boot": {"boot_id": options.boot_id, "mem": options.mem,
-                        "lru_gen": options.lru_gen},
-        "mglru_runtime_toggle": options.mglru_runtime_toggle,
-        "timeline_interval_ms": options.timeline_interval_ms,
-        "controller_version": options.controller_version,
-        "created": options.created,
-    }
-    for key in ("host_lock_timeout_s", "agent_timeout_s", "balloon_max_bytes"):
-        v = getattr(options, key)
-        if v is not None:
-            spec[key] = v
-    spec.update(options.extra)
-    return spec
+    return {"path": AGENT_PATH, "source_sha256": options.source_sha256,
+            "threads": options.threads, "passes": options.passes, "arena_bytes": arena,
+            "nocache": nocache, "freq": None}

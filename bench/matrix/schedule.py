@@ -35,8 +35,8 @@ Same seed, same plan; the seed is recorded in the plan.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from bench.errors import InputError, SafetyError
 from bench.matrix.engine import order_label, pair_orders
@@ -155,11 +155,23 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
     by_name = {h.name: h for h in hosts}
     if len(by_name) != len(hosts):
         raise InputError("a host is listed twice")
-    cell_seconds = dict(cell_seconds or {})
+    times = dict(cell_seconds or {})
 
     def est(c: Candidate) -> float:
-        return float(cell_seconds.get(c.cell, run_seconds))
+        return float(times.get(c.cell, run_seconds))
 
+    units = _units(requests, by_name)
+    assigned = _assign(units, by_name, seed, est, reboot_seconds)
+    plans = [_order_host(h, assigned[h.name], seed, campaign, randomize, interleave, est,
+                         reboot_seconds) for h in hosts]
+    return Schedule(campaign, seed, plans, randomize, interleave, float(run_seconds),
+                    float(reboot_seconds))
+
+
+def _units(requests: Sequence[RunRequest], by_name: dict[str, HostState]
+           ) -> dict[str, list[RunRequest]]:
+    """The requests grouped by unit (a cell's repetitions), each unit checked: candidates,
+    the same candidate hosts for every repetition, no repetition twice, known hosts."""
     units: dict[str, list[RunRequest]] = {}
     for r in requests:
         units.setdefault(r.unit, []).append(r)
@@ -176,11 +188,18 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
         if unknown:
             raise InputError(f"{u}: candidate host(s) {', '.join(sorted(unknown))} are not among "
                              f"the scheduled hosts ({', '.join(by_name)})")
+    return units
 
-    # 1. assignment
-    assigned: dict[str, list[tuple[RunRequest, Candidate]]] = {h.name: [] for h in hosts}
-    load = {h.name: 0.0 for h in hosts}
-    boots_on = {h.name: set() for h in hosts}
+
+def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], seed: int,
+            est: Callable[[Candidate], float], reboot_seconds: float
+            ) -> dict[str, list[tuple[RunRequest, Candidate]]]:
+    """1. Assignment: units with one candidate host go there; the others, heaviest first
+    (ties in a seeded order), to the candidate where the estimated load (with the reboot a new
+    boot config costs) stays smallest."""
+    assigned: dict[str, list[tuple[RunRequest, Candidate]]] = {h: [] for h in by_name}
+    load = {h: 0.0 for h in by_name}
+    boots_on: dict[str, set[BootConfig]] = {h: set() for h in by_name}
 
     def place(host: str, rs: list[RunRequest]) -> None:
         for r in rs:
@@ -210,63 +229,70 @@ def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: i
             if c.boot not in boots_on[c.host] and not by_name[c.host].is_current(c.boot):
                 extra = reboot_seconds
             return (load[c.host] + extra + est(c) * len(rs), c.host)
-        best = min(rs[0].candidates, key=cost)
-        place(best.host, rs)
+        place(min(rs[0].candidates, key=cost).host, rs)
+    return assigned
 
-    # 2. + 3. ordering per host
-    plans = []
-    for h in hosts:
-        items = assigned[h.name]
-        hp = HostSchedule(h.name, h.current)
-        hrng = _rng(seed, "order", h.name)
-        first_seen: dict[BootConfig, int] = {}
-        for r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
-            first_seen.setdefault(c.boot, len(first_seen))
-        groups = sorted(first_seen, key=first_seen.get)
-        if randomize:
-            hrng.shuffle(groups)
-        cur = [b for b in groups if h.is_current(b)]
-        groups = cur[:1] + [b for b in groups if b not in cur[:1]]
-        needs = [b for b in groups if not h.is_current(b)]
-        if needs and not h.rebootable:
-            raise SafetyError(f"{h.name}: runs need boot {needs[0].label} but the host may not "
-                              "be rebooted", "expansion should have skipped these cells")
-        pos = 0
-        for gi, b in enumerate(groups):
-            rs = sorted(((r, c) for r, c in items if c.boot == b),
-                        key=lambda rc: (rc[0].index, rc[0].unit, rc[0].rep))
-            ordered: list[tuple[RunRequest, Candidate]] = []
-            if interleave:
-                for rep in sorted({r.rep for r, _ in rs}):
-                    block = _paired([rc for rc in rs if rc[0].rep == rep], seed)
-                    if randomize:
-                        hrng.shuffle(block)
-                    ordered += [rc for pair in block for rc in pair]
-            else:
-                cells = sorted({r.unit: r.index for r, _ in rs}.items(), key=lambda kv: kv[1])
-                cells = [u for u, _ in cells]
-                if randomize:
-                    hrng.shuffle(cells)
-                for u in cells:
-                    ordered += [rc for pair in _paired(sorted(
-                        (rc for rc in rs if rc[0].unit == u), key=lambda rc: rc[0].rep), seed)
-                        for rc in pair]
-            reboot = not (gi == 0 and h.is_current(b))
-            if reboot:
-                hp.reboots += 1
-                hp.estimate_s += reboot_seconds
-            for i, (r, c) in enumerate(ordered):
-                pos += 1
-                e = est(c)
-                hp.estimate_s += e
-                hp.runs.append(ScheduledRun(f"{campaign}-{h.name}-{pos:03d}", h.name, pos, r.rep,
-                                            c.cell, r.point, b, reboot and i == 0, e,
-                                            _pair_info(r, seed)))
-            hp.boots.append(b)
-        hp.lower_bound = reboot_lower_bound(hp.boots, h)
-        plans.append(hp)
-    return Schedule(campaign, seed, plans, randomize, interleave, float(run_seconds),
-                float(reboot_seconds))
+
+def _order_host(h: HostState, items: list[tuple[RunRequest, Candidate]], seed: int,
+                campaign: str, randomize: bool, interleave: bool,
+                est: Callable[[Candidate], float], reboot_seconds: float) -> HostSchedule:
+    """2. + 3. One host's order: boot groups (the current boot first, free), runs ordered
+    within each group."""
+    hp = HostSchedule(h.name, h.current)
+    hrng = _rng(seed, "order", h.name)
+    first_seen: dict[BootConfig, int] = {}
+    for _r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
+        first_seen.setdefault(c.boot, len(first_seen))
+    groups = sorted(first_seen, key=first_seen.__getitem__)
+    if randomize:
+        hrng.shuffle(groups)
+    cur = [b for b in groups if h.is_current(b)]
+    groups = cur[:1] + [b for b in groups if b not in cur[:1]]
+    needs = [b for b in groups if not h.is_current(b)]
+    if needs and not h.rebootable:
+        raise SafetyError(f"{h.name}: runs need boot {needs[0].label} but the host may not "
+                          "be rebooted", "expansion should have skipped these cells")
+    pos = 0
+    for gi, b in enumerate(groups):
+        ordered = _order_group([(r, c) for r, c in items if c.boot == b], hrng, seed,
+                               randomize, interleave)
+        reboot = not (gi == 0 and h.is_current(b))
+        if reboot:
+            hp.reboots += 1
+            hp.estimate_s += reboot_seconds
+        for i, (r, c) in enumerate(ordered):
+            pos += 1
+            e = est(c)
+            hp.estimate_s += e
+            hp.runs.append(ScheduledRun(f"{campaign}-{h.name}-{pos:03d}", h.name, pos, r.rep,
+                                        c.cell, r.point, b, reboot and i == 0, e,
+                                        _pair_info(r, seed)))
+        hp.boots.append(b)
+    hp.lower_bound = reboot_lower_bound(hp.boots, h)
+    return hp
+
+
+def _order_group(rcs: list[tuple[RunRequest, Candidate]], hrng: random.Random, seed: int,
+                 randomize: bool, interleave: bool) -> list[tuple[RunRequest, Candidate]]:
+    """The runs of one boot group: repetitions interleaved (each round shuffled) or cell by
+    cell (cells shuffled); an engine pair always stays one block."""
+    rs = sorted(rcs, key=lambda rc: (rc[0].index, rc[0].unit, rc[0].rep))
+    ordered: list[tuple[RunRequest, Candidate]] = []
+    if interleave:
+        for rep in sorted({r.rep for r, _ in rs}):
+            block = _paired([rc for rc in rs if rc[0].rep == rep], seed)
+            if randomize:
+                hrng.shuffle(block)
+            ordered += [rc for pair in block for rc in pair]
+        return ordered
+    cells = [u for u, _ in sorted({r.unit: r.index for r, _ in rs}.items(), key=lambda kv: kv[1])]
+    if randomize:
+        hrng.shuffle(cells)
+    for u in cells:
+        ordered += [rc for pair in _paired(sorted((rc for rc in rs if rc[0].unit == u),
+                                                  key=lambda rc: rc[0].rep), seed)
+                    for rc in pair]
+    return ordered
 
 
 def _first(r: RunRequest, seed: int) -> str:

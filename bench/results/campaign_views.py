@@ -71,7 +71,7 @@ def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> No
         done = finished()
         try:
             rows = journal(last) if journal else []
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a busy database: next tick
             rows = []
         for j in rows:
             last = j.id

@@ -144,6 +144,20 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
     run.nominal_miss_bytes_per_iteration, run.nominal_source = nominal, source
     s.flush()
     rid = run.id
+    _write_parts(s, rid, b)
+    _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
+                        "reason": v.reason, "current": True, "evaluated_at": now()}
+                       for v in verdicts])
+    failed = verdict.failed
+    s.add(JournalEntry(campaign_id=campaign_id, run_ref=rid, kind="ingest",
+                       message=f"ingested {b.run_id}: " + ("retained" if keep else
+                                                          "rejected by " + ", ".join(failed)),
+                       data={"digest": b.digest}))
+    return {"run_id": b.run_id, "status": "ingested", "retained": keep, "failed": failed}
+
+
+def _write_parts(s: Session, rid: int, b: Bundle) -> None:
+    """The run's raw files (compressed), counter deltas, iterations, timeline and summary."""
     _rows(s, RawFile, [{"run_id": rid, "path": p, "size": len(d), "codec": "zlib",
                         "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
                        for p, d in b.files.items()])
@@ -166,15 +180,6 @@ def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run
                            hints_submitted=hints.get("submitted"),
                            hints_overwritten=hints.get("overwritten"),
                            hints_completed=hints.get("completed"), data=sm))
-    _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
-                        "reason": v.reason, "current": True, "evaluated_at": now()}
-                       for v in verdicts])
-    failed = verdict.failed
-    s.add(JournalEntry(campaign_id=campaign_id, run_ref=rid, kind="ingest",
-                       message=f"ingested {b.run_id}: " + ("retained" if keep else
-                                                          "rejected by " + ", ".join(failed)),
-                       data={"digest": b.digest}))
-    return {"run_id": b.run_id, "status": "ingested", "retained": keep, "failed": failed}
 
 
 def _engine_row(rid: int, b: Bundle) -> EngineRun:

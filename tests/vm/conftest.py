@@ -17,7 +17,8 @@ def lab(tmp_path_factory):
     if os.environ.get("BENCH_SKIP_VM") == "1":
         pytest.skip("BENCH_SKIP_VM=1")
     from bench.lab import vm as lab_vm
-    why = lab_vm.missing_capabilities(build=True)
+    from bench.lab import vm_image
+    why = vm_image.missing_capabilities(build=True)
     if why:
         pytest.skip("VM lab unavailable: " + "; ".join(why))
     old = os.environ.get("BENCH_LAB_DIR")
@@ -25,7 +26,7 @@ def lab(tmp_path_factory):
     timings = {}
     try:
         t0 = time.monotonic()
-        image = lab_vm.build_image(log=print)
+        image = vm_image.build_image(log=print)
         timings["image_seconds"] = round(time.monotonic() - t0, 1)
         timings["image_cached"] = image["cached"]
         st = lab_vm.lab_up(2, boot_timeout=300, log=print)

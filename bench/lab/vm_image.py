@@ -1,0 +1,270 @@
+"""The vm lab's guest image: built offline from Debian's packages with debootstrap (minbase +
+sshd, python3, kexec, gcc/make, the Debian kernel 6.1 with its initramfs), configured (busybox
+init with bench/lab/guest/rcS, the lab key, a host key made at build time), slimmed, turned
+into an ext4 disk with `mkfs.ext4 -d`, and cached in $BENCH_LAB_CACHE (default
+/var/cache/bench-lab) under a key that hashes everything that goes into it. Also the host's
+capabilities to build and boot it, and the small helpers the lab shares."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.errors import BenchError, CommandFailed, CommandTimeout
+
+GUEST_DIR = Path(__file__).resolve().parent / "guest"
+
+
+SUITE = "bookworm"
+
+
+IMAGE_VERSION = 3          # bump when the build recipe changes
+
+
+PACKAGES = ["openssh-server", "python3", "kexec-tools", "make", "gcc", "libc6-dev",
+            "iproute2", "linux-image-amd64", "initramfs-tools", "busybox", "kmod", "procps",
+            "zstd", "e2fsprogs", "util-linux"]
+
+
+HOST_TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils",
+              "debootstrap": "debootstrap", "mkfs.ext4": "e2fsprogs", "ssh": "openssh-client",
+              "ssh-keygen": "openssh-client"}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("BENCH_LAB_CACHE", "/var/cache/bench-lab"))
+
+
+def say(log: Callable[[str], None] | None, msg: str) -> None:
+    if log:
+        log(f"{time.strftime('%H:%M:%S')} lab: {msg}")
+
+
+def run_cmd(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired:
+        raise CommandTimeout("lab", f"`{' '.join(argv)}` ran past {timeout}s") from None
+    except FileNotFoundError:
+        raise CommandFailed("lab", list(argv), 127, f"{argv[0]}: not found") from None
+    if p.returncode != 0:
+        raise CommandFailed("lab", list(argv), p.returncode, p.stderr or p.stdout)
+    return p
+
+
+def missing_capabilities(build: bool = True) -> list[str]:
+    """Why the lab cannot run here (empty when it can): not root, missing tools (with the Debian
+    package that has them), no mirror for debootstrap (only when an image must be built)."""
+    why = []
+    if os.geteuid() != 0:
+        why.append("not root (debootstrap and mkfs of the guest image need root)")
+    for tool, pkg in HOST_TOOLS.items():
+        if shutil.which(tool) is None and not (build is False and tool == "debootstrap"):
+            why.append(f"no {tool} (Debian package {pkg})")
+    if build and not _cached_image_ok() and mirror() is None:
+        why.append("no Debian mirror in the apt sources for debootstrap (set BENCH_LAB_MIRROR)")
+    return why
+
+
+def mirror() -> str | None:
+    """The Debian mirror this machine's apt uses ($BENCH_LAB_MIRROR wins)."""
+    env = os.environ.get("BENCH_LAB_MIRROR")
+    if env:
+        return env
+    files = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            urls = []
+            if parts[0] == "URIs:":
+                urls = parts[1:]
+            elif parts[0] == "deb":
+                urls = [p for p in parts[1:] if "://" in p][:1]
+            for u in urls:
+                if u.rstrip("/").endswith("/debian") and "security" not in u:
+                    return u
+    return None
+
+
+def lab_key(cache: Path | None = None) -> Path:
+    """The lab's SSH identity (ed25519, made once per cache); .pub next to it."""
+    cache = cache or cache_dir()
+    key = cache / "lab_ed25519"
+    if not key.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab", "-f", str(key)])
+    return key
+
+
+def image_key(pubkey: str) -> str:
+    h = hashlib.sha256()
+    h.update(f"{IMAGE_VERSION} {SUITE} {' '.join(PACKAGES)}\n{pubkey}\n".encode())
+    for f in sorted(GUEST_DIR.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _image_dir(cache: Path | None = None) -> Path:
+    cache = cache or cache_dir()
+    pub = (lab_key(cache).with_suffix(".pub")).read_text()
+    return cache / f"image-{image_key(pub)}"
+
+
+def _cached_image_ok() -> bool:
+    try:
+        d = _image_dir()
+    except BenchError:
+        return False
+    return (d / "manifest.json").exists()
+
+
+_SLIM = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+         "var/cache/apt/archives", "var/lib/apt/lists"]
+
+
+_SLIM_MODULES = ["drivers/gpu", "drivers/net/wireless", "drivers/media", "drivers/infiniband",
+                 "drivers/staging", "drivers/bluetooth", "drivers/iio", "sound", "net/wireless",
+                 "net/mac80211", "drivers/net/ethernet"]
+
+
+def tree_key() -> str:
+    return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
+
+
+def _debootstrap_tree(cache: Path, url: str, log) -> Path:
+    """The pristine debootstrap result, cached apart from the image (so a change of the guest
+    files rebuilds the image in seconds without downloading again)."""
+    tree = cache / f"tree-{tree_key()}"
+    if (tree / "etc/debian_version").exists():
+        return tree
+    tmp = cache / f"tree-{tree_key()}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    say(log, f"debootstrap {SUITE} from {url} (minutes, network bound)")
+    run_cmd(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
+          str(tmp), url], timeout=1800)
+    shutil.rmtree(tmp / "var/cache/apt/archives", ignore_errors=True)
+    (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    tmp.rename(tree)
+    return tree
+
+
+def build_image(log: Callable[[str], None] | None = None, force: bool = False) -> dict:
+    """Build (or find cached) the guest image. Returns its manifest (paths, kernel release,
+    build seconds, whether it came from the cache)."""
+    cache = cache_dir()
+    d = _image_dir(cache)
+    man = d / "manifest.json"
+    if man.exists() and not force:
+        m = json.loads(man.read_text())
+        m["cached"] = True
+        say(log, f"image cached in {d}")
+        return m
+    why = missing_capabilities(build=True)
+    if why:
+        raise BenchError("cannot build the lab image: " + "; ".join(why))
+    t0 = time.monotonic()
+    url = mirror()
+    cache.mkdir(parents=True, exist_ok=True)
+    tree = _debootstrap_tree(cache, url, log)
+    t_ds = time.monotonic() - t0
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    root = work / "root"
+    try:
+        run_cmd(["cp", "-a", str(tree), str(root)], timeout=900)
+        say(log, f"tree ready after {t_ds:.0f}s; configuring")
+        _configure_tree(root, lab_key(cache).with_suffix(".pub").read_text())
+        release = _kernel_and_slim(root)
+        out = work / "out"
+        out.mkdir()
+        used = _write_image(root, release, out, log)
+        manifest = {"key": d.name, "kernel": release, "suite": SUITE, "mirror": url,
+                    "packages": PACKAGES, "build_seconds": round(time.monotonic() - t0, 1),
+                    "debootstrap_seconds": round(t_ds, 1), "tree_bytes": used,
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if d.exists():
+            shutil.rmtree(d)
+        out.rename(d)
+        for old in cache.glob("image-*"):      # images of older recipes are never used again
+            if old != d:
+                shutil.rmtree(old, ignore_errors=True)
+        say(log, f"image built in {manifest['build_seconds']}s: {d}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    manifest["cached"] = False
+    return manifest
+
+
+def _kernel_and_slim(root: Path) -> str:
+    """The guest kernel's release, its initramfs rebuilt, the tree slimmed (docs, locales,
+    unneeded modules). Returns the release."""
+    kernels = sorted((root / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise BenchError("no kernel in the guest tree (linux-image-amd64 not installed?)")
+    release = kernels[-1].name[len("vmlinuz-"):]
+    run_cmd(["chroot", str(root), "update-initramfs", "-u", "-k", release], timeout=600)
+    for sub in _SLIM:
+        shutil.rmtree(root / sub, ignore_errors=True)
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for sub in _SLIM_MODULES:
+        shutil.rmtree(root / "lib/modules" / release / "kernel" / sub, ignore_errors=True)
+    run_cmd(["chroot", str(root), "depmod", release], timeout=300)
+    return release
+
+
+def _write_image(root: Path, release: str, out: Path, log: Callable[[str], None] | None) -> int:
+    """Kernel, initrd, host key and the ext4 root image into out/; returns the tree's bytes."""
+    shutil.copy2(root / "boot" / f"vmlinuz-{release}", out / "vmlinuz")
+    shutil.copy2(root / "boot" / f"initrd.img-{release}", out / "initrd.img")
+    shutil.copy2(root / "etc/ssh/ssh_host_ed25519_key.pub", out / "host_key.pub")
+    used = int(run_cmd(["du", "-sb", str(root)]).stdout.split()[0])
+    size_mib = (int(used * 1.3) >> 20) + 1024   # room for builds and logs in the guest
+    say(log, f"mkfs.ext4 -d ({used >> 20} MiB tree, {size_mib} MiB image)")
+    run_cmd(["mkfs.ext4", "-q", "-F", "-L", "benchroot", "-d", str(root),
+          str(out / "base.img"), f"{size_mib}M"], timeout=900)
+    return used
+
+
+def _configure_tree(root: Path, pubkey: str) -> None:
+    g = GUEST_DIR
+    (root / "etc/bench").mkdir(parents=True, exist_ok=True)
+    for f, dest, mode in (("rcS", "etc/bench/rcS", 0o755),
+                          ("rc.shutdown", "etc/bench/rc.shutdown", 0o755),
+                          ("inittab", "etc/inittab", 0o644),
+                          ("sshd_config", "etc/ssh/sshd_config", 0o644),
+                          ("initramfs-modules", "etc/initramfs-tools/modules", 0o644)):
+        shutil.copyfile(g / f, root / dest)
+        os.chmod(root / dest, mode)
+    for f in (root / "etc/ssh/sshd_config.d").glob("*"):
+        f.unlink()
+    for link in ("sbin/init", "sbin/reboot", "sbin/poweroff", "sbin/halt"):
+        p = root / link
+        if p.exists() or p.is_symlink():
+            p.unlink()
+        p.symlink_to("/bin/busybox")
+    for f in (root / "etc/ssh").glob("ssh_host_*"):
+        f.unlink()
+    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
+          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    ssh = root / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(ssh, 0o700)
+    (ssh / "authorized_keys").write_text(pubkey)
+    os.chmod(ssh / "authorized_keys", 0o600)
+    (root / "etc/hostname").write_text("bench-guest\n")
+    (root / "etc/hosts").write_text("127.0.0.1 localhost\n")
+    (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime 0 1\n")
