@@ -1,4 +1,5 @@
-"""Typed errors. Library code raises these; only the CLI turns them into a message and an exit code."""
+"""Typed errors. Library code raises these; only the CLI turns them into a message and an exit
+code."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """`bench matrix list|show` and `bench schedule --dry-run`: matrices and the campaign plan.
 
-`--dry-run` is planning only: nothing touches a host; the plan comes from the inventory files,
-the matrix and the seed. Without it the campaign is created in the store and run by the
-executor (bench.execute.campaign); `bench resume`, `bench campaigns` and `bench watch` continue, list
-and follow campaigns (watch reads the database only)."""
+`--dry-run` is planning only: nothing touches a host; the plan comes from the inventory files, the
+matrix and the seed. Without it the campaign is created in the store and run by the executor
+(bench.execute.campaign); `bench resume`, `bench campaigns` and `bench watch` continue, list and
+follow campaigns (watch reads the database only)."""
 
 from __future__ import annotations
 

@@ -45,9 +45,10 @@ def _log():
 @hosts_app.command("reboot")
 def hosts_reboot(
     host: HostArg,
-    mem: Annotated[Optional[str], typer.Option(help="mem= for the next boot (93G), or none.")] = None,
-    lru_gen: Annotated[Optional[str], typer.Option(help="MGLRU at boot: on or off "
-                                                   "(applied early at boot by bench.lru_gen=).")] = None,
+    mem: Annotated[Optional[str], typer.Option(
+        help="mem= for the next boot (93G), or none.")] = None,
+    lru_gen: Annotated[Optional[str], typer.Option(
+        help="MGLRU at boot: on or off (applied early at boot by bench.lru_gen=).")] = None,
     up_timeout: TimeoutOpt = None,
     hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False,
 ) -> None:

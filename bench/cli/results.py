@@ -143,7 +143,8 @@ def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = 
 def sizing(target_seconds: Annotated[float, typer.Option(
                "--target-seconds", help="Target seconds per iteration.")],
            reclaim: Annotated[str, typer.Option(
-               help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru", host: HostOpt = None, campaign: CampOpt = None,
+               help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru",
+           host: HostOpt = None, campaign: CampOpt = None,
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """DRAM needed for a target iteration time, off the measured capacity curve."""
     from bench.store.queries import sizing as do

@@ -64,19 +64,24 @@ def trace_synth(
     preset: Annotated[str, typer.Option(help="Model preset: k3, qwen3, dsv3 or tiny.")] = "tiny",
     tokens: Annotated[Optional[int], typer.Option(help="Requested tokens (decode yields one "
                                                   "fewer: the first comes from prefill).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed (same seed, same bytes).")] = None,
-    domain: Annotated[Optional[int], typer.Option(help="Domain index (hot-set permutation).")] = None,
-    alpha: Annotated[Optional[float], typer.Option(help="Zipf exponent of selection counts.")] = None,
-    head: Annotated[Optional[float], typer.Option(help="Zipf-Mandelbrot offset: popularity "
-                                                  "~ (rank + head)^-alpha; 0 is pure Zipf.")] = None,
-    gradient: Annotated[Optional[float], typer.Option(help="Per-layer slope ramp: first layer "
-                                                      "alpha*(1-g/2), last alpha*(1+g/2).")] = None,
+    seed: Annotated[Optional[int], typer.Option(
+        help="Random seed (same seed, same bytes).")] = None,
+    domain: Annotated[Optional[int], typer.Option(
+        help="Domain index (hot-set permutation).")] = None,
+    alpha: Annotated[Optional[float], typer.Option(
+        help="Zipf exponent of selection counts.")] = None,
+    head: Annotated[Optional[float], typer.Option(
+        help="Zipf-Mandelbrot offset: popularity ~ (rank + head)^-alpha; 0 is pure Zipf.")] = None,
+    gradient: Annotated[Optional[float], typer.Option(
+        help="Per-layer slope ramp: first layer alpha*(1-g/2), last alpha*(1+g/2).")] = None,
     reuse: Annotated[Optional[float], typer.Option(help="Probability a selection repeats the "
                                                    "previous token's expert.")] = None,
     overlap: Annotated[Optional[float], typer.Option(help="Fraction of popularity ranks domains "
                                                      "share.")] = None,
-    spec_accept: Annotated[Optional[float], typer.Option(help="Rate of spec-accept iterations.")] = None,
-    fallback: Annotated[Optional[float], typer.Option(help="Rate of spec-fallback iterations.")] = None,
+    spec_accept: Annotated[Optional[float], typer.Option(
+        help="Rate of spec-accept iterations.")] = None,
+    fallback: Annotated[Optional[float], typer.Option(
+        help="Rate of spec-fallback iterations.")] = None,
     shape: Annotated[Optional[str], typer.Option(help="production (default) or llama.")] = None,
     dry_run_pass: Annotated[bool, typer.Option("--dry-run-pass", help="Add llama.cpp's synthetic "
                                                "first pass (identical across prompts).")] = False,
@@ -120,7 +125,8 @@ def trace_recall(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     hints: Annotated[str, typer.Option(help="oracle, previous-token, or a hint plan file.")],
     k: KOpt = None,
-    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = 1,
+    expert_bytes: Annotated[Optional[int], typer.Option(
+        help="Expert size if the header lacks it.")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Recall of a next-pass prediction plan, next to previous-token recurrence."""
@@ -135,7 +141,8 @@ def trace_recall(
 
 def sim(
     files: FilesArg,
-    policy: Annotated[str, typer.Option(help="Comma list of lru, lfu, static, belady.")] = "lru,lfu,static,belady",
+    policy: Annotated[str, typer.Option(
+        help="Comma list of lru, lfu, static, belady.")] = "lru,lfu,static,belady",
     regime: Annotated[str, typer.Option(help="per-layer (B experts per layer) or global "
                                         "(one pool of B x layers keys).")] = "per-layer",
     budgets: Annotated[str, typer.Option(help="Comma list of B, experts per layer.")] = "8,16,32",
@@ -166,10 +173,12 @@ def sim(
 def demand(
     files: FilesArg,
     capacity: Annotated[str, typer.Option(help="Comma list of capacities C (64G = 64 GiB).")],
-    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = None,
+    expert_bytes: Annotated[Optional[int], typer.Option(
+        help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
-    """Nominal miss GB per iteration: LRU over C / S experts, plan replayed twice (warm, measure)."""
+    """Nominal miss GB per iteration: LRU over C / S experts, plan replayed twice (warm,
+    measure)."""
     from bench.plan.planfile import plan_from_trace
     from bench.sim.demand import demand as run_demand
     caps = [parse_size(c, "capacity") for c in split_csv(capacity, "--capacity")]
@@ -206,13 +215,15 @@ def _hints_for(plan, hints: str):
 def plan(
     files: FilesArg,
     out: Annotated[Path, typer.Option("-o", "--out", help="Replay plan file to write.")],
-    hints: Annotated[Optional[str], typer.Option(help="Also write a hint plan: oracle, "
-                                                 "previous-token, or a recorded hint plan FILE.")] = None,
+    hints: Annotated[Optional[str], typer.Option(
+        help="Also write a hint plan: oracle, previous-token, or a recorded hint plan "
+             "FILE.")] = None,
     hints_out: Annotated[Optional[Path], typer.Option(help="Hint plan file (default: OUT "
                                                       "with .hints.bin).")] = None,
     freq_out: Annotated[Optional[Path], typer.Option(help="Also write the plan's frequency "
                                                      "table (the pinned arena's oracle).")] = None,
-    expert_bytes: Annotated[Optional[int], typer.Option(help="Expert size if the header lacks it.")] = None,
+    expert_bytes: Annotated[Optional[int], typer.Option(
+        help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints."""

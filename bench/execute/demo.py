@@ -113,7 +113,7 @@ def run_demo(out: Path, model: str = "k3", budgets: tuple[int, ...] = (8, 16, 32
     write_plan(out / "plan.previous-token-hints.bin", previous_token_hints(plan))
     freq = frequency_table(plan)
     (out / "plan.freq").write_text("# layer expert count\n" + "".join(
-        f"{l} {e} {n}\n" for (l, e), n in sorted(freq.items())))
+        f"{layer} {e} {n}\n" for (layer, e), n in sorted(freq.items())))
     return {
         "directory": str(out),
         "parse": [t.summary() for t in traces],

@@ -179,7 +179,7 @@ def host_run_ids(run_id: str, names: list[str]) -> dict[str, str]:
 
 
 def run_hosts(hosts: Sequence[Host], cell: Cell | str, plan: PlanInfo, plan_path: Path,
-              run_id: str, *, options: RunOptions = RunOptions(),
+              run_id: str, *, options: RunOptions | None = None,
               transport_for: TransportFor | None = None,
               reconnect_timeout_s: float | None = None, **kw: Any) -> list[HostRunResult]:
     """One cell on every host in parallel, results in the hosts' order.
@@ -190,6 +190,7 @@ def run_hosts(hosts: Sequence[Host], cell: Cell | str, plan: PlanInfo, plan_path
     it...) raises before anything is written anywhere. An unreachable host is an error in its
     result, the others go on."""
     transport_for = transport_for or ssh_transport_for
+    options = options or RunOptions()
     cell = parse_cell(cell) if isinstance(cell, str) else cell
     hosts = list(hosts)
     ids = host_run_ids(run_id, [h.name for h in hosts])

@@ -3,7 +3,8 @@ its output; `probe_hosts` runs them on many hosts in parallel and returns one `H
 host, carrying an error as data (like fabric's GroupResult) so one dead host stops nothing.
 
 The parsers (parse_*, resolve_block_device, decode_dev) are pure and tested on captured files in
-tests/fixtures/facts/. /proc parsers shared with snapshots live in bench.hosts.procfs and are reused.
+tests/fixtures/facts/. /proc parsers shared with snapshots live in bench.hosts.procfs and are
+reused.
 """
 
 from __future__ import annotations
@@ -354,7 +355,8 @@ def check_expectations(host, facts: dict) -> list[str]:
         out.append(f"arch is {facts['arch']}, inventory expects {exp['arch']}")
     if "page_size" in exp and facts.get("page_size") not in (None, exp["page_size"]):
         out.append(f"page size is {facts['page_size']}, inventory expects {exp['page_size']}")
-    if "kernel" in exp and facts.get("kernel") and not str(facts["kernel"]).startswith(exp["kernel"]):
+    kernel = str(facts.get("kernel") or "")
+    if "kernel" in exp and kernel and not kernel.startswith(exp["kernel"]):
         out.append(f"kernel is {facts['kernel']}, inventory expects {exp['kernel']}*")
     return out
 

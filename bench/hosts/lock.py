@@ -32,7 +32,8 @@ class HostLocked(HostError):
 
 def default_owner(purpose: str = "") -> str:
     t = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{socket.gethostname()} pid {os.getpid()} since {t}" + (f" ({purpose})" if purpose else "")
+    return (f"{socket.gethostname()} pid {os.getpid()} since {t}"
+            + (f" ({purpose})" if purpose else ""))
 
 
 class HostLock:

@@ -132,7 +132,8 @@ def _translate(host: Host, exc: BaseException) -> HostError:
             f"{fingerprint(exc.key)}, expected {fingerprint(exc.expected_key)} (possible "
             "man-in-the-middle, or the host was reinstalled)",
             f"verify out of band; if the change is legitimate remove the old entry with "
-            f"`ssh-keygen -f {host.known_hosts_path} -R '{known_hosts_entry(host.address, host.port)}'`"
+            f"`ssh-keygen -f {host.known_hosts_path} -R "
+            f"'{known_hosts_entry(host.address, host.port)}'`"
             f" and run `bench hosts trust {host.name}`")
     if isinstance(exc, paramiko.AuthenticationException):
         return AuthError(host.name, f"{where} refused our credentials ({exc})",

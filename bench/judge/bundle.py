@@ -118,7 +118,8 @@ def verify(files: dict[str, bytes], where: str = "bundle") -> dict:
             raise BundleError(where, rel, "listed in the manifest but missing")
         data = files[rel]
         if len(data) != meta.get("bytes"):
-            raise BundleError(where, rel, f"{len(data)} bytes, the manifest says {meta.get('bytes')}")
+            raise BundleError(where, rel,
+                              f"{len(data)} bytes, the manifest says {meta.get('bytes')}")
         if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             raise BundleError(where, rel, "sha256 does not match the manifest (damaged)")
     spec = _json(files, "spec.json", where) if "spec.json" in listed else {}

@@ -1,4 +1,5 @@
-"""Snapshot directories -> flat counters -> deltas between two snapshots. Pure, on bench.hosts.procfs.
+"""Snapshot directories -> flat counters -> deltas between two snapshots. Pure, on
+bench.hosts.procfs.
 
 A snapshot is {file name: text} as the agent and runner write it. `counters()` flattens it into
 {(source, key): int}: the pool device's diskstats fields, vmstat reclaim/swap/OOM counters, PSI

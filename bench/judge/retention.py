@@ -256,8 +256,8 @@ def measured_pass_complete(b, ctx):
     if not want or got != list(range(want)):
         return False, f"measured pass has {len(got)} of {want} iterations"
     if b.summary.get("ok") is not True or b.summary.get("errors"):
-        return False, f"agent reports ok={b.summary.get('ok')}, errors={b.summary.get('errors')}: " \
-                      f"{b.summary.get('reason')}"
+        return False, (f"agent reports ok={b.summary.get('ok')}, errors="
+                       f"{b.summary.get('errors')}: {b.summary.get('reason')}")
     if b.summary.get("passes_done", b.passes) < b.passes:
         return False, f"agent did {b.summary.get('passes_done')} of {b.passes} passes"
     return True, f"all {want} iterations measured"

@@ -65,7 +65,8 @@ def missing_capabilities() -> list[str]:
     missing = []
     if os.geteuid() != 0:
         missing.append("root (network namespaces and sshd need it)")
-    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"), ("ssh-keygen", "openssh-client")):
+    for tool, pkg in (("ip", "iproute2"), ("unshare", "util-linux"),
+                      ("ssh-keygen", "openssh-client")):
         if shutil.which(tool) is None:
             missing.append(f"`{tool}` ({pkg})")
     if _sshd() is None:

@@ -55,8 +55,8 @@ def state_dir() -> Path:
 
 
 def transport_for(entry):
-    """The controller's own transport (bench.hosts.ssh) for a guest: its inventory entry, or the state
-    dict whose inventory file lab_up wrote. One SSH implementation serves labs and fleet."""
+    """The controller's own transport (bench.hosts.ssh) for a guest: its inventory entry, or the
+    state dict whose inventory file lab_up wrote. One SSH implementation serves labs and fleet."""
     if isinstance(entry, Mapping):
         entry = load_host_file(Path(entry["inventory"]))
     return ssh_transport_for(entry)

@@ -5,11 +5,12 @@ Examples: 64G-balloon-mglru, 93G-memboot-mglru, 256G-cgroup-mglru-pinned,
 256G-cgroup-mglru-pilot-advice. `parse_cell` and `Cell.name` are exact inverses; a bad name is
 an InputError listing the valid choices. Pure.
 
-End-to-end engine cells (bench.matrix.engine, docs/engine.md) are a second kind: `e2e-{prompt}-{policy}`
-with policy `admit` (page-cache admission: mode pagecache) or `nocache` (mode nocache), e.g.
-e2e-prose-admit. They run at ample capacity with no capacity mechanism and leave reclaim as the
-host runs it: capacity_bytes 0, mechanism none, reclaim `host` (ENGINE_RECLAIM); `prompt` holds
-the prompt label. Replay cells never start with a letter, so the two grammars cannot collide.
+End-to-end engine cells (bench.matrix.engine, docs/engine.md) are a second kind:
+`e2e-{prompt}-{policy}` with policy `admit` (page-cache admission: mode pagecache) or `nocache`
+(mode nocache), e.g. e2e-prose-admit. They run at ample capacity with no capacity mechanism and
+leave reclaim as the host runs it: capacity_bytes 0, mechanism none, reclaim `host`
+(ENGINE_RECLAIM); `prompt` holds the prompt label. Replay cells never start with a letter, so the
+two grammars cannot collide.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from bench.matrix.load import MIB, Matrix, Point
 from bench.units import format_size
 
-# boot configs and run requests (shared with bench.matrix.schedule) -------------------------------------
+# boot configs and run requests (shared with bench.matrix.schedule) ---------------------------
 
 @dataclass(frozen=True, order=True)
 class BootConfig:
@@ -134,8 +134,9 @@ def resolve(m: Matrix, p: Point, host) -> tuple[Candidate | None, str]:
 
 
 def expand(m: Matrix, hosts: Sequence) -> Expansion:
-    """Run requests for these inventory hosts (bench.hosts.inventory.Host or anything with name, tags,
-    mem_total, mem_floor and reboot.allowed), the skipped cells with reasons, and warnings."""
+    """Run requests for these inventory hosts (bench.hosts.inventory.Host or anything with name,
+    tags, mem_total, mem_floor and reboot.allowed), the skipped cells with reasons, and
+    warnings."""
     out = Expansion(m.name)
     used: dict[str, dict[str, str]] = {h.name: {} for h in hosts}   # host -> cell -> point
     matched_any = set()

@@ -1,8 +1,8 @@
 """Ordering runs across hosts: a pure function, fed with data (BenchExec style).
 
-`schedule(requests, hosts, seed, ...)` takes the run requests of `bench.matrix.load.expand`, the hosts
-(`HostState`: name, tags, current boot, rebootable) and a seed, and returns a `Schedule`: per host an
-ordered list of runs with stable run ids `<campaign>-<host>-<nnn>` (position 1-based), their
+`schedule(requests, hosts, seed, ...)` takes the run requests of `bench.matrix.expand.expand`, the
+hosts (`HostState`: name, tags, current boot, rebootable) and a seed, and returns a `Schedule`: per
+host an ordered list of runs with stable run ids `<campaign>-<host>-<nnn>` (position 1-based), their
 repetition and boot config, the host's reboot count and an estimated duration.
 
 Algorithm:
@@ -24,11 +24,12 @@ Algorithm:
    in random order); without it, a cell's repetitions run back to back, cells in random order.
    Each host gets its own random stream (seeded by seed and host name), so cells that run on A and
    B run in different orders there: order effects are counterbalanced across hosts.
-4. Engine pairs (bench.matrix.engine): requests carrying `pair` = (prompt, policy) with the same unit
-   and repetition are one pair; its two runs stay adjacent (interleaving and shuffling move the
-   pair as a block) in the balanced order of `bench.matrix.engine.pair_orders(seed, prompt)`: pair 0
-   admit-first, pair 1 nocache-first, later pairs a seeded shuffle. Each run records its pair
-   (prompt, index, order, position in the pair, seed).
+4. Engine pairs (bench.matrix.engine): requests carrying `pair` = (prompt, policy) with the
+   same unit and repetition are one pair; its two runs stay adjacent (interleaving and shuffling
+   move the pair as a block) in the balanced order of
+   `bench.matrix.engine.pair_orders(seed, prompt)`: pair 0 admit-first, pair 1 nocache-first,
+   later pairs a seeded shuffle. Each run records its pair (prompt, index, order, position in
+   the pair, seed).
 Same seed, same plan; the seed is recorded in the plan.
 """
 
@@ -224,11 +225,11 @@ def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], s
     for u in flexible:
         rs = units[u]
 
-        def cost(c: Candidate) -> tuple:
+        def cost(c: Candidate, n: int = len(rs)) -> tuple:
             extra = 0.0
             if c.boot not in boots_on[c.host] and not by_name[c.host].is_current(c.boot):
                 extra = reboot_seconds
-            return (load[c.host] + extra + est(c) * len(rs), c.host)
+            return (load[c.host] + extra + est(c) * n, c.host)
         place(min(rs[0].candidates, key=cost).host, rs)
     return assigned
 

@@ -55,7 +55,8 @@ class Plan:
         return {(p.layer, e) for it in self.iterations for p in it.passes for e in p.experts}
 
 
-def plan_from_trace(trace: Trace, expert_bytes: int | None = None, meta: dict | None = None) -> Plan:
+def plan_from_trace(trace: Trace, expert_bytes: int | None = None,
+                    meta: dict | None = None) -> Plan:
     size = expert_bytes if expert_bytes is not None else trace.model.expert_bytes
     if not size or size <= 0:
         raise FormatError("the plan needs the expert size: the trace header has no "
@@ -108,7 +109,8 @@ def write_plan(path: str | Path, plan: Plan) -> int:
 
 def decode(data: bytes, source: str = "<plan>") -> Plan:
     if len(data) < _HEADER.size:
-        raise FormatError(f"{source}: truncated plan ({len(data)} bytes, header needs {_HEADER.size})")
+        raise FormatError(f"{source}: truncated plan ({len(data)} bytes, header needs "
+                          f"{_HEADER.size})")
     (magic, version, kind, layers, epl, ebytes, n_it, n_pass, n_read, meta_len,
      _reserved) = _HEADER.unpack_from(data)
     if magic != MAGIC:
@@ -174,7 +176,8 @@ def _shaped_like(plan: Plan, hints_per_pass: Sequence[Pass]) -> tuple[Iteration,
 
 
 def oracle_hints(plan: Plan) -> Plan:
-    """Hint pass j = the experts of replay pass j+1 (the one-pass upper bound); the last is empty."""
+    """Hint pass j = the experts of replay pass j+1 (the one-pass upper bound); the last is
+    empty."""
     flat = [p for it in plan.iterations for p in it.passes]
     hints = [Pass(nxt.layer, nxt.experts) for nxt in flat[1:]]
     if flat:

@@ -54,7 +54,8 @@ def load_manifest(directory: str | Path) -> tuple[PoolSpec, bool]:
     try:
         raw = json.loads(p.read_text())
     except FileNotFoundError:
-        raise PoolError(f"{p}: no pool manifest", hint="create the pool with `bench pool make`") from None
+        raise PoolError(f"{p}: no pool manifest",
+                        hint="create the pool with `bench pool make`") from None
     except json.JSONDecodeError as exc:
         raise PoolError(f"{p}: manifest is not JSON ({exc.msg})") from None
     try:

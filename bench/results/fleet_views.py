@@ -42,7 +42,8 @@ def probe_table(results: Sequence[dict]) -> Table:
     for r in results:
         f = r["facts"]
         if r["error"]:
-            t.add_row(r["host"], *["-"] * 12, f"[red]{r['error']['type']}: {r['error']['message']}[/]")
+            t.add_row(r["host"], *["-"] * 12,
+                      f"[red]{r['error']['type']}: {r['error']['message']}[/]")
             continue
         dev = f.get("pool_device")
         devs = "-" if not dev else f"{dev['name']} ({dev['devno']})" + (
@@ -55,8 +56,9 @@ def probe_table(results: Sequence[dict]) -> Table:
                   (f.get("cgroup") or {}).get("backend", "-"),
                   "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
                   agent["source_sha256"][:12] if agent else "-",
-                  str(f.get("boot_id", "-")) + ("" if not r["fact_errors"] else
-                                                 f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
+                  str(f.get("boot_id", "-")) + (
+                      "" if not r["fact_errors"]
+                      else f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
     return t
 
 

@@ -84,7 +84,8 @@ def matrix_text(m: dict) -> str:
             extra.append(f"placement {p['placement']}")
         if p["tags"] != m["hosts"]["tags"]:
             extra.append(_tags_text(p["tags"]))
-        lines.append((f"    {p['point']:<{w}}" + (f"  ({'; '.join(extra)})" if extra else "")).rstrip())
+        note = f"  ({'; '.join(extra)})" if extra else ""
+        lines.append(f"    {p['point']:<{w}}{note}".rstrip())
     return "\n".join(lines) + "\n"
 
 

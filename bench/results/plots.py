@@ -53,7 +53,8 @@ def _reclaim(plt, m):
     xs = range(len(labels))
     for off, key in ((-0.2, "mglru"), (0.2, "classic")):
         ax.bar([x + off for x in xs], [(r.get(key) or {}).get("device_gb_per_iteration") or 0
-                                       for r in m["rows"]], 0.4, label=f"MGLRU {'on' if key == 'mglru' else 'off'}")
+                                       for r in m["rows"]], 0.4,
+               label=f"MGLRU {'on' if key == 'mglru' else 'off'}")
     ax.set_xticks(list(xs), labels)
     ax.set(ylabel="device GB / iteration", title="reclaim: MGLRU on (left) vs off (right)")
     ax.legend()

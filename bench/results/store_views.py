@@ -102,7 +102,8 @@ def matrix_table(m: dict) -> Table:
                 t.add_column(f"{k} GB/it", justify="right")
                 t.add_column(f"{k} served", justify="right")
         for r in m["rows"]:
-            cells = [capacity_text(r["capacity_bytes"])] + ([r["mechanism"]] if kind == "prefetch" else [])
+            cells = [capacity_text(r["capacity_bytes"])] + (
+                [r["mechanism"]] if kind == "prefetch" else [])
             cells += [num((r.get(k) or {}).get("median_s")) for k in keys]
             if kind == "equal-memory":
                 for k in ("pagecache", "pinned"):
@@ -132,7 +133,8 @@ def recheck_table(changes: Sequence[dict]) -> Table:
     for ch in changes:
         old = ch["old"]
         t.add_row(ch["run_id"], ch["rule"],
-                  "-" if old is None else f"v{old['version']} {'pass' if old['passed'] else 'FAIL'}",
+                  "-" if old is None else
+                  f"v{old['version']} {'pass' if old['passed'] else 'FAIL'}",
                   f"v{ch['new']['version']} {'pass' if ch['new']['passed'] else 'FAIL'}",
                   ch["reason"])
     return t

@@ -16,9 +16,9 @@ def parse_table(summaries: Sequence[dict]) -> Table:
                 "passes", "reads", "reads/it", "reads/token", "prefill excl."):
         t.add_column(col, justify="left" if col == "trace" else "right")
     for s in summaries:
-        t.add_row(source_name(s["source"]), str(s["iterations"]), str(s["normal"]), str(s["spec_accept"]),
-                  str(s["spec_fallback"]), str(s["accepted_tokens"]), str(s["passes"]),
-                  str(s["reads"]), f"{s['reads_per_iteration']:.0f}",
+        t.add_row(source_name(s["source"]), str(s["iterations"]), str(s["normal"]),
+                  str(s["spec_accept"]), str(s["spec_fallback"]), str(s["accepted_tokens"]),
+                  str(s["passes"]), str(s["reads"]), f"{s['reads_per_iteration']:.0f}",
                   f"{s['reads_per_accepted_token']:.0f}", str(s["prefill_records_excluded"]))
     return t
 
@@ -38,7 +38,8 @@ def stats_table(result: dict) -> Table:
                   f"{s['union_coverage']['of']}", pct(s["pool_coverage"]))
     if result.get("jaccard_range"):
         lo, hi = result["jaccard_range"]
-        t.caption = f"domain Jaccard of top-{result['traces'][0]['top_set']} sets: {lo:.3f}-{hi:.3f}"
+        top = result["traces"][0]["top_set"]
+        t.caption = f"domain Jaccard of top-{top} sets: {lo:.3f}-{hi:.3f}"
     return t
 
 
@@ -71,7 +72,8 @@ def recall_table(report: dict) -> Table:
     t = Table(title="Next-pass prediction recall")
     for col in ("plan", "provenance", "recall", "per-layer range", "precision", "hinted"):
         t.add_column(col, justify="left" if col in ("plan", "provenance") else "right")
-    for name, r in (("hints", report["hints"]), ("previous token", report["previous_token_baseline"])):
+    for name, r in (("hints", report["hints"]),
+                    ("previous token", report["previous_token_baseline"])):
         rng = r["per_layer_range"]
         t.add_row(name, json.dumps(r["provenance"]), pct(r["recall"]),
                   f"{pct(rng[0])}-{pct(rng[1])}" if rng else "-", pct(r["precision"]),

@@ -57,7 +57,8 @@ def demand(plan: Plan, capacities: Sequence[int]) -> list[dict]:
     return rows
 
 
-def amplification(device_bytes_per_iteration: float, nominal_miss_bytes_per_iteration: float) -> float | None:
+def amplification(device_bytes_per_iteration: float,
+                  nominal_miss_bytes_per_iteration: float) -> float | None:
     """Measured device bytes over nominal miss bytes; None when the model predicts no misses."""
     if nominal_miss_bytes_per_iteration <= 0:
         return None

@@ -1,7 +1,7 @@
 """Cache-policy simulators over a parsed trace: LRU, LFU, static frequency and Belady.
 
-Accesses are exactly `bench.trace.parse.accesses(trace)`: the distinct experts of each pass, in issue
-order; a key is (layer, expert).
+Accesses are exactly `bench.trace.parse.accesses(trace)`: the distinct experts of each pass, in
+issue order; a key is (layer, expert).
 
 Regimes:
 * ``per-layer``: budget B means every layer is an independent cache of B experts, fed with that
@@ -60,7 +60,8 @@ def _check(policies: Sequence[str], regime: str, budgets: Sequence[int], window:
     if regime not in REGIMES:
         raise InputError(f"unknown regime {regime!r}", hint=f"valid regimes: {', '.join(REGIMES)}")
     if not budgets:
-        raise InputError("no budget given", hint="budgets are positive integers (experts per layer)")
+        raise InputError("no budget given",
+                         hint="budgets are positive integers (experts per layer)")
     for b in budgets:
         if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b <= 0:
             raise InputError(f"bad budget {b!r}",
@@ -199,7 +200,7 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
             nxts = [prev_next(k)[1] for _, k, _ in subs] if policy == "belady" else None
             for b, cap in zip(budgets, caps):
                 total = 0
-                for s, (idx, k, sc) in enumerate(subs):
+                for s, (_idx, k, sc) in enumerate(subs):
                     if policy == "lfu":
                         h = lfu_hits(k, cap)
                     else:

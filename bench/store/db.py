@@ -120,7 +120,7 @@ def check(engine: Engine) -> str | None:
         script = ScriptDirectory.from_config(_alembic_config())
         try:
             script.get_revision(rev)
-        except Exception:
+        except Exception:  # noqa: BLE001 - alembic raises several types for an unknown revision
             raise StoreError(f"database is at schema revision {rev}, unknown to this bench "
                              f"(head {script.get_current_head()}): written by a newer bench?",
                              hint="upgrade bench, or use another database") from None

@@ -1,7 +1,8 @@
-"""Ingest run bundles: one bundle, judged by bench.judge.judgement, -> rows in one transaction; the same bundle twice changes
-nothing; a damaged or incomplete bundle is refused (naming the part) and moved aside to a
-`rejected/` directory next to it, never half-written. Also re-evaluates stored runs under the
-current rule versions (`recheck`), rebuilding each bundle from its stored raw files.
+"""Ingest run bundles: one bundle, judged by bench.judge.judgement, -> rows in one transaction;
+the same bundle twice changes nothing; a damaged or incomplete bundle is refused (naming the
+part) and moved aside to a `rejected/` directory next to it, never half-written. Also
+re-evaluates stored runs under the current rule versions (`recheck`), rebuilding each bundle
+from its stored raw files.
 
 Engine runs (docs/engine.md) store no iterations and no agent summary: one engine_runs row
 (bench.judge.measured.engine_facts) and the counter deltas of the whole run (pre -> post)."""
@@ -41,13 +42,17 @@ def move_aside(path: Path) -> Path:
     return dest
 
 
-def nominal_from_plan(plan_path: Path, capacity_bytes: int, _cache: dict = {}) -> float:
-    """Nominal miss bytes per iteration of the demand model for one capacity."""
+_NOMINAL: dict[tuple[str, int], float] = {}     # (plan path, capacity) -> nominal bytes
+
+
+def nominal_from_plan(plan_path: Path, capacity_bytes: int) -> float:
+    """Nominal miss bytes per iteration of the demand model for one capacity (memoised: a
+    campaign ingests many runs of one plan)."""
     key = (str(plan_path), capacity_bytes)
-    if key not in _cache:
-        _cache[key] = demand(read_plan(plan_path), [capacity_bytes])[0][
+    if key not in _NOMINAL:
+        _NOMINAL[key] = demand(read_plan(plan_path), [capacity_bytes])[0][
             "nominal_miss_bytes_per_iteration"]
-    return _cache[key]
+    return _NOMINAL[key]
 
 
 def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float | None = None,
@@ -63,9 +68,9 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
                            else _nominal(b, path, nominal_miss_bytes, plan))
     except (BundleError, FormatError) as exc:
         dest = move_aside(path)
+        why = exc.message.split(": ", 1)[-1] if isinstance(exc, BundleError) else exc
         raise BundleError(str(path), getattr(exc, "part", "bundle"),
-                          f"{exc.message.split(': ', 1)[-1] if isinstance(exc, BundleError) else exc}"
-                          f" (moved to {dest})") from None
+                          f"{why} (moved to {dest})") from None
     with store.session() as s, s.begin():
         existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
         if existing is not None and existing.bundle_digest == b.digest:

@@ -76,8 +76,8 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, verbose=F
     scope = load_runs(store, host=host, campaign=campaign)
     runs = [r for r in scope if r["cell"] == name]
     if not runs:
-        raise InputError(f"no stored runs of cell {name}"
-                         + (f" on {host}" if host else "") + (f" in {campaign}" if campaign else ""),
+        where = (f" on {host}" if host else "") + (f" in {campaign}" if campaign else "")
+        raise InputError(f"no stored runs of cell {name}{where}",
                          hint="`bench runs` lists what is stored")
     summary = stats.summarize(runs)
     out = {"cell": name, "host": host, "campaign": campaign, **summary,
@@ -175,7 +175,7 @@ def _reclaim(cells, groups) -> dict:
 def _equal(cells, groups) -> dict:
     """Fig. 4: cgroup wall per capacity: pagecache / pinned / hybrid / random side by side."""
     rows: dict[int, dict] = {}
-    for name, (c, s) in cells.items():
+    for c, s in cells.values():
         if c.mechanism == "cgroup" and c.hints is None:
             rows.setdefault(c.capacity_bytes, {"capacity_bytes": c.capacity_bytes})[c.mode] = s
     return {"rows": sorted(rows.values(), key=lambda r: -r["capacity_bytes"]),
@@ -185,7 +185,7 @@ def _equal(cells, groups) -> dict:
 def _prefetch(cells, groups) -> dict:
     """Fig. 6: per capacity and mechanism: none and each hint plan x delivery."""
     rows: dict[tuple, dict] = {}
-    for name, (c, s) in cells.items():
+    for c, s in cells.values():
         if c.mode != "pagecache":
             continue
         rows.setdefault((c.capacity_bytes, c.mechanism, c.reclaim),

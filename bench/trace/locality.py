@@ -108,7 +108,7 @@ def trace_stats(trace: Trace, top: int = 8) -> dict:
     shares = top_share(counts, 8)
     union = (counts > 0).sum(axis=1)
     growth = coverage_growth(trace)
-    routed = [l for l in range(counts.shape[0]) if counts[l].sum() > 0]
+    routed = [layer for layer in range(counts.shape[0]) if counts[layer].sum() > 0]
     first, last = (routed[0], routed[-1]) if routed else (0, 0)
     return {
         "source": trace.source,
@@ -120,7 +120,8 @@ def trace_stats(trace: Trace, top: int = 8) -> dict:
         "zipf_alpha": float(np.median(fitted)) if fitted else None,
         "zipf_alpha_range": [min(fitted), max(fitted)] if fitted else None,
         "zipf_alpha_per_layer": slopes,
-        "zipf_fit": "least squares of log count on log rank, ranks with count >= 5, median over layers",
+        "zipf_fit": ("least squares of log count on log rank, ranks with count >= 5, median "
+                     "over layers"),
         "reuse": reuse(positions),
         "top8_share": {
             "mean": float(shares[routed].mean()) if routed else 0.0,

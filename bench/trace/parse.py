@@ -270,8 +270,8 @@ def _group(records: Sequence[_Record], path: str) -> Iterator[list[_Record]]:
                     raise TraceError(path, rec.line, "records mix with and without 'step'")
                 new = rec.step != prev.step
                 if rec.step < prev.step:
-                    raise TraceError(path, rec.line,
-                                     f"step {rec.step} after step {prev.step}: steps must not go back")
+                    raise TraceError(path, rec.line, f"step {rec.step} after step {prev.step}: "
+                                     "steps must not go back")
             else:
                 new = rec.layer < prev.layer
             if new:
@@ -311,9 +311,10 @@ def _type_iteration(group: list[_Record], index: int, model: Model, path: str) -
             if len(first.experts) == 2 * k:
                 raise TraceError(path, rec.line, f"layer {rec.layer} routed twice in a spec-accept "
                                  "iteration (a pass repeats neither cleanly)")
-            if seconds and (pos != seconds[-1][0] + 1 or rec.layer <= seconds[-1][1].layer):
-                raise TraceError(path, rec.line, f"layer {rec.layer} re-routed apart from the other "
-                                 "re-routed layers (a pass repeats neither cleanly)")
+            if seconds and (pos != seconds[-1][0] + 1
+                            or rec.layer <= seconds[-1][1].layer):
+                raise TraceError(path, rec.line, f"layer {rec.layer} re-routed apart from the "
+                                 "other re-routed layers (a pass repeats neither cleanly)")
             seconds.append((pos, rec))
     if len(first.experts) == 2 * k:
         kind = SPEC_ACCEPT
@@ -350,7 +351,8 @@ def parse_lines(lines: Iterable[str], source: str = "<trace>", k: int | None = N
             counts = sorted({len(s) for s in layer_sets})
             bad = next(it for it in iterations
                        if len({p.layer for p in it.passes}) != counts[-1])
-            raise TraceError(source, bad.line, f"iteration routes {len({p.layer for p in bad.passes})}"
+            routed = len({p.layer for p in bad.passes})
+            raise TraceError(source, bad.line, f"iteration routes {routed}"
                              f" layers where others route {counts[-1]}; a trace must hold whole "
                              "iterations")
     return Trace(source, mdl, iterations, prefill)

@@ -172,54 +172,55 @@ def generate(p: SynthParams) -> Iterator[str]:
     dom_rng = np.random.default_rng([p.seed, 0xD0, p.domain])
     run_rng = np.random.default_rng([p.seed, 0x5EED, p.domain])
     base_perms = [base_rng.permutation(p.experts_per_layer) for _ in range(p.layers)]
-    layers = [_Layer(p, l, base_perms[l], dom_rng) for l in range(p.layers)]
+    layers = [_Layer(p, li, base_perms[li], dom_rng) for li in range(p.layers)]
     dumps = json.dumps
     if p.shape == "production":
         header = {"model": p.model, "k": p.k, "experts_per_layer": p.experts_per_layer,
                   "layers": p.layers, "expert_bytes": p.expert_bytes,
                   "synth": {k: v for k, v in asdict(p).items()
-                            if k not in ("model", "k", "experts_per_layer", "layers", "expert_bytes")}}
+                            if k not in ("model", "k", "experts_per_layer", "layers",
+                                         "expert_bytes")}}
         yield dumps(header)
-        for l, lay in enumerate(layers):  # batched prefill: positions mixed, excluded on parse
-            yield dumps({"phase": "prefill", "layer": l, "experts": lay.position(p, run_rng)})
+        for li, lay in enumerate(layers):  # batched prefill: positions mixed, excluded on parse
+            yield dumps({"phase": "prefill", "layer": li, "experts": lay.position(p, run_rng)})
     else:
-        for l, lay in enumerate(layers):
-            yield dumps({"token": 0, "n_tokens": 7, "name": f"ffn_moe_topk-{l}",
+        for li, lay in enumerate(layers):
+            yield dumps({"token": 0, "n_tokens": 7, "name": f"ffn_moe_topk-{li}",
                          "experts": lay.position(p, run_rng)})
     if p.dry_run_pass:  # identical for every domain and seed of this model
         fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
-        for l in range(p.layers):
+        for li in range(p.layers):
             experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
             if p.shape == "production":
-                yield dumps({"step": 0, "layer": l, "experts": experts})
+                yield dumps({"step": 0, "layer": li, "experts": experts})
             else:
-                yield dumps({"token": 0, "name": f"ffn_moe_topk-{l}", "experts": experts})
+                yield dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
     step = 1 if p.dry_run_pass else 0
     left = p.tokens - 1
     while left > 0:
         u = run_rng.random()
         if p.shape == "llama":
-            for l, lay in enumerate(layers):
-                yield dumps({"token": step, "name": f"ffn_moe_topk-{l}",
+            for li, lay in enumerate(layers):
+                yield dumps({"token": step, "name": f"ffn_moe_topk-{li}",
                              "experts": lay.position(p, run_rng)})
             left -= 1
         elif u < p.spec_accept and left >= 2:
-            for l, lay in enumerate(layers):
-                yield dumps({"step": step, "layer": l,
+            for li, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": li,
                              "experts": lay.position(p, run_rng) + lay.position(p, run_rng)})
             left -= 2
         elif u < p.spec_accept + p.fallback:
             # The speculative pass is rejected from a random layer on; the fallback pass then
             # re-routes those layers. The rejected selections do not enter the history.
             start = int(run_rng.integers(0, p.layers))
-            for l, lay in enumerate(layers):
-                yield dumps({"step": step, "layer": l,
-                             "experts": lay.position(p, run_rng, commit=l < start)})
-            for l in range(start, p.layers):
-                yield dumps({"step": step, "layer": l, "experts": layers[l].position(p, run_rng)})
+            for li, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": li,
+                             "experts": lay.position(p, run_rng, commit=li < start)})
+            for li in range(start, p.layers):
+                yield dumps({"step": step, "layer": li, "experts": layers[li].position(p, run_rng)})
             left -= 1
         else:
-            for l, lay in enumerate(layers):
-                yield dumps({"step": step, "layer": l, "experts": lay.position(p, run_rng)})
+            for li, lay in enumerate(layers):
+                yield dumps({"step": step, "layer": li, "experts": lay.position(p, run_rng)})
             left -= 1
         step += 1
