@@ -31,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # hostrunner is found through the sys.path entry above (a type checker may not know it)
-from hostrunner import commands, errors, probes, progress, spec  # type: ignore[import-not-found]
+from hostrunner import commands, errors, probes, progress, spec  # type: ignore[import-not-found] - on sys.path at run time
 
 main = commands.main
 # what `import runner` users (tests, older controller code) take from this file

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from bench import __version__
-from bench.cli import campaign, demo, hosts, lab, pool, reboot, results, run, trace
+from bench.cli import campaign, demo, hosts, lab, pool, reboot, results, run, schema, trace
 from bench.errors import BenchError
 from bench.results import views
 
@@ -27,7 +27,7 @@ def version() -> None:
     print(__version__)
 
 
-for _area in (trace, pool, demo, hosts, reboot, lab, results, run, campaign):
+for _area in (trace, pool, demo, hosts, reboot, lab, results, run, campaign, schema):
     _area.register(app)
 
 

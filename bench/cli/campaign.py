@@ -16,10 +16,6 @@ from typing import Annotated, Optional
 import typer
 
 from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt
-from bench.hosts.inventory import load_inventory, select
-from bench.matrix.expand import expand
-from bench.matrix.load import list_matrices, load_matrix
-from bench.matrix.schedule import HostState, schedule
 from bench.results import campaign_views, plan_views, views
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
@@ -40,6 +36,7 @@ ScaleOpt = Annotated[Optional[str], typer.Option(
 @matrix_app.command("list")
 def matrix_list(json_out: JsonOpt = False) -> None:
     """List the shipped matrices."""
+    from bench.matrix.load import list_matrices
     rows = list_matrices()
     if json_out:
         views.emit_json(rows)
@@ -51,6 +48,7 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
     """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
     ordering, hosts, cells."""
+    from bench.matrix.load import load_matrix
     m = load_matrix(matrix, scale).as_dict()
     if json_out:
         views.emit_json(m)
@@ -61,6 +59,10 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
                campaign: str | None = None, scale: str | None = None):
     """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
+    from bench.hosts.inventory import load_inventory, select
+    from bench.matrix.expand import expand
+    from bench.matrix.load import load_matrix
+    from bench.matrix.schedule import HostState, schedule
     m = load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), host_names)
     exp = expand(m, hosts)
@@ -95,6 +97,8 @@ def schedule_cmd(
     each host reboots as few times as the matrix allows, repetitions interleaved. Without
     --dry-run: create the campaign in the database and run it (one run at a time per host,
     hosts in parallel, every step journaled; `bench resume` continues it after any crash)."""
+    from bench.hosts.inventory import load_inventory, select
+    from bench.matrix.load import load_matrix
 
     names = [x.strip() for x in hosts.split(",") if x.strip()] if hosts else None
     if seed is None:

@@ -9,7 +9,6 @@ import typer
 
 from bench.cli.options import HostsDirOpt, JsonOpt
 from bench.errors import BenchError, HostError
-from bench.hosts.inventory import check_inventory, load_inventory, select
 from bench.results import fleet_views, views
 from bench.units import parse_size
 
@@ -21,6 +20,7 @@ HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (defau
 
 
 def _hosts(hosts_dir: Path | None, names: list[str] | None):
+    from bench.hosts.inventory import load_inventory, select
     return select(load_inventory(hosts_dir), names)
 
 
@@ -37,6 +37,7 @@ def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None
 @hosts_app.command("check")
 def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Validate every inventory file (all problems, not just the first); exit 2 if any."""
+    from bench.hosts.inventory import check_inventory
     rows = check_inventory(hosts_dir)
     if json_out:
         views.emit_json(rows)

@@ -11,7 +11,6 @@ from typing import Annotated, Optional
 import typer
 
 from bench.errors import InputError
-from bench.lab.netns import Lab
 from bench.results import fleet_views, views
 
 lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: network "
@@ -25,6 +24,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 
 def _lab(kind: str, state_dir: Path | None):
+    from bench.lab.netns import Lab
     if kind not in ("netns", "vm"):
         raise InputError(f"--kind {kind!r} is not available", "allowed values: netns, vm")
     if kind == "vm":

@@ -10,8 +10,6 @@ import typer
 from bench.cli.hosts import hosts_app
 from bench.cli.options import HostsDirOpt, JsonOpt
 from bench.errors import InputError
-from bench.hosts.inventory import load_inventory, select
-from bench.hosts.reboot import reboot_host, restore_host, set_mglru_runtime
 from bench.results import views
 
 HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
@@ -20,6 +18,7 @@ TimeoutOpt = Annotated[Optional[float], typer.Option(
 
 
 def _host_and_transport(hosts_dir: Path | None, name: str):
+    from bench.hosts.inventory import load_inventory, select
     from bench.hosts.ssh import transport_for
     host = select(load_inventory(hosts_dir), [name])[0]
     return host, transport_for(host)
@@ -54,6 +53,7 @@ def hosts_reboot(
 ) -> None:
     """Reboot a rebootable host with a new command line and prove it: new boot_id, mem= in
     /proc/cmdline, MemTotal in range, MGLRU mask. Exit 1 if it ends quarantined."""
+    from bench.hosts.reboot import reboot_host
     h, t = _host_and_transport(hosts_dir, host)
     try:
         _show(reboot_host(t, h, mem, lru_gen, _log(), up_timeout=up_timeout), json_out)
@@ -65,6 +65,7 @@ def hosts_reboot(
 def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, hosts_dir: HostsDirOpt = None,
                   json_out: JsonOpt = False) -> None:
     """Boot the host's default command line again and prove it."""
+    from bench.hosts.reboot import restore_host
     h, t = _host_and_transport(hosts_dir, host)
     try:
         _show(restore_host(t, h, _log(), up_timeout=up_timeout), json_out)
@@ -77,6 +78,7 @@ def hosts_mglru(host: HostArg,
                 state: Annotated[str, typer.Argument(help="on or off.")],
                 hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Toggle MGLRU at run time (recorded as a runtime toggle) and read it back."""
+    from bench.hosts.reboot import set_mglru_runtime
     if state not in ("on", "off"):
         raise InputError(f"MGLRU state {state!r}", hint="allowed values: on, off")
     _h, t = _host_and_transport(hosts_dir, host)

@@ -11,7 +11,6 @@ import typer
 
 from bench.cli.options import DbOpt, JsonOpt
 from bench.errors import BenchError, InputError
-from bench.judge.retention import rule_table
 from bench.results import store_views, views
 from bench.units import format_size
 
@@ -101,6 +100,7 @@ def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
 @ret_app.command("rules")
 def rules(json_out: JsonOpt = False) -> None:
     """List the retention rules with their versions."""
+    from bench.judge.retention import rule_table
     rows = rule_table()
     if json_out:
         views.emit_json(rows)

@@ -12,9 +12,6 @@ import typer
 from rich.table import Table
 
 from bench.errors import InputError
-from bench.hosts.inventory import load_inventory, select
-from bench.matrix.cells import parse_cell
-from bench.matrix.runspec import RunOptions
 from bench.paths import default_data_dir
 from bench.results import views
 
@@ -86,6 +83,9 @@ def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classi
     """Run one cell on each host in parallel, end to end; print the bundle's key figures
     (median iteration time of the measured pass, pool-device GB per iteration between
     loop entry and pass end, verdicts if ingested). Exit 1 if any host failed."""
+    from bench.matrix.cells import parse_cell
+    from bench.matrix.runspec import RunOptions
+    from bench.hosts.inventory import load_inventory, select
     from bench.execute.single import run_hosts
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)

@@ -2,8 +2,9 @@
 the replay agent, once with page-cache admission (`admit`) and once under the engine's nocache
 reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
 
-- `parse_engine(table, source)`: the matrix's `[engine]` table -> EngineConfig, every key
-  validated (regexes compiled, placeholders checked) with errors naming the dotted key.
+- `parse_engine(table, source)`: the matrix's `[engine]` table (the EngineTable model) ->
+  EngineConfig, every key validated (regexes compiled, placeholders checked) and every problem
+  reported at once, each naming the file and the dotted key (bench.matrix.schema).
 - `argv_for` / `env_for`: the engine's argv and environment additions of one run. Placeholders
   ({prompt_file} {prompt} {policy} {n_tokens} {pool_dir} {work_dir} {run_dir} {run_id}) are
   substituted per argv element, never through a shell; an element that is exactly
@@ -21,19 +22,21 @@ import json
 import random
 import re
 from dataclasses import dataclass
+from typing import Annotated, Iterator
 
-from bench.matrix.cells import Cell, POLICY_MODES, engine_cell, parse_cell
+from pydantic import AfterValidator
+
 from bench.errors import InputError
+from bench.matrix.cells import POLICY_MODES, Cell, engine_cell, parse_cell
 from bench.matrix.runspec import CONTROLLER_VERSION, check_run_id
+from bench.matrix.schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad, collect,
+                                 doc, matches, no_nul)
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
 ORDERS = ("admit-first", "nocache-first")
 PLACEHOLDERS = ("prompt_file", "prompt", "policy", "n_tokens", "pool_dir", "work_dir",
                 "run_dir", "run_id")
 POLICY_ARGS = "{policy_args}"
-KEYS = ("command", "cwd", "env", "timeout_s", "n_tokens", "min_tokens", "pairs", "backend",
-        "tokens_regex", "load_regex", "policies", "prompts")
-POLICY_KEYS = ("args", "env")
 DEFAULT_TIMEOUT_S = 3600
 DEFAULT_N_TOKENS = 60
 DEFAULT_PAIRS = 3
@@ -103,154 +106,151 @@ class EngineConfig:
         return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()
 
 
-# parsing ----------------------------------------------------------------------------------------
+# the [engine] table: its model, parsing ----------------------------------------------------------
 
-class _P:
-    def __init__(self, source: str):
-        self.source = source
+_PLACEHOLDER_HINT = (f"placeholders: {', '.join('{' + x + '}' for x in PLACEHOLDERS)}, "
+                     f"{POLICY_ARGS} as a whole element; write {{{{ and }}}} for braces")
 
-    def fail(self, key: str, msg: str, hint: str | None = None) -> EngineConfigError:
-        return EngineConfigError(f"{self.source}: key 'engine.{key}': {msg}", hint)
 
-    def keys(self, data: dict, prefix: str, allowed) -> None:
-        for k in data:
-            if k not in allowed:
-                raise self.fail(prefix + k, "unknown key", "allowed keys: " + ", ".join(allowed))
+class EngineTableError(SchemaError, EngineConfigError):
+    """An [engine] table with one or more problems (each on its own line)."""
 
-    def typed(self, data: dict, key: str, full: str, kind, what: str, default=None,
-              required: bool = False):
-        if key not in data:
-            if required:
-                raise self.fail(full, "missing (required)")
-            return default
-        v = data[key]
-        if isinstance(v, bool) or not isinstance(v, kind):
-            raise self.fail(full, f"must be {what}, got {type(v).__name__} {v!r}")
-        return v
 
-    def pos_int(self, data: dict, key: str, default: int, lo: int = 1) -> int:
-        v = self.typed(data, key, key, int, "an integer", default)
-        if v < lo:
-            raise self.fail(key, f"must be at least {lo}, got {v}")
-        return v
+def _template(splice: bool) -> AfterValidator:
+    """An argv element: placeholders known, braces paired; `splice`: may be {policy_args}."""
+    def check(text: str) -> str:
+        if "\0" in text:
+            raise bad("contains a NUL byte")
+        if splice and text == POLICY_ARGS:
+            return text
+        try:
+            _subst(text, dict.fromkeys(PLACEHOLDERS, "x"))
+        except InputError as exc:
+            raise bad(exc.message, hint=_PLACEHOLDER_HINT) from None
+        return text
+    return AfterValidator(check)
 
-    def strlist(self, data, key: str, full: str, default=None) -> tuple[str, ...]:
-        v = self.typed(data, key, full, list, "a list of strings", default)
-        for i, x in enumerate(v or ()):
-            if not isinstance(x, str):
-                raise self.fail(f"{full}[{i}]", f"must be a string, got {x!r}")
-            if "\0" in x:
-                raise self.fail(f"{full}[{i}]", "contains a NUL byte")
-        return None if v is None else tuple(v)
 
-    def env(self, data, key: str, full: str) -> tuple[tuple[str, str], ...]:
-        v = self.typed(data, key, full, dict, "a table of NAME = \"value\"", {})
-        out = []
-        for name, value in v.items():
-            if not ENV_NAME.match(name):
-                raise self.fail(f"{full}.{name}", "is not an environment variable name",
-                                "letters, digits and _, not starting with a digit")
-            if not isinstance(value, str) or "\0" in value:
-                raise self.fail(f"{full}.{name}", f"must be a string, got {value!r}")
-            out.append((name, value))
-        return tuple(out)
+def _command(argv: list[str]) -> list[str]:
+    if not argv or not argv[0]:
+        raise bad("the engine program must not be empty", at=(0,))
+    if argv.count(POLICY_ARGS) > 1:
+        raise bad(f"{POLICY_ARGS} appears more than once")
+    return argv
 
-    def regex(self, data, key: str, group: str) -> str:
-        text = self.typed(data, key, key, str, "a regular expression (string)", required=True)
+
+def _regex(group: str, example: str) -> AfterValidator:
+    def check(text: str) -> str:
         try:
             rx = re.compile(text, re.MULTILINE)
         except re.error as exc:
-            raise self.fail(key, f"not a valid regular expression: {exc}") from None
+            raise bad(f"not a valid regular expression: {exc}") from None
         if group not in rx.groupindex and rx.groups != 1:
-            raise self.fail(key, f"needs exactly one capturing group or a group named "
-                                 f"(?P<{group}>...), has {rx.groups}",
-                            f"e.g. '^{'output token ids' if group == 'tokens' else 'load time'}"
-                            f": (.*)$'")
+            raise bad(f"needs exactly one capturing group or a group named (?P<{group}>...), "
+                      f"has {rx.groups}", hint=f"e.g. '^{example}: (.*)$'")
         return text
+    return AfterValidator(check)
+
+
+def _backend(text: str) -> str:
+    if not text.strip() or "\n" in text:
+        raise bad("must be a non-empty single line",
+                  hint="the backend string the engine prints when it runs as intended")
+    return text
+
+
+def _prompt_file(text: str) -> str:
+    if not text or "\0" in text:
+        raise bad(f"must be a file path, got {text!r}")
+    return text
+
+
+def _some_prompt(prompts: dict) -> dict:
+    if not prompts:
+        raise bad("must name at least one prompt")
+    return prompts
+
+
+Env = dict[Annotated[str, matches(ENV_NAME, "is not an environment variable name",
+                                  "letters, digits and _, not starting with a digit")],
+           Annotated[str, AfterValidator(no_nul)]]
+
+
+class PolicyTable(Table):
+    """How the engine is told to use one reader: arguments and environment."""
+    args: list[Annotated[str, _template(False)]] = doc(
+        "arguments spliced at {policy_args} (else appended); placeholders allowed", [])
+    env: Env = doc("environment additions of this policy (they win over engine.env)", {})
+
+
+class PoliciesTable(Table):
+    """The two policies a pair compares (bench.matrix.cells.POLICY_MODES)."""
+    admit: PolicyTable = doc("page-cache admission (cell mode pagecache)")
+    nocache: PolicyTable = doc("the engine's nocache reader (cell mode nocache)")
+
+
+class EngineTable(Table):
+    """An end-to-end matrix's [engine] table (docs/engine.md): the engine decodes each prompt
+    under both policies, in balanced pairs."""
+    command: Annotated[list[Annotated[str, _template(True)]], AfterValidator(_command)] = doc(
+        "the engine's argv template, no shell ever; placeholders "
+        + " ".join("{" + x + "}" for x in PLACEHOLDERS)
+        + f"; an element {POLICY_ARGS} is replaced by the policy's args",
+        examples=[["/opt/engine/bin/decode", "--prompt-file", "{prompt_file}", POLICY_ARGS]])
+    cwd: AbsPath | None = doc("working directory of the engine (absolute)", None)
+    env: Env = doc("environment additions for both policies", {})
+    timeout_s: PosInt = doc("the runner stops the engine's process group after this",
+                            DEFAULT_TIMEOUT_S)
+    n_tokens: PosInt = doc("tokens to decode ({n_tokens})", DEFAULT_N_TOKENS)
+    min_tokens: PosInt | None = doc("fewer output tokens is a degenerate output (default: "
+                                    "n_tokens)", None)
+    pairs: PosInt = doc("measured pairs per prompt", DEFAULT_PAIRS)
+    backend: Annotated[str, AfterValidator(_backend)] = doc(
+        "the backend string that must appear in the engine's stdout or stderr")
+    tokens_regex: Annotated[str, _regex("tokens", "output token ids")] = doc(
+        "finds the output token IDs: one group, or (?P<tokens>...) (MULTILINE)")
+    load_regex: Annotated[str, _regex("seconds", "load time")] = doc(
+        "finds the cold model load in seconds: one group, or (?P<seconds>...) (MULTILINE)")
+    policies: PoliciesTable = doc("admit and nocache: args and env of each")
+    prompts: Annotated[dict[Annotated[str, matches(
+        LABEL, "is not a prompt label", "1-32 of a-z, 0-9 and _ (it becomes part of the cell "
+        "name)")], Annotated[str, AfterValidator(_prompt_file)]], AfterValidator(_some_prompt)] \
+        = doc("label = prompt file on the host (absolute, or relative to cwd)")
+
+    @staticmethod
+    def rules(v: View, ctx: dict) -> Iterator[Problem]:
+        if v.ok("min_tokens", "n_tokens") and (v.min_tokens or 0) > v.n_tokens:
+            yield Problem(("min_tokens",), f"{v.min_tokens} is above n_tokens {v.n_tokens}")
+        if (v.ok("policies", "command") and v.policies.admit == v.policies.nocache
+                and not any("{policy}" in el for el in v.command)):
+            yield Problem(("policies",), "admit and nocache give the engine the same arguments "
+                          "and environment, and the command has no {policy}",
+                          hint="tell the engine which reader to use: args, env or {policy}")
+        if v.ok("prompts", "cwd") and v.cwd is None:
+            for label, path in v.prompts.items():
+                if not path.startswith("/"):
+                    yield Problem(("prompts", label), f"{path!r} is relative and no cwd is given",
+                                  hint="give an absolute path on the host, or set engine.cwd")
 
 
 def parse_engine(data, source: str) -> EngineConfig:
-    """Validate a matrix's `[engine]` table (`source` names the file in messages)."""
-    p = _P(source)
-    if not isinstance(data, dict):
-        raise EngineConfigError(f"{source}: key 'engine': must be a table",
-                                "keys: " + ", ".join(KEYS))
-    p.keys(data, "", KEYS)
-    command = p.strlist(data, "command", "command", None)
-    if command is None:
-        raise p.fail("command", "missing (required)",
-                     'an argv list, e.g. ["/opt/engine/bin/decode", "--prompt-file", '
-                     '"{prompt_file}", "{policy_args}"]')
-    if not command or not command[0]:
-        raise p.fail("command[0]", "the engine program must not be empty")
-    for i, el in enumerate(command):
-        if el == POLICY_ARGS:
-            continue
-        try:
-            _subst(el, dict.fromkeys(PLACEHOLDERS, "x"))
-        except InputError as exc:
-            raise p.fail(f"command[{i}]", exc.message,
-                         f"placeholders: {', '.join('{' + x + '}' for x in PLACEHOLDERS)}, "
-                         f"{POLICY_ARGS} as a whole element; write {{{{ and }}}} for braces"
-                         ) from None
-    if command.count(POLICY_ARGS) > 1:
-        raise p.fail("command", f"{POLICY_ARGS} appears more than once")
-    cwd = p.typed(data, "cwd", "cwd", str, "an absolute path", None)
-    if cwd is not None and not cwd.startswith("/"):
-        raise p.fail("cwd", f"{cwd!r} is not an absolute path")
-    env = p.env(data, "env", "env")
-    backend = p.typed(data, "backend", "backend", str, "a string", required=True)
-    if not backend.strip() or "\n" in backend:
-        raise p.fail("backend", "must be a non-empty single line",
-                     "the backend string the engine prints when it runs as intended")
-    tokens_rx = p.regex(data, "tokens_regex", "tokens")
-    load_rx = p.regex(data, "load_regex", "seconds")
-    timeout_s = p.pos_int(data, "timeout_s", DEFAULT_TIMEOUT_S)
-    n_tokens = p.pos_int(data, "n_tokens", DEFAULT_N_TOKENS)
-    min_tokens = p.pos_int(data, "min_tokens", n_tokens)
-    if min_tokens > n_tokens:
-        raise p.fail("min_tokens", f"{min_tokens} is above n_tokens {n_tokens}")
-    pairs = p.pos_int(data, "pairs", DEFAULT_PAIRS)
+    """Validate a matrix's `[engine]` table (`source` names the file in messages); every
+    problem at once, as an EngineTableError."""
+    table, problems = collect(EngineTable, data, source=source, prefix=("engine",))
+    if problems:
+        raise EngineTableError(problems)
+    return config_of(table)
 
-    pols = p.typed(data, "policies", "policies", dict, "a table with admit and nocache",
-                   required=True)
-    p.keys(pols, "policies.", POLICIES)
-    policies = []
-    for name in POLICIES:
-        t = p.typed(pols, name, f"policies.{name}", dict, "a table (args, env)", required=True)
-        p.keys(t, f"policies.{name}.", POLICY_KEYS)
-        args = p.strlist(t, "args", f"policies.{name}.args", ())
-        for i, a in enumerate(args):
-            try:
-                _subst(a, dict.fromkeys(PLACEHOLDERS, "x"))
-            except InputError as exc:
-                raise p.fail(f"policies.{name}.args[{i}]", exc.message) from None
-        policies.append((name, Policy(args, p.env(t, "env", f"policies.{name}.env"))))
-    a, n = policies[0][1], policies[1][1]
-    if a == n and not any("{policy}" in el for el in command):
-        raise p.fail("policies", "admit and nocache give the engine the same arguments and "
-                                 "environment, and the command has no {policy}",
-                     "tell the engine which reader to use: args, env or {policy}")
 
-    prompts = p.typed(data, "prompts", "prompts", dict, "a table of label = \"prompt file\"",
-                      required=True)
-    if not prompts:
-        raise p.fail("prompts", "must name at least one prompt")
-    plist = []
-    for label, path in prompts.items():
-        if not LABEL.match(label):
-            raise p.fail(f"prompts.{label}", "is not a prompt label",
-                         "1-32 of a-z, 0-9 and _ (it becomes part of the cell name)")
-        if not isinstance(path, str) or not path or "\0" in path:
-            raise p.fail(f"prompts.{label}", f"must be a file path, got {path!r}")
-        if not path.startswith("/") and cwd is None:
-            raise p.fail(f"prompts.{label}", f"{path!r} is relative and no cwd is given",
-                         "give an absolute path on the host, or set engine.cwd")
-        plist.append((label, path))
-    return EngineConfig(command=command, backend=backend, tokens_regex=tokens_rx,
-                        load_regex=load_rx, prompts=tuple(plist), policies=tuple(policies),
-                        cwd=cwd, env=env, timeout_s=timeout_s, n_tokens=n_tokens,
-                        min_tokens=min_tokens, pairs=pairs)
+def config_of(t: EngineTable) -> EngineConfig:
+    """The EngineConfig of a validated [engine] table."""
+    return EngineConfig(
+        command=tuple(t.command), backend=t.backend, tokens_regex=t.tokens_regex,
+        load_regex=t.load_regex, prompts=tuple(t.prompts.items()),
+        policies=tuple((name, Policy(tuple(p.args), tuple(p.env.items())))
+                       for name, p in ((n, getattr(t.policies, n)) for n in POLICIES)),
+        cwd=t.cwd, env=tuple(t.env.items()), timeout_s=t.timeout_s, n_tokens=t.n_tokens,
+        min_tokens=t.n_tokens if t.min_tokens is None else t.min_tokens, pairs=t.pairs)
 
 
 def from_dict(d: dict, source: str = "engine config") -> EngineConfig:

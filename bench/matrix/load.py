@@ -3,10 +3,13 @@ Loading and validation here; expansion onto hosts in bench.matrix.expand.
 
 Pure except for reading the file. `load_matrix(ref)` takes a shipped name (bench/data/matrices/
 NAME.toml: capacity, reclaim, equal-memory, prefetch, admission, smoke) or a path to a user file,
-and validates every key: a missing or unknown key, a wrong type or a value outside its allowed set
-is a MatrixError naming the file, the dotted key and the allowed values. `expand(matrix, hosts)`
-turns it, for a set of inventory hosts, into run requests for `bench.matrix.schedule.schedule` plus the
-cells it had to skip on some host, each with its reason (never silently dropped).
+and validates every key: a missing or unknown key, a wrong type, a value outside its allowed set
+or a broken cross-field rule is a problem naming the file, the dotted key and the allowed
+values, and every problem of a file is reported at once (a MatrixFileError, one problem a line;
+the models: MatrixFile here, its tables in bench.matrix.schema; `bench schema matrix` prints
+the JSON Schema editors validate and complete with). bench.matrix.expand turns a matrix, for a
+set of inventory hosts, into run requests for `bench.matrix.schedule.schedule` plus the cells it
+had to skip on some host, each with its reason (never silently dropped).
 
 Schema (see the shipped files for commented examples):
 
@@ -15,7 +18,7 @@ Schema (see the shipped files for commented examples):
     reference = "paper §5, Fig. 3"   # optional, free text
     repetitions = 3                  # runs per cell and host (>= 1)
     memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
-    mglru_at_boot = false            # optional: MGLRU set by a boot (bench.lru_gen=) not at run time
+    mglru_at_boot = false            # optional: MGLRU set at boot (bench.lru_gen=), not at run time
     [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
                 batch = 1, pool = "1347G" (optional size; needed for `pool` capacities when the
                 trace is a file), passes = 2, fixed_set_bytes = N (optional); for a synth
@@ -43,40 +46,37 @@ that scale, and `repetitions`, `memboot_overhead`, `description` and the tables 
 as a whole, like any other; an absolute capacity without a mapping is an error, so a scale
 never runs a production-sized cell by accident.
 
-End-to-end engine matrices (bench.matrix.engine, docs/engine.md) carry an `[engine]` table instead of
-`[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and
-policy (e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a
-prompt share one unit (so a pair stays on one host) and each request carries `pair` = (prompt,
-policy): the scheduler keeps the two runs of a pair adjacent, in the balanced order.
+End-to-end engine matrices (bench.matrix.engine, docs/engine.md) carry an `[engine]` table instead
+of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and policy
+(e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a prompt
+share one unit (so a pair stays on one host) and each request carries `pair` = (prompt, policy): the
+scheduler keeps the two runs of a pair adjacent, in the balanced order.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Annotated, Any, Callable, Iterator
 
-from bench.matrix.cells import (DELIVERIES, ENGINE_RECLAIM, MECHANISMS, MODES, RECLAIMS, Cell,
-                                parse_cell)
-from bench.matrix.engine import EngineConfig, parse_engine
+from pydantic import AfterValidator, Field, create_model
+
 from bench.errors import InputError
-from bench.units import format_size, parse_size
-import copy
-
-MIB = 1 << 20
-PLACEMENTS = ("each", "one")
-PRESET_GEOMETRY = {  # (layers, experts_per_layer, expert_bytes) of bench.trace.synth.PRESETS
-    "k3": (92, 896, 17_550_000), "qwen3": (48, 128, 2_864_583),
-    "dsv3": (58, 256, 44_040_192), "tiny": (4, 32, 65_536),
-}
-PRESET_POOLS = {k: a * b * c for k, (a, b, c) in PRESET_GEOMETRY.items()}
-DEFAULT_MEMBOOT_OVERHEAD = 9 << 30
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
-_REL = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(pool|mem)\s*$")
+from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
+from bench.matrix.engine import EngineConfig, EngineTable, config_of
+from bench.matrix.schema import (AXES,  # noqa: F401 - constants re-exported from their old home
+                                 DEFAULT_CGROUP_HEADROOM, DEFAULT_MEMBOOT_OVERHEAD, MIB, NAME_RE,
+                                 PLACEMENTS, PRESET_GEOMETRY, PRESET_POOLS, PRODUCT)
+from bench.matrix.schema import RELATIVE_CAPACITY as _REL
+from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
+                                 Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
+                                 Workload, bad, collect, doc, matches, parse_capacity)
+from bench.units import format_size
 
 
 class MatrixError(InputError):
@@ -204,384 +204,270 @@ def workload_pool_bytes(workload: dict) -> int | None:
     return layers * experts * (workload.get("expert_bytes") or geo[2])
 
 
+
 # scales -------------------------------------------------------------------------------------------
 
+def _absolute(text: str) -> str:
+    if parse_capacity(text)[1] != "abs":
+        raise bad("only absolute capacities are mapped",
+                  hint="relative ones (pool, mem) already scale with the host")
+    return text
+
+
+def _partial(model: type[Table], text: str) -> Any:
+    """`model` with every key optional and no cross-field rule: a [scale.NAME] override."""
+    fields = {name: (Annotated[(f.annotation, *f.metadata)] | None if f.metadata
+                     else f.annotation | None, Field(None, description=f.description))
+              for name, f in model.model_fields.items()}
+    return create_model(f"{model.__name__}Override", __base__=Table, __doc__=text, **fields)
+
+
+WorkloadOverride, ProtocolOverride, EstimateOverride, OrderOverride, HostsOverride = (
+    _partial(m, f"Keys of [{k}] a scale overrides.") for m, k in (
+        (Workload, "workload"), (Protocol, "protocol"), (Estimate, "estimate"), (Order, "order"),
+        (HostsTable, "hosts")))
+
+
+class Scale(Table):
+    """[scale.NAME]: the same matrix re-sized for smaller hosts (bench schedule --scale NAME):
+    every absolute capacity mapped, the tables named here override the matrix's."""
+    description: str | None = doc("replaces the matrix's description", None)
+    repetitions: PosInt | None = doc("replaces the matrix's repetitions", None)
+    memboot_overhead: Size | None = doc("replaces the matrix's memboot_overhead", None)
+    capacities: dict[Annotated[CapacityText, AfterValidator(_absolute)], CapacityText] = doc(
+        'every absolute capacity the matrix writes -> the one at this scale, e.g. { "64G" = '
+        '"0.133mem" }', {})
+    workload: WorkloadOverride | None = doc(
+        "keys of [workload] to override (a new trace drops the re-sizing and the pool)", None)
+    protocol: ProtocolOverride | None = doc("keys of [protocol] to override", None)
+    estimate: EstimateOverride | None = doc("keys of [estimate] to override", None)
+    order: OrderOverride | None = doc("keys of [order] to override", None)
+    hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
+
+
 def apply_scale(data: dict, scale: str, source: str) -> dict:
-    """The matrix document with its [scale.NAME] applied (see the module doc); pure."""
-    c = _C(source)
+    """The matrix document with its [scale.NAME] applied (see the module doc); pure. The
+    scale's problems (its table, each absolute capacity it has no mapping for) all at once."""
     scales = data.get("scale")
     if not isinstance(scales, dict) or scale not in scales:
         have = ", ".join(sorted(scales)) if isinstance(scales, dict) and scales else "none"
         raise MatrixError(f"{source}: has no scale {scale!r}", f"its scales: {have}")
-    full = f"scale.{scale}"
-    sc = scales[scale]
-    if not isinstance(sc, dict):
-        raise c.fail(full, "must be a table")
-    c.keys(sc, full + ".", SCALE)
-    out = copy.deepcopy({k: v for k, v in data.items() if k != "scale"})
-    caps = c.get(sc, "capacities", f"{full}.capacities", dict, default={})
-    mapping: dict[int, str] = {}
-    for k, v in caps.items():
-        src = c.capacity(k, f"{full}.capacities.{k}")
-        if src.kind != "abs":
-            raise c.fail(f"{full}.capacities.{k}", "only absolute capacities are mapped",
-                         "relative ones (pool, mem) already scale with the host")
-        c.capacity(v, f"{full}.capacities.{k}")       # validates the target
-        mapping[int(src.value)] = v
+    sc, problems = collect(Scale, scales[scale], source=source, prefix=("scale", scale))
+    if problems:
+        raise MatrixFileError(problems)
+    return _scaled(data, scale, source, sc)
+
+
+def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
+    """apply_scale with the scale's table already validated (`sc`)."""
+    raw = data["scale"][scale]
+    mapping = {int(parse_capacity(k)[2]): v for k, v in sc.capacities.items()}
+    missing: list[Problem] = []
 
     def scaled(text: Any, where: str) -> Any:
         if not isinstance(text, str) or _REL.match(text):
             return text
-        b = c.capacity(text, where).value
-        if int(b) not in mapping:
-            raise c.fail(f"{full}.capacities", f"has no entry for {text} (used at {where})",
-                         f'map it, e.g. "{text}" = "0.1mem"')
-        return mapping[int(b)]
-    cells = out.get("cells")
-    if isinstance(cells, dict):
-        if isinstance(cells.get("capacities"), list):
-            cells["capacities"] = [scaled(x, f"cells.capacities[{i}]")
-                                   for i, x in enumerate(cells["capacities"])]
-        for key in ("exclude", "extra"):
-            for i, x in enumerate(cells.get(key) or []):
-                if not isinstance(x, dict):
-                    continue
-                if "capacity" in x:
-                    x["capacity"] = scaled(x["capacity"], f"cells.{key}[{i}].capacity")
-                if key == "extra" and isinstance(x.get("cell"), str):
-                    try:
-                        cell = parse_cell(x.pop("cell").lower())
-                    except InputError as exc:
-                        raise c.fail(f"cells.extra[{i}].cell", exc.message, exc.hint) from None
-                    x.update(capacity=scaled(format_size(cell.capacity_bytes),
-                                             f"cells.extra[{i}].cell"),
-                             mechanism=cell.mechanism, reclaim=cell.reclaim, mode=cell.mode,
-                             prefetch=cell.prefetch)
-    for k in ("description", "repetitions", "memboot_overhead"):
-        if k in sc:
-            out[k] = sc[k]
-    for k in ("workload", "protocol", "estimate", "order", "hosts"):
-        if k in sc:
-            t = c.get(sc, k, f"{full}.{k}", dict)
-            base = out.get(k) if isinstance(out.get(k), dict) else {}
-            if k == "workload" and "trace" in t and t["trace"] != base.get("trace"):
-                base = {kk: vv for kk, vv in base.items() if kk not in SYNTH_GEOMETRY + ("pool",)}
-            out[k] = {**base, **t}
+        try:
+            b = int(parse_capacity(text)[2])
+        except InputError:
+            return text                 # not a capacity: the scaled matrix's validation says so
+        if b not in mapping:
+            missing.append(Problem(("scale", scale, "capacities"), f"has no entry for {text} "
+                                   f"(used at {where})", hint=f'map it, e.g. "{text}" = "0.1mem"',
+                                   source=source))
+            return text
+        return mapping[b]
+    out = copy.deepcopy({k: v for k, v in data.items() if k != "scale"})
+    _scale_cells(out.get("cells"), scaled)
+    if missing:
+        raise MatrixFileError(missing)
+    for k in Scale.model_fields:
+        if k == "capacities" or k not in raw:
+            continue
+        if not isinstance(raw[k], dict):
+            out[k] = raw[k]             # description, repetitions, memboot_overhead
+            continue
+        base = out.get(k) if isinstance(out.get(k), dict) else {}
+        if k == "workload" and "trace" in raw[k] and raw[k]["trace"] != base.get("trace"):
+            base = {kk: vv for kk, vv in base.items() if kk not in SYNTH_GEOMETRY + ("pool",)}
+        out[k] = {**base, **raw[k]}
     return out
+
+
+def _scale_cells(cells: Any, scaled: Callable[[Any, str], Any]) -> None:
+    """Every absolute capacity of [cells] (cell names included) through `scaled`, in place."""
+    if not isinstance(cells, dict):
+        return
+    if isinstance(cells.get("capacities"), list):
+        cells["capacities"] = [scaled(x, f"cells.capacities[{i}]")
+                               for i, x in enumerate(cells["capacities"])]
+    for key in ("exclude", "extra"):
+        items = cells.get(key)
+        for i, x in enumerate(items if isinstance(items, list) else []):
+            if not isinstance(x, dict):
+                continue
+            if "capacity" in x:
+                x["capacity"] = scaled(x["capacity"], f"cells.{key}[{i}].capacity")
+            if key == "extra" and isinstance(x.get("cell"), str):
+                try:
+                    cell = parse_cell(x["cell"].lower())
+                except InputError:
+                    continue            # the scaled matrix's validation names it
+                del x["cell"]
+                x.update(capacity=scaled(format_size(cell.capacity_bytes),
+                                         f"cells.extra[{i}].cell"),
+                         mechanism=cell.mechanism, reclaim=cell.reclaim, mode=cell.mode,
+                         prefetch=cell.prefetch)
 
 
 # validation ---------------------------------------------------------------------------------------
 
-_TYPES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
-          list: "a list", dict: "a table"}
-TOP = ("name", "description", "reference", "workload", "repetitions", "order", "hosts", "cells",
-       "memboot_overhead", "mglru_at_boot", "estimate", "protocol", "scale", "engine")
-SYNTH_GEOMETRY = ("layers", "experts", "expert_bytes", "tokens")
-WORKLOAD = ("trace", "domain", "batch", "pool", "passes", "fixed_set_bytes") + SYNTH_GEOMETRY
-PROTOCOL = ("cgroup_headroom", "balloon_max")
-DEFAULT_CGROUP_HEADROOM = 6 << 30
-SCALE = ("description", "repetitions", "memboot_overhead", "capacities", "workload", "protocol",
-         "estimate", "order", "hosts")
-ORDER = ("randomize", "interleave_reps")
-HOSTS = ("tags", "placement")
-ESTIMATE = ("run_seconds", "reboot_seconds")
-CELLS = ("capacities", "mechanisms", "reclaims", "modes", "prefetch", "exclude", "extra")
-AXES = ("capacity", "mechanism", "reclaim", "mode", "prefetch")
-EXTRA = ("cell",) + AXES + ("tags", "placement", "repetitions")
+class MatrixFileError(SchemaError, MatrixError):
+    """A matrix file with one or more problems, each on its own line (`problems` keeps them)."""
 
 
-class _C:
-    def __init__(self, source: str):
-        self.source = source
+class MatrixFile(Table):
+    """A bench matrix (bench/data/matrices/NAME.toml or a user file): cells, repetitions,
+    order and host constraints; an end-to-end matrix has [engine] instead of [cells]."""
+    name: Annotated[str, matches(NAME_RE, "is not a valid matrix name", "use 1-32 of a-z, 0-9 "
+                                 "and '-' (it becomes part of run ids)")] = doc(
+        "a-z, 0-9, '-'; equals the file stem for shipped matrices",
+        json_schema_extra={"pattern": NAME_RE.pattern})
+    description: str = doc("one line: what the matrix measures")
+    reference: str = doc("where in the paper (free text)", "")
+    repetitions: PosInt | None = doc("runs per cell and host (required unless [engine])", None)
+    memboot_overhead: Size = doc("mem= of a memboot cell is C + this", DEFAULT_MEMBOOT_OVERHEAD,
+                                 shown="9G")
+    mglru_at_boot: bool = doc("MGLRU set by a boot (bench.lru_gen=), not at run time", False)
+    workload: Workload | None = doc("what every run replays (required unless [engine])", None)
+    order: Order = doc("the order of the runs", default_factory=Order.model_construct)
+    hosts: HostsTable = doc("which hosts run the cells", default_factory=HostsTable.model_construct)
+    estimate: Estimate = doc("duration estimates", default_factory=Estimate.model_construct)
+    protocol: Protocol = doc("measurement protocol", default_factory=Protocol.model_construct)
+    cells: Cells | None = doc("the cells (required unless [engine])", None)
+    scale: dict[str, Scale] = doc("[scale.NAME] re-sizings (bench schedule --scale NAME)", {})
+    engine: EngineTable | None = doc("an end-to-end engine matrix (docs/engine.md)", None)
 
-    def fail(self, key: str, msg: str, hint: str | None = None) -> MatrixError:
-        return MatrixError(f"{self.source}: key '{key}': {msg}", hint)
-
-    def keys(self, data: dict, prefix: str, allowed: Sequence[str]) -> None:
-        for k in data:
-            if k not in allowed:
-                raise self.fail(prefix + k, "unknown key", "allowed keys: " + ", ".join(allowed))
-
-    def get(self, data: dict, key: str, full: str, kind, required=False, default=None,
-            choices: Sequence[str] | None = None):
-        if key not in data:
-            if required:
-                raise self.fail(full, "missing (required)",
-                                f"allowed values: {', '.join(choices)}" if choices else None)
-            return default
-        v = data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (isinstance(v, bool) and bool not in kinds) or not isinstance(v, kinds):
-            raise self.fail(full, f"must be {' or '.join(_TYPES[k] for k in kinds)}, "
-                                  f"got {type(v).__name__} {v!r}")
-        if choices is not None and v not in choices:
-            raise self.fail(full, f"{v!r} is not allowed", f"allowed values: {', '.join(choices)}")
-        return v
-
-    def table(self, data: dict, key: str, allowed: Sequence[str]) -> dict:
-        t = self.get(data, key, key, dict, default={})
-        self.keys(t, key + ".", allowed)
-        return t
-
-    def strlist(self, data: dict, key: str, full: str, choices=None, default=None) -> list[str]:
-        v = self.get(data, key, full, list, default=default)
-        if v is None:
-            raise self.fail(full, "missing (required)",
-                            f"allowed values: {', '.join(choices)}" if choices else None)
-        if not v:
-            raise self.fail(full, "must not be empty")
-        for i, x in enumerate(v):
-            if not isinstance(x, str):
-                raise self.fail(f"{full}[{i}]", f"must be a string, got {x!r}")
-            if choices is not None and x not in choices:
-                raise self.fail(f"{full}[{i}]", f"{x!r} is not allowed",
-                                f"allowed values: {', '.join(choices)}")
-        if len(set(v)) != len(v):
-            raise self.fail(full, "lists a value twice")
-        return v
-
-    def size(self, data: dict, key: str, full: str, default=None) -> int | None:
-        raw = self.get(data, key, full, (str, int), default=None)
-        if raw is None:
-            return default
-        try:
-            return parse_size(raw, full)
-        except InputError as exc:
-            raise self.fail(full, exc.message, exc.hint) from None
-
-    def capacity(self, text: Any, full: str) -> Capacity:
-        if not isinstance(text, str):
-            raise self.fail(full, f"must be a string like \"64G\", \"0.044pool\" or \"0.5mem\", "
-                                  f"got {text!r}")
-        m = _REL.match(text)
-        if m:
-            frac = float(m.group(1))
-            top = 1.0 if m.group(2) == "mem" else 10.0
-            if not 0 < frac <= top:
-                raise self.fail(full, f"fraction {frac} of {m.group(2)} is out of range",
-                                f"allowed: 0 < fraction <= {top:g}")
-            return Capacity(text.strip(), m.group(2), frac)
-        try:
-            b = parse_size(text, full)
-        except InputError:
-            raise self.fail(full, f"{text!r} is not a capacity",
-                            "write an absolute size (64G, 768M; binary units), a fraction of the "
-                            "pool (0.044pool) or of the host's memory (0.5mem)") from None
-        if b < MIB:
-            raise self.fail(full, f"{text!r} is below 1 MiB")
-        return Capacity(format_size(b // MIB * MIB), "abs", b // MIB * MIB)
-
-    def prefetch(self, text: str, full: str) -> str:
-        if text == "none":
-            return text
-        hints, _, delivery = text.rpartition("-")
-        try:
-            Cell(1, "none", "classic", "pagecache", hints or None, delivery or None)
-        except InputError as exc:
-            raise self.fail(full, f"{text!r}: {exc.message}",
-                            "write none or <hints>-<delivery> (oracle-advice, pilot-block ...); "
-                            f"deliveries: {', '.join(DELIVERIES)}") from None
-        return text
-
-    def tags(self, raw: Any, full: str) -> tuple | None:
-        if raw == "any":
-            return None
-        if not isinstance(raw, dict) or not raw:
-            raise self.fail(full, f"must be \"any\" or a table tag = [values], got {raw!r}",
-                            'e.g. tags = { machine = ["A", "B"] }')
-        out = []
-        for k, v in raw.items():
-            vals = [v] if isinstance(v, str) else v
-            if not isinstance(vals, list) or not vals or not all(isinstance(x, str) for x in vals):
-                raise self.fail(f"{full}.{k}", f"must be a string or a list of strings, got {v!r}")
-            out.append((k, tuple(vals)))
-        return tuple(out)
+    @staticmethod
+    def rules(v: View, ctx: dict) -> Iterator[Problem]:
+        if v.given("engine"):
+            for k in ("repetitions", "cells"):
+                if v.given(k):
+                    yield Problem((k,), "not allowed in an engine matrix", hint="engine.pairs "
+                                  "sets the pairs per prompt, engine.prompts the cells")
+            if v.ok("mglru_at_boot") and v.mglru_at_boot:
+                yield Problem(("mglru_at_boot",), "an engine matrix leaves reclaim as the host "
+                              "runs it")
+            return
+        for k, hint in (("repetitions", None), ("workload", "a table with trace, domain, batch"),
+                        ("cells", "a table with capacities, mechanisms, ...")):
+            if not v.given(k):
+                yield Problem((k,), "missing (required)", hint=hint)
+        if v.ok("workload") and v.workload is not None:
+            trace = v.workload.trace
+            if trace not in PRESET_POOLS and not re.search(r"[/.]", trace):
+                yield Problem(("workload", "trace"), f"{trace!r} is neither a synth preset nor "
+                              "a file path", tuple(PRESET_POOLS),
+                              hint="or a path to a JSONL trace (it has a / or a .)")
 
 
 def parse_matrix(data: dict, source: str) -> Matrix:
-    """Validate one parsed TOML document (`source` names it in messages)."""
-    c = _C(source)
-    c.keys(data, "", TOP)
-    name = c.get(data, "name", "name", str, required=True)
-    if not NAME_RE.match(name):
-        raise c.fail("name", f"{name!r} is not a valid matrix name",
-                     "use 1-32 of a-z, 0-9 and '-' (it becomes part of run ids)")
-    description = c.get(data, "description", "description", str, required=True)
-    reference = c.get(data, "reference", "reference", str, default="")
-    is_engine = "engine" in data
-    for k in ("repetitions", "cells"):
-        if is_engine and k in data:
-            raise c.fail(k, "not allowed in an engine matrix",
-                         "engine.pairs sets the pairs per prompt, engine.prompts the cells")
-    reps = c.get(data, "repetitions", "repetitions", int, required=not is_engine, default=1)
-    if reps < 1:
-        raise c.fail("repetitions", f"must be at least 1, got {reps}")
-    overhead = c.size(data, "memboot_overhead", "memboot_overhead", DEFAULT_MEMBOOT_OVERHEAD)
-    mglru_at_boot = c.get(data, "mglru_at_boot", "mglru_at_boot", bool, default=False)
+    """Validate one parsed TOML document (`source` names it in messages); every problem of it
+    at once, as a MatrixFileError."""
+    return _parse(data, source)[1]
 
-    w = c.table(data, "workload", WORKLOAD)
-    if is_engine and "workload" not in data:
-        w = {"trace": "engine"}         # the engine loads its own model
-    elif "workload" not in data:
-        raise c.fail("workload", "missing (required)", "a table with trace, domain, batch")
-    trace = c.get(w, "trace", "workload.trace", str, required=True)
-    workload = {"trace": trace,
-                "domain": c.get(w, "domain", "workload.domain", str, default=None),
-                "batch": c.get(w, "batch", "workload.batch", int, default=1),
-                "pool": c.size(w, "pool", "workload.pool"),
-                "passes": c.get(w, "passes", "workload.passes", int, default=2),
-                "fixed_set_bytes": c.get(w, "fixed_set_bytes", "workload.fixed_set_bytes", int,
-                                         default=None)}
-    for k in SYNTH_GEOMETRY:
-        if k not in w:
-            continue
-        if trace not in PRESET_POOLS:
-            raise c.fail(f"workload.{k}", "only a synth preset trace can be re-sized",
-                         "drop it, or use a preset: " + ", ".join(PRESET_POOLS))
-        v = (c.size(w, k, f"workload.{k}") if k == "expert_bytes"
-             else c.get(w, k, f"workload.{k}", int))
-        if v < (32 if k == "expert_bytes" else 1):
-            raise c.fail(f"workload.{k}", f"too small: {v}")
-        workload[k] = v
-    if trace not in PRESET_POOLS and not re.search(r"[/.]", trace) and not is_engine:
-        raise c.fail("workload.trace", f"{trace!r} is neither a synth preset nor a file path",
-                     f"allowed values: {', '.join(PRESET_POOLS)}, or a path to a JSONL trace")
-    if workload["batch"] < 1:
-        raise c.fail("workload.batch", f"must be at least 1, got {workload['batch']}")
-    if workload["passes"] < 2:
-        raise c.fail("workload.passes", f"must be at least 2 (warm-up + measured), "
-                                        f"got {workload['passes']}")
 
-    o = c.table(data, "order", ORDER)
-    randomize = c.get(o, "randomize", "order.randomize", bool, default=True)
-    interleave = c.get(o, "interleave_reps", "order.interleave_reps", bool, default=True)
+def _parse(data: dict, source: str) -> tuple[MatrixFile, Matrix]:
+    m, problems = collect(MatrixFile, data, source=source, rules=(_cell_rules,))
+    if problems:
+        raise MatrixFileError(problems)
+    # an engine loads its own model (model_construct: the defaults, no validator to build)
+    w = m.workload or Workload.model_construct(trace="engine")
+    workload = {k: getattr(w, k) for k in Workload.model_fields
+                if k not in SYNTH_GEOMETRY or k in w.model_fields_set}
+    engine, reps = None, m.repetitions
+    if m.engine is not None:
+        engine = config_of(m.engine)
+        points, reps = _engine_points(engine), engine.pairs
+    else:
+        points = _points(m.cells)[0]
+    return m, Matrix(
+        name=m.name, description=m.description, source=source, workload=workload,
+        repetitions=reps, randomize=m.order.randomize, interleave=m.order.interleave_reps,
+        tags=m.hosts.tags, placement=m.hosts.placement, memboot_overhead=m.memboot_overhead,
+        mglru_at_boot=m.mglru_at_boot, run_seconds=float(m.estimate.run_seconds),
+        reboot_seconds=float(m.estimate.reboot_seconds), points=tuple(points),
+        reference=m.reference, protocol={k: getattr(m.protocol, k) for k in Protocol.model_fields},
+        scales=tuple(sorted(m.scale)), engine=engine)
 
-    h = c.table(data, "hosts", HOSTS)
-    tags = c.tags(h.get("tags", "any"), "hosts.tags")
-    placement = c.get(h, "placement", "hosts.placement", str, default="each", choices=PLACEMENTS)
 
-    e = c.table(data, "estimate", ESTIMATE)
-    est = {}
-    for k, d in (("run_seconds", 900.0), ("reboot_seconds", 600.0)):
-        v = c.get(e, k, f"estimate.{k}", (int, float), default=d)
-        if v < 0:
-            raise c.fail(f"estimate.{k}", f"must not be negative, got {v}")
-        est[k] = float(v)
+def _capacity(text: str) -> Capacity:
+    return Capacity(*parse_capacity(text))
 
-    pr = c.table(data, "protocol", PROTOCOL)
-    protocol = {"cgroup_headroom": c.size(pr, "cgroup_headroom", "protocol.cgroup_headroom",
-                                          DEFAULT_CGROUP_HEADROOM),
-                "balloon_max": c.size(pr, "balloon_max", "protocol.balloon_max")}
-    scales = c.get(data, "scale", "scale", dict, default={})
 
-    cells = c.table(data, "cells", CELLS)
-    if "cells" not in data and not is_engine:
-        raise c.fail("cells", "missing (required)", "a table with capacities, mechanisms, ...")
-    points: list[Point] = []
-    if "capacities" in cells or "mechanisms" in cells or "reclaims" in cells:
-        caps = [c.capacity(x, f"cells.capacities[{i}]")
-                for i, x in enumerate(c.strlist(cells, "capacities", "cells.capacities"))]
-        if len({x.text for x in caps}) != len(caps):
-            raise c.fail("cells.capacities", "lists the same capacity twice")
-        mechs = c.strlist(cells, "mechanisms", "cells.mechanisms", MECHANISMS)
-        recl = c.strlist(cells, "reclaims", "cells.reclaims", RECLAIMS)
-        modes = c.strlist(cells, "modes", "cells.modes", MODES, default=["pagecache"])
-        pref = [c.prefetch(x, f"cells.prefetch[{i}]") for i, x in
-                enumerate(c.strlist(cells, "prefetch", "cells.prefetch", default=["none"]))]
-        points = [Point(*t) for t in itertools.product(caps, mechs, recl, modes, pref)]
-    elif "exclude" in cells:
-        raise c.fail("cells.exclude", "without a product (capacities x mechanisms x reclaims)")
+def _extra_point(x: Extra) -> Point:
+    if x.cell is not None:
+        cell = parse_cell(x.cell)
+        axes = (Capacity(format_size(cell.capacity_bytes), "abs", cell.capacity_bytes),
+                cell.mechanism, cell.reclaim, cell.mode, cell.prefetch)
+    else:
+        axes = (_capacity(x.capacity), x.mechanism, x.reclaim, x.mode or "pagecache",
+                x.prefetch or "none")
+    return Point(*axes, tags=x.tags, placement=x.placement, repetitions=x.repetitions)
 
-    excl = c.get(cells, "exclude", "cells.exclude", list, default=[])
-    for i, x in enumerate(excl):
-        full = f"cells.exclude[{i}]"
-        if not isinstance(x, dict) or not x:
-            raise c.fail(full, "must be a non-empty table of axis = value",
-                         f"axes: {', '.join(AXES)}")
-        c.keys(x, full + ".", AXES)
-        want = {}
-        for k, v in x.items():
-            if not isinstance(v, str):
-                raise c.fail(f"{full}.{k}", f"must be a string, got {v!r}")
-            want[k] = c.capacity(v, f"{full}.{k}").text if k == "capacity" else v
+
+def _points(cells: Cells) -> tuple[list[Point], list[Problem]]:
+    """The product minus the excludes, plus the extras; and each exclude that matches no cell
+    of the product (checked only against a complete product: Cells.rules names a partial one)."""
+    if any(getattr(cells, k) is None for k in PRODUCT):
+        return [_extra_point(x) for x in cells.extra], []
+    points = [Point(*t) for t in itertools.product(
+        [_capacity(c) for c in cells.capacities], cells.mechanisms, cells.reclaims, cells.modes,
+        cells.prefetch)]
+    problems = []
+    for i, x in enumerate(cells.exclude):
+        want = {k: getattr(x, k) for k in AXES if k in x.model_fields_set}
         keep = [p for p in points if not all(
             (p.capacity.text if k == "capacity" else getattr(p, k)) == v for k, v in want.items())]
         if len(keep) == len(points):
-            raise c.fail(full, f"matches no cell of the product: {want}",
-                         "check the spelling against cells.capacities, mechanisms, ...")
+            problems.append(Problem(("cells", "exclude", i), f"matches no cell of the product: "
+                                    f"{want}", hint="check the spelling against cells.capacities, "
+                                                    "mechanisms, ..."))
         points = keep
+    return points + [_extra_point(x) for x in cells.extra], problems
 
-    extras = c.get(cells, "extra", "cells.extra", list, default=[])
-    for i, x in enumerate(extras):
-        full = f"cells.extra[{i}]"
-        if not isinstance(x, dict):
-            raise c.fail(full, "must be a table", f"keys: {', '.join(EXTRA)}")
-        c.keys(x, full + ".", EXTRA)
-        if "cell" in x:
-            if any(k in x for k in AXES):
-                raise c.fail(full, "give either cell = NAME or the axes, not both")
-            try:
-                cell = parse_cell(c.get(x, "cell", f"{full}.cell", str).lower())
-            except InputError as exc:
-                raise c.fail(f"{full}.cell", exc.message, exc.hint) from None
-            axes = {"capacity": Capacity(format_size(cell.capacity_bytes), "abs",
-                                         cell.capacity_bytes),
-                    "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
-                    "prefetch": cell.prefetch}
-        else:
-            axes = {"capacity": c.capacity(c.get(x, "capacity", f"{full}.capacity", str,
-                                                 required=True), f"{full}.capacity"),
-                    "mechanism": c.get(x, "mechanism", f"{full}.mechanism", str, required=True,
-                                       choices=MECHANISMS),
-                    "reclaim": c.get(x, "reclaim", f"{full}.reclaim", str, required=True,
-                                     choices=RECLAIMS),
-                    "mode": c.get(x, "mode", f"{full}.mode", str, default="pagecache",
-                                  choices=MODES),
-                    "prefetch": c.prefetch(c.get(x, "prefetch", f"{full}.prefetch", str,
-                                                 default="none"), f"{full}.prefetch")}
-        r = c.get(x, "repetitions", f"{full}.repetitions", int, default=None)
-        if r is not None and r < 1:
-            raise c.fail(f"{full}.repetitions", f"must be at least 1, got {r}")
-        points.append(Point(**axes,
-                            tags=c.tags(x["tags"], f"{full}.tags") if "tags" in x else None,
-                            placement=c.get(x, "placement", f"{full}.placement", str,
-                                            choices=PLACEMENTS),
-                            repetitions=r))
-    engine = None
-    if is_engine:
-        engine, points = _engine_points(c, data, mglru_at_boot)
-        reps = engine.pairs
-    if not points:
-        raise c.fail("cells", "the matrix has no cell",
-                     "give capacities, mechanisms and reclaims, or [[cells.extra]] entries")
-    seen = {}
+
+def _cell_rules(v: View, ctx: dict) -> Iterator[Problem]:
+    """The rules over the cells a (replay) matrix expands to: excludes that exclude nothing, no
+    cell at all, a cell twice, a pool-relative capacity without a pool size."""
+    if v.given("engine") or not v.ok("cells") or v.cells is None:
+        return
+    points, problems = _points(v.cells)
+    yield from problems
+    partial = bool(v.cells.model_fields_set & set(PRODUCT)) and not all(
+        getattr(v.cells, k) is not None for k in PRODUCT)         # Cells.rules names it
+    if not points and not partial:
+        yield Problem(("cells",), "the matrix has no cell",
+                      hint="give capacities, mechanisms and reclaims, or [[cells.extra]] entries")
+    seen: set[str] = set()
     for p in points:
         if p.key in seen:
-            raise c.fail("cells", f"cell {p.key} is listed twice (product, extra)")
-        seen[p.key] = p
-    for p in points:
-        if p.capacity.kind == "pool" and workload["pool"] is None and trace not in PRESET_POOLS:
-            raise c.fail("workload.pool", f"missing: capacity {p.capacity.text} is relative to "
-                                          "the pool and the trace is a file",
-                         'give the pool size, e.g. pool = "1347G"')
-    return Matrix(name=name, description=description, source=source, workload=workload,
-                  repetitions=reps, randomize=randomize, interleave=interleave, tags=tags,
-                  placement=placement, memboot_overhead=overhead, mglru_at_boot=mglru_at_boot,
-                  run_seconds=est["run_seconds"], reboot_seconds=est["reboot_seconds"],
-                  points=tuple(points), reference=reference, protocol=protocol,
-                  scales=tuple(sorted(scales)), engine=engine)
+            yield Problem(("cells",), f"cell {p.key} is listed twice (product, extra)")
+        seen.add(p.key)
+    w = v.workload if v.ok("workload") else None
+    if w is not None and w.pool is None and w.trace not in PRESET_POOLS:
+        for p in points:
+            if p.capacity.kind == "pool":
+                yield Problem(("workload", "pool"), f"missing: capacity {p.capacity.text} is "
+                              "relative to the pool and the trace is a file",
+                              hint='give the pool size, e.g. pool = "1347G"')
+                break
 
 
-def _engine_points(c: _C, data: dict, mglru_at_boot: bool) -> tuple[EngineConfig, list[Point]]:
-    """The [engine] table and its cells: per prompt the admit and the nocache cell."""
-    if mglru_at_boot:
-        raise c.fail("mglru_at_boot", "an engine matrix leaves reclaim as the host runs it")
-    try:
-        eng = parse_engine(data["engine"], c.source)
-    except InputError as exc:
-        raise MatrixError(exc.message, exc.hint) from None
-    return eng, [Point(Capacity("0", "abs", 0), cell.mechanism, ENGINE_RECLAIM, cell.mode,
-                       repetitions=eng.pairs, engine=cell.name) for cell in eng.cells()]
+def _engine_points(eng: EngineConfig) -> list[Point]:
+    """The cells of an engine matrix: per prompt the admit and the nocache cell."""
+    return [Point(Capacity("0", "abs", 0), cell.mechanism, ENGINE_RECLAIM, cell.mode,
+                  repetitions=eng.pairs, engine=cell.name) for cell in eng.cells()]
 
 
 # loading ------------------------------------------------------------------------------------------
@@ -607,7 +493,8 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
         p = Path(ref_s)
         if not p.is_file():
             raise MatrixError(f"no matrix {ref_s!r}: neither a shipped name nor a file",
-                              f"shipped matrices: {', '.join(names)}; or give a path to a TOML file")
+                              f"shipped matrices: {', '.join(names)}; or give a path to a TOML "
+                              "file")
         try:
             text = p.read_text()
         except OSError as exc:
@@ -617,12 +504,19 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MatrixError(f"{source}: not valid TOML: {exc}") from None
-    m = parse_matrix(data, source)
-    if ref_s in names and m.name != ref_s:
-        raise MatrixError(f"{source}: key 'name': {m.name!r} differs from the file name")
-    # every scale validates whenever the matrix is loaded (an unknown one says which exist)
-    scaled = {name: parse_matrix(apply_scale(data, name, source), f"{source} at scale {name}")
-              for name in m.scales}
+    doc, m = _parse(data, source)
+    # the name and every scale validate whenever the matrix is loaded, all problems at once
+    problems = [Problem(("name",), f"{m.name!r} differs from the file name", source=source)
+                ] if ref_s in names and m.name != ref_s else []
+    scaled = {}
+    for name in m.scales:
+        try:
+            scaled[name] = parse_matrix(_scaled(data, name, source, doc.scale[name]),
+                                        f"{source} at scale {name}")
+        except SchemaError as exc:
+            problems += exc.problems
+    if problems:
+        raise MatrixFileError(problems)
     if scale is None:
         return m
     if scale not in scaled:
