@@ -114,15 +114,38 @@ def test_reboot_with_mem_and_lru_then_restore(lab, lab_hosts, connect):
 
 
 def test_late_host_is_power_cycled_then_quarantined(lab, lab_hosts, connect):
-    """up_timeout far below a TCG boot: the reboot cannot be proven in time, so the
-    controller-side power_cycle of the inventory (restart of the guest's qemu with the default
-    command line) runs, and the host is quarantined with the reason. Runs last: it leaves
-    lab-b booting its default command line, and waits for it."""
-    from bench.lab.vm import wait_for_boot
+    """A host that hangs right after the reboot is triggered (its qemu stopped with SIGSTOP
+    before the delayed kexec runs, as a wedged machine would) never comes back on its own:
+    the controller-side power_cycle of the inventory (the guest's qemu killed and started with
+    the default command line) runs, and, with up_timeout far below a TCG boot, the host is
+    quarantined with the reason. Deterministic: no timing decides whether the guest is back.
+    Runs last: it leaves lab-b booting its default command line, and waits for it."""
+    import os
+    import signal
+
+    from bench.lab.vm import lab_status, wait_for_boot
     b = lab_hosts["lab-b"]
+    [qemu] = [g["pid"] for g in lab_status(probe=False) if g["name"] == "lab-b" and g["running"]]
     tb = connect(b)
-    r = reboot_host(tb, b, "768M", None, _log("lab-b"), down_timeout=90, up_timeout=3)
-    assert not r.ok and r.verdict == "quarantine" and r.power_cycled
+
+    class HangsAfterTrigger:
+        """lab-b's transport: the kexec trigger goes out, then the guest freezes."""
+
+        def __init__(self, t):
+            self.t = t
+
+        def run(self, argv, **kw):
+            r = self.t.run(argv, **kw)
+            if argv[:2] == ["setsid", "-f"]:        # the detached `sleep 1; kexec -e`
+                os.kill(qemu, signal.SIGSTOP)
+            return r
+
+        def __getattr__(self, name):
+            return getattr(self.t, name)
+
+    r = reboot_host(HangsAfterTrigger(tb), b, "768M", None, _log("lab-b"), down_timeout=90,
+                    up_timeout=3)
+    assert not r.ok and r.verdict == "quarantine" and r.power_cycled, r.reason
     assert "after a power cycle" in r.reason
     assert [e.step for e in r.events][-2:] == ["power-cycle", "quarantine"]
     wait_for_boot(tb, r.before.boot_id, 240)

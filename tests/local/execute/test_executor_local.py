@@ -1,0 +1,120 @@
+"""The campaign executor on the local transport (tier 1: seconds, no SSH, no lab): a real
+campaign of `none` cells on this machine through bench.execute.campaign.executor.Executor, the
+deployed runner and agent, a real SQLite store; and the run state machine refusing an illegal
+move that the executor tries (after a second writer moved the run), the executor going on.
+
+Needs root (the runner drops caches) and a C toolchain (the agent is built on deploy)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.cli.campaign import build_plan
+from bench.execute.campaign.executor import Event, Executor
+from bench.execute.campaign.record import Settings, create
+from bench.hosts.inventory import Host, render_host_toml
+from bench.store.campaigns import journal_rows, run_rows, transition
+from bench.store.db import open_store
+from bench.store.states import TRANSITIONS
+
+pytestmark = [pytest.mark.root, pytest.mark.native]
+
+MATRIX = """
+name = "local-exec"
+description = "none/classic cells on the local host"
+repetitions = 2
+
+[workload]
+trace = "tiny"        # 4 layers x 32 experts x 64 KiB: an 8 MiB pool
+tokens = 40
+passes = 2
+
+[estimate]
+run_seconds = 2
+reboot_seconds = 30
+
+[cells]
+capacities = ["0.5pool", "2pool"]
+mechanisms = ["none"]
+reclaims = ["classic"]
+"""
+
+
+@pytest.fixture
+def local_campaign(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the runner drops caches)")
+    for tool in ("make", "cc", "python3"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "local.toml").write_text(render_host_toml(Host(
+        name="local", address="localhost", transport="local",
+        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    plan, exp, m = build_plan(str(tmp_path / "matrix.toml"), ["local"], hosts, 5, "lx")
+    s = Settings(threads=2, passes=2, retries=0, data_dir=tmp_path / "data", db_url=db,
+                 hosts_dir=hosts, chunk_s=1.0, retry_pause_s=0.1)
+    store = open_store(db)
+    create(store, plan, exp, m, ["local"], s, str(tmp_path / "matrix.toml"))
+    try:
+        yield store, s, [r.run_id for r in plan.runs]
+    finally:
+        store.close()
+
+
+def _moves(store, cid: str) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {}
+    for j in journal_rows(store, cid, kinds=("state",)):
+        out.setdefault(j.run_ref, []).append((j.get("from"), j.get("to")))
+    return out
+
+
+def test_a_campaign_on_the_local_transport_goes_through_legal_moves_only(local_campaign):
+    store, s, rids = local_campaign
+    events: list[Event] = []
+    res = Executor(store, "lx", s, on_event=events.append).run()
+    assert res.state == "done", [e.line() for e in events][-20:]
+    assert sorted(r.run_id for r in res.runs) == sorted(rids) and len(rids) == 4
+    assert {r.state for r in res.runs} == {"validated"}, res.runs
+    for ref, moves in _moves(store, "lx").items():
+        assert moves[0][0] == "planned" and moves[-1][1] == "validated", moves
+        for old, new in moves:
+            assert new in TRANSITIONS[old], (old, new)
+        # each run entered running once and was collected, ingested (by the store) and judged
+        assert [m[1] for m in moves].count("running") == 1, moves
+    assert [e.kind for e in events].count("state") >= 4 * 5
+
+
+def test_the_store_refuses_the_executors_illegal_move_and_the_campaign_goes_on(local_campaign):
+    """A second writer (another controller, a `bench ingest` by hand) judges the first run while
+    it executes; the executor's own move running -> collected is then illegal from
+    `validated`: the store refuses it, nothing is written, the executor journals why, leaves the
+    run as the store has it and finishes the other runs."""
+    store, s, rids = local_campaign
+    first = []
+
+    def second_writer(ev: Event) -> None:
+        if ev.kind == "state" and ev.message.endswith("-> running (starting the runner)") \
+                and not first:
+            first.append(ev.run_id)
+            transition(store, ev.run_id, "ingested", "judged elsewhere")
+            transition(store, ev.run_id, "validated", "judged elsewhere")
+
+    res = Executor(store, "lx", s, on_event=second_writer).run()
+    rid = first[0]
+    rows = {r.run_id: r for r in run_rows(store, "lx")}
+    assert rows[rid].state == "validated"
+    warnings = [j.message for j in journal_rows(store, "lx", kinds=("warning",))]
+    assert any(f"run {rid}: validated -> collected is not a legal transition" in w
+               for w in warnings), warnings
+    moves = next(m for ref, m in _moves(store, "lx").items() if ref == rows[rid].ref)
+    assert ("validated", "collected") not in moves and moves[-1] == ("ingested", "validated")
+    assert res.state == "done" and all(r.state == "validated" for r in rows.values())
+    assert Path(s.data_dir, "bundles", "local", rid).is_dir()     # collected, never stored
