@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fleet_helpers import offline_campaign
+from tests.support.fleet import offline_campaign
 
 from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store

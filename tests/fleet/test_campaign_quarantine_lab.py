@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fleet_helpers import host_bundles
+from tests.support.fleet import host_bundles
 
 from bench.cli.campaign import build_plan
 from bench.execute.campaign.executor import Executor

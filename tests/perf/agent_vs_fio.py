@@ -27,14 +27,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[2]))
-sys.path.insert(0, str(HERE.parents[1] / "native"))
+sys.path.insert(0, str(HERE.parents[2]))    # run as a script: tests.support from the repo root
 
-import nativelib as nl  # noqa: E402
-
-from bench.plan.planfile import REPLAY, Plan, write_plan  # noqa: E402
-from bench.plan.pool import PoolSpec, make_pool  # noqa: E402
-from bench.trace.parse import Iteration, Pass  # noqa: E402
+from bench.plan.planfile import REPLAY, Plan, write_plan  # noqa: E402 - after the path
+from bench.plan.pool import PoolSpec, make_pool  # noqa: E402 - after the path
+from bench.trace.parse import Iteration, Pass  # noqa: E402 - after the path
+from tests.support import nativelib as nl  # noqa: E402 - after the path
 
 
 def fio_jobfile(pool: Path, spec: PoolSpec, threads: int, warm: bool) -> str:

@@ -11,7 +11,7 @@ from bench.cli import main
 from bench.cli.app import app
 
 GOLDEN = Path(__file__).parent / "golden"
-from tests.conftest import header, rec
+from tests.support.traces import header, rec
 
 
 def _commands(group, prefix=()):

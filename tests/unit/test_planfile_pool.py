@@ -11,7 +11,7 @@ from bench.plan.planfile import (HINT, decode, encode, frequency_table, hints_fr
                                  write_plan)
 from bench.plan.pool import HEADER, MAGIC, PoolSpec, check_pool, load_manifest, make_pool
 from bench.trace.parse import parse_lines
-from tests.conftest import header, rec
+from tests.support.traces import header, rec
 
 
 def _plan(expert_bytes=4096):

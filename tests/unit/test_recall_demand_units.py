@@ -9,7 +9,7 @@ from bench.sim.recall import recall, recall_report
 from bench.trace.parse import Iteration, Pass, parse_lines
 from bench.trace.synth import generate, preset
 from bench.units import format_size, parse_size
-from tests.conftest import header, rec
+from tests.support.traces import header, rec
 
 
 def _plan():

@@ -7,7 +7,7 @@ from bench.errors import InputError
 from bench.trace.locality import jaccard, locality, reuse, top_share, trace_stats, zipf_slope
 from bench.trace.parse import SPEC_ACCEPT, SPEC_FALLBACK, parse_lines
 from bench.trace.synth import generate, preset
-from tests.conftest import header, rec
+from tests.support.traces import header, rec
 
 
 def _trace(name="tiny", **kw):

@@ -10,7 +10,7 @@ from bench.errors import TraceError
 from bench.trace.parse import (NORMAL, SPEC_ACCEPT, SPEC_FALLBACK, merge, parse_lines, parse_trace,
                                suspicious_first_passes)
 from bench.trace.synth import generate, preset
-from tests.conftest import header, rec
+from tests.support.traces import header, rec
 
 H = header()
 

@@ -14,7 +14,7 @@ from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
-from tests.store.test_results_cli import check_golden, render
+from tests.support.golden import check_golden, render
 
 # (prompt, pair) -> (admit wall s, nocache wall s); cold load 2.0 s everywhere
 WALLS = {("prose", 0): (267.0, 296.0), ("prose", 1): (266.0, 293.0), ("prose", 2): (268.0, 297.5),

@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from runner_helpers import (PYTHON, RUNNER, make_spec, measured_device_bytes, read_json, runner,
-                            start, timeline, verify_manifest, wait, wait_phase, write_spec)
+
+from tests.support.runner import (PYTHON, RUNNER, make_spec, measured_device_bytes, read_json,
+                                  runner, start, timeline, verify_manifest, wait, wait_phase,
+                                  write_spec)
 
 # a warm pass may read a stray metadata block (journal superblock, an inode): not experts
 WARM_SLACK = 256 << 10
@@ -94,7 +96,7 @@ def test_cell_grammar_matches_bench_cells():
 
 
 def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
-    from runner_helpers import make_plan_file
+    from tests.support.runner import make_plan_file
 
     from bench.plan.pool import PoolSpec, make_pool
     pool = tmp_path / "pool"

@@ -2,11 +2,11 @@
 reads in the page cache ahead of time (measured with the RWF_NOWAIT probe: a demand read the
 probe fully served did not wait for the device)."""
 
-import nativelib as nl
 import pytest
-from native_plans import distinct_plan, mixed_plan
 
 from bench.plan.planfile import oracle_hints, write_plan
+from tests.support import nativelib as nl
+from tests.support.native_plans import distinct_plan, mixed_plan
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

@@ -1,15 +1,15 @@
 """Inventory validation: every error names the file, the key and what is allowed."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from bench.cli import main
 from bench.errors import InventoryError
 from bench.hosts.inventory import check_inventory, load_host_file, load_inventory, select
+from tests.support import paths
 
-REPO_HOSTS = Path(__file__).resolve().parents[2] / "hosts"
+REPO_HOSTS = paths.REPO / "hosts"
 
 GOOD = """
 name = "h1"

@@ -6,11 +6,11 @@ import json
 import os
 import struct
 
-import nativelib as nl
 import pytest
-from native_plans import make_plan
 
 from bench.plan.planfile import HINT, Plan, encode, write_plan
+from tests.support import nativelib as nl
+from tests.support.native_plans import make_plan
 
 pytestmark = pytest.mark.native
 

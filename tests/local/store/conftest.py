@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.bundlegen import make_bundle
+from tests.support.bundlegen import make_bundle
 
 
 def _pg_bin() -> Path | None:

@@ -3,8 +3,9 @@
 import json
 import subprocess
 
-import nativelib as nl
 import pytest
+
+from tests.support import nativelib as nl
 
 pytestmark = pytest.mark.native
 

@@ -1,35 +1,23 @@
 """Fixtures for the host-side cell runner (agents/runner.py) against the real kernel: the agent
 build, an ext4 pool on a direct-I/O loop device, plans written by bench.plan.planfile from synthetic
 traces, a work dir, and a spec builder. Loop device, pool and mount helpers come from
-tests/native/nativelib.py."""
+tests/support/nativelib.py."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "native"))
-sys.path.insert(0, str(HERE))
-
-import nativelib as nl  # noqa: E402
-from runner_helpers import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES, make_plan_file  # noqa: E402
+from tests.support import nativelib as nl
+from tests.support.runner import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES, make_plan_file
 
 
 def _need(cond, why):
     if not cond:
         pytest.skip(why)
-
-
-@pytest.fixture(autouse=True)
-def _root_marker(request):
-    if request.node.get_closest_marker("root") and os.geteuid() != 0:
-        pytest.skip("needs root (drop_caches, cgroups, loop devices, mlock)")
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import make_spec, read_json, start, timeline, verify_manifest, wait
-
 from bench.agents.hostrunner import supervise as sv
 from bench.agents.hostrunner.errors import RunFailed
+from tests.support.runner import make_spec, read_json, start, timeline, verify_manifest, wait
 
 PY = sys.executable
 

@@ -5,8 +5,9 @@ import signal
 import subprocess
 import time
 
-import nativelib as nl
 import pytest
+
+from tests.support import nativelib as nl
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

@@ -1,24 +1,21 @@
 """Result tables (golden, fixed width) and the CLI commands over a populated database.
 
-Golden files live in tests/store/golden/; regenerate them after an intended change with
-BENCH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/store -k golden (and review the diff)."""
+Golden files live in tests/local/store/golden/; regenerate them after an intended change with
+BENCH_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/local/store -k golden (and review the
+diff)."""
 
-import io
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from bench.cli import main
 from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
+from tests.support import golden
+from tests.support.golden import check_golden, render
 
-GOLDEN = Path(__file__).parent / "golden"
 CELLS = [("64m-balloon-mglru", 1.6), ("128m-balloon-mglru", 1.2), ("160m-balloon-mglru", 1.0),
          ("64m-balloon-classic", 1.1), ("64m-cgroup-mglru", 1.15), ("64m-cgroup-classic", 1.12),
          ("64m-cgroup-mglru-pinned", 1.05), ("64m-cgroup-mglru-hybrid", 1.08),
@@ -46,20 +43,6 @@ def full(tmp_path, bundles):
     st.close()
 
 
-def render(table) -> str:
-    con = Console(width=120, record=True, file=io.StringIO(), color_system=None)
-    con.print(table)
-    return con.export_text()
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("BENCH_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with BENCH_UPDATE_GOLDEN=1 once and review it"
-    assert text == path.read_text(), f"{name} changed (BENCH_UPDATE_GOLDEN=1 to accept)"
-
-
 @pytest.mark.parametrize("kind", queries.MATRICES)
 def test_golden_matrix(full, kind):
     check_golden(f"matrix_{kind}.txt", render(store_views.matrix_table(queries.matrix(full[0], kind))))
@@ -67,12 +50,13 @@ def test_golden_matrix(full, kind):
 
 def test_golden_cell(full):
     res = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
-    text = render(store_views.cell_result_table(res)) + render(store_views.verdict_table(res["runs"][-1]))
+    text = (render(store_views.cell_result_table(res))
+            + render(store_views.verdict_table(res["runs"][-1])))
     check_golden("cell_64m-balloon-mglru.txt", text)
 
 
 def test_golden_detects_a_change(tmp_path, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "GOLDEN", tmp_path)
+    monkeypatch.setattr(golden, "GOLDEN", tmp_path)
     monkeypatch.delenv("BENCH_UPDATE_GOLDEN", raising=False)
     (tmp_path / "x.txt").write_text("old\n")
     with pytest.raises(AssertionError, match="changed"):

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import REPO as ROOT
 
 
 @pytest.mark.slow

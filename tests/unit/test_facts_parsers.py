@@ -9,8 +9,9 @@ import pytest
 from bench.errors import FormatError
 from bench.hosts import facts
 from bench.hosts.deploy import source_hash
+from tests.support import paths
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = paths.FIXTURES
 CAP = FIX / "facts" / "debian12-x86_64-cgv1"
 GH = FIX / "facts" / "gh200-aarch64-cgv2-handwritten"
 PROC = FIX / "procfs" / "debian12-x86_64-cgv1"

@@ -18,7 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 NATIVE = REPO / "native"
 AGENT = NATIVE / "bench-agent"
 SECTOR = 512  # /proc/diskstats sectors are always 512 bytes

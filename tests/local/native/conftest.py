@@ -4,27 +4,15 @@ end between the Python writer and the C reader)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import nativelib as nl  # noqa: E402
-from native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES  # noqa: E402
-
-from bench.plan.planfile import Plan, write_plan  # noqa: E402
-from bench.plan.pool import PoolSpec, make_pool  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _root_marker(request):
-    """A test marked root is skipped, not failed, where the machine does not give it root."""
-    if request.node.get_closest_marker("root") and os.geteuid() != 0:
-        pytest.skip("needs root")
+from bench.plan.planfile import Plan, write_plan
+from bench.plan.pool import PoolSpec, make_pool
+from tests.support import nativelib as nl
+from tests.support.native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES
 
 
 @pytest.fixture(scope="session")

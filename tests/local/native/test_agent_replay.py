@@ -5,11 +5,11 @@ come from the agent's own pass-boundary snapshots."""
 from collections import Counter
 from pathlib import Path
 
-import nativelib as nl
 import pytest
-from native_plans import EXPERT_BYTES, distinct_plan, mixed_plan
 
 from bench.plan.planfile import frequency_table
+from tests.support import nativelib as nl
+from tests.support.native_plans import EXPERT_BYTES, distinct_plan, mixed_plan
 
 pytestmark = [pytest.mark.native, pytest.mark.root]
 

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import PYTHON, RUNNER
-
 from bench.agents.hostrunner import poolfmt, poolwriter
 from bench.errors import PoolError
 from bench.plan.pool import PoolSpec, check_pool, expert_header, load_manifest, make_pool
+from tests.support.runner import PYTHON, RUNNER
 
 L, E, S = 3, 5, 70_000          # 15 experts, not a multiple of anything in particular
 SEED = 7

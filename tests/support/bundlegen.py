@@ -22,8 +22,9 @@ from pathlib import Path
 
 from bench.hosts.procfs import parse_meminfo
 from bench.matrix.cells import parse_cell
+from tests.support import paths
 
-CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "bundles" / "captured"
+CAPTURED = paths.FIXTURES / "bundles" / "captured"
 POOL_BYTES = 192 << 20
 HEADROOM = 32 << 20
 ITERATIONS = 12

@@ -3,7 +3,6 @@ MemTotal range mem= implies, the gate, the safety checks, the one-shot command b
 Observed values come from the lab's Debian 6.1 guests (1536 MiB, x86_64, TCG)."""
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from bench.hosts.bootplan import (GIB, MIB, Observation, check_reboot_allowed, e
                                   observation_from_files, parse_mem, split_head_output)
 from bench.hosts.inventory import Host, RebootSpec, load_host_file
 from bench.hosts.reboot import reboot_host
+from tests.support import paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.REPO
 DEFAULT = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a"
 # seen in the lab: MemTotal of a 1536 MiB guest without mem= and with mem=768M
 FULL_MT, MEM768_MT = 1532182528, 741183488

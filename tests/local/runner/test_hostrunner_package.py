@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_helpers import REPO, RUNNER
+from tests.support.runner import REPO, RUNNER
 
 AGENTS = REPO / "agents"
 PACKAGE = AGENTS / "hostrunner"

@@ -11,7 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 RUNNER = REPO / "agents" / "runner.py"
 # the interpreter that runs the runner, as a host's python3 would: this one unless
 # BENCH_RUNNER_PYTHON names another (e.g. a Python 3.8, the oldest hosts may have)

@@ -16,11 +16,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runner_helpers import RUNNER, read_json, start, verify_manifest, wait
 
 from bench.matrix import engine
+from tests.support import paths
+from tests.support.runner import RUNNER, read_json, start, verify_manifest, wait
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = paths.REPO
 ENGINE = REPO / "tests" / "fixtures" / "engine" / "engine.py"
 LAYERS, EXPERTS, EXPERT_BYTES = 4, 32, 256 << 10       # a 32 MiB pool
 N_TOKENS, K = 40, 2
@@ -221,7 +222,7 @@ def test_an_orphaned_engine_is_stopped_by_the_next_status(pool_and_prompts, work
     import os
     import signal
 
-    from runner_helpers import runner, wait_phase
+    from tests.support.runner import runner, wait_phase
     d = pool_and_prompts
     rc, res = start(spec(d, work_dir, "orphan", "e2e-prose-admit", "--sleep", "60"), work_dir)
     assert rc == 0, res
@@ -330,7 +331,8 @@ def test_runner_stop_stops_the_engines_process_group(pool_and_prompts, work_dir)
     """`runner.py stop` while the engine decodes: the supervise loop stops the engine's whole
     process group; the run fails "stopped by request" with engine.json saying stopped."""
     import os
-    from runner_helpers import runner, wait_phase
+
+    from tests.support.runner import runner, wait_phase
     d = pool_and_prompts
     rc, res = start(spec(d, work_dir, "stopped", "e2e-prose-admit", "--sleep", "60"), work_dir)
     assert rc == 0, res

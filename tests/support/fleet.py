@@ -1,5 +1,4 @@
-"""Helpers shared by the fleet tests (imported as `fleet_helpers`, like tests/runner's
-runner_helpers): what a lab host and the controller hold of a campaign's runs, and a
+"""Helpers of the fleet tests: what a lab host and the controller hold of a campaign's runs, and a
 campaign created in a database on an inventory of unreachable hosts (for the views, which
 must read the database only)."""
 
