@@ -166,7 +166,7 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
     # quarantine: journal and the views' progress (read from the store only)
     q = [j for j in js if j.kind == "quarantine"]
     assert [j.data["host"] for j in q] == [X], log
-    assert f"(> {RECONNECT_S:.0f}s)" in q[0].data["reason"], q
+    assert f"(> {RECONNECT_S:.0f}s, " in q[0].data["reason"], q     # the reconnect timeout
     p = progress(store, cid)
     ph = {h["host"]: h for h in p["hosts"]}
     assert ph[X]["phase"] == "quarantined" and ph[X]["quarantined"] == q[0].data["reason"]
@@ -264,7 +264,7 @@ def test_host_lost_mid_campaign_hands_over_parks_and_resumes_exactly_once(
     assert not any(entered(js, x.ref, "failed") for x in others.values())
     print(f"\nhand-over: killed X {t_kill - t0:.1f}s in, first session {t_first:.1f}s, "
           f"resume {t_resume:.1f}s; moved {len(moved)}, parked {len(parked)}, "
-          f"in flight {flying} -> {fr['state']}")
+          f"in flight {flying} -> {fr.state}")
 
 
 def test_resume_waits_for_an_unreachable_host_then_quarantines_and_later_reattaches(

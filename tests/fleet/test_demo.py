@@ -96,7 +96,7 @@ def test_demo_without_root_runs_the_trace_part_and_says_what_it_needs(tmp_path, 
                                                                       capsys):
     import bench.execute.demo
     from bench.cli import main
-    monkeypatch.setattr(bench.demo.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(bench.execute.demo.os, "geteuid", lambda: 1000)
     db = f"sqlite:///{tmp_path / 'never.db'}"
     assert main(["demo", "--model", "tiny", "--out", str(tmp_path / "d"), "--db", db,
                  "--json"]) == 0
