@@ -403,8 +403,6 @@ def _distinct(message: str = "lists a value twice") -> AfterValidator:
     return AfterValidator(check)
 
 
-
-
 def matches(rx: re.Pattern, message: str, hint: str) -> AfterValidator:
     def check(text: str) -> str:
         if not rx.match(text):
@@ -499,8 +497,8 @@ class HostsTable(Table):
     """Which inventory hosts run the cells."""
     tags: Tags = doc('"any", or tag = value(s) the host must carry: { machine = ["A", "B"] }',
                      None, shown="any")
-    placement: Placement = doc("each: every matching host runs every cell; one: any "
-                                         "one of them", "each")
+    placement: Placement = doc("each: every matching host runs every cell; one: any one of "
+                               "them", "each")
 
 
 class Estimate(Table):
