@@ -27,11 +27,16 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# hostrunner is found through the sys.path entry above (a type checker may not know it)
-from hostrunner import commands, errors, probes, progress, spec  # type: ignore[import-not-found] - on sys.path at run time
+if TYPE_CHECKING:
+    # a type checker reads the same modules as this package's hostrunner (agents.hostrunner)
+    from .hostrunner import commands, errors, probes, progress, spec
+else:
+    # hostrunner is found through the sys.path entry above
+    from hostrunner import commands, errors, probes, progress, spec
 
 main = commands.main
 # what `import runner` users (tests, older controller code) take from this file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -13,6 +13,9 @@ from bench.cli.options import JsonOpt, ints
 from bench.errors import InputError
 from bench.results import store_views, trace_views, views
 from bench.units import parse_size
+
+if TYPE_CHECKING:
+    from bench.execute.demo import DemoCampaign
 
 # Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
 # or matplotlib (~500 ms) are imported inside the commands that use them, so that `bench --help`
@@ -90,7 +93,7 @@ def demo(
 
 
 def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed: int,
-              step, json_out: bool) -> tuple[dict, object]:
+              step, json_out: bool) -> tuple[dict, DemoCampaign]:
     """The measured part: the demo campaign prepared, run with the live view, its results."""
     from bench.cli.campaign import run_live
     from bench.execute.campaign.executor import Executor

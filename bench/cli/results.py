@@ -119,12 +119,13 @@ def results(cell: Annotated[Optional[str], typer.Option(
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, or a campaign-shaped matrix."""
     from bench.store import queries
-    if (cell is None) == (matrix is None):
-        raise InputError("give exactly one of --cell or --matrix")
-    store = _store(db)
-    if matrix:
+    if matrix is not None and cell is None:
+        store = _store(db)
         m = queries.matrix(store, matrix, host=host, campaign=campaign)
         return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
+    if cell is None or matrix is not None:
+        raise InputError("give exactly one of --cell or --matrix")
+    store = _store(db)
     res = queries.cell_results(store, cell, host=host, campaign=campaign, verbose=verbose)
     if json_out:
         return views.emit_json(res)
@@ -181,7 +182,7 @@ def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-me
          out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
          host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
     """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory."""
-    from bench.results import plots   # matplotlib: loaded only when used
+    from bench.results import plots  # matplotlib: loaded only when used
     from bench.store import queries
     store = _store(db)
     kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}

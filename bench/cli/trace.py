@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -13,6 +13,9 @@ from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
 from bench.errors import InputError
 from bench.results import trace_views, views
 from bench.units import parse_size
+
+if TYPE_CHECKING:
+    from bench.trace.parse import Trace
 
 # Library modules that pull numpy (~100 ms), SQLAlchemy with alembic (~350 ms), fabric (~140 ms)
 # or matplotlib (~500 ms) are imported inside the commands that use them, so that `bench --help`
@@ -156,7 +159,7 @@ def sim(
     """Simulate cache policies under fair windows and print hit rates."""
     from bench.sim.simulate import simulate
     from bench.trace.parse import parse_trace
-    trained = train
+    trained: str | Trace | None = train
     if train not in (None, "window", "oracle"):
         trained = parse_trace(Path(train), k)
     rows = []

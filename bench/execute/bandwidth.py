@@ -10,7 +10,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
 from bench.errors import CommandFailed, HostError, InputError
 from bench.execute.hostrun import now_iso
@@ -22,7 +21,7 @@ from bench.hosts.lock import HostLock
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.judge.counters import counters, device_bytes
-from bench.judge.measured import fingerprint
+from bench.judge.measured import fingerprint_of
 from bench.matrix.runspec import CONTROLLER_VERSION
 from bench.plan.planfile import REPLAY, Plan, encode
 from bench.trace.parse import NORMAL, Iteration, Pass
@@ -44,10 +43,10 @@ def all_experts_plan(layers: int, experts: int, expert_bytes: int, max_bytes: in
 def host_fingerprint(facts: dict, agent_sha256: str | None) -> dict:
     """The fingerprint of bench.judge.measured.fingerprint, from probed facts instead of a
     bundle."""
-    return fingerprint(SimpleNamespace(
+    return fingerprint_of(
         host={"kernel": facts.get("kernel"), "arch": facts.get("arch"),
               "cmdline": facts.get("cmdline") or ""},
-        spec={"agent": {"source_sha256": agent_sha256}, "controller_version": CONTROLLER_VERSION}))
+        spec={"agent": {"source_sha256": agent_sha256}, "controller_version": CONTROLLER_VERSION})
 
 
 BW_SCRIPT = ('mkdir -p "$1" && sync && echo 3 > /proc/sys/vm/drop_caches && shift && exec "$@"')
@@ -76,7 +75,7 @@ def measure_bandwidth(host: Host, *, transport_for: Callable[[Host], Transport] 
     finally:
         t.close()
     recs = [json.loads(line) for line in agent_out.splitlines() if line.strip()]
-    summary = next((x for x in recs if x.get("summary")), {})
+    summary: dict = next((x for x in recs if x.get("summary")), {})
     walls = summary.get("pass_wall_ns") or [
         sum(x["wall_ns"] for x in recs if x.get("pass") == p and "wall_ns" in x) for p in (0, 1)]
     dev = facts.get("pool_device") or {}

@@ -79,7 +79,7 @@ def figures(bundle_dir: Path) -> dict:
             "device_gb_per_iteration": None if dev is None else dev / 1e9,
             "logical_gb_per_iteration": None if m["logical_bytes_per_iteration"] is None
             else m["logical_bytes_per_iteration"] / 1e9,
-            "device": (devices(b) or [None])[0], "runner_ok": b.status.get("ok"),
+            "device": next(iter(devices(b)), None), "runner_ok": b.status.get("ok"),
             "runner_reason": b.status.get("reason")}
 
 

@@ -310,7 +310,7 @@ class DemoCampaign:
 
 def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | None = None,
                      max_lock: int = 2 << 30, seed: int = 0, threads: int = 2,
-                     step: Step = lambda _msg: None) -> tuple[DemoCampaign, object]:
+                     step: Step = lambda _msg: None) -> tuple[DemoCampaign, Settings]:
     """Trace, inventory, matrix, host facts, the plan with this host's skips, and the campaign
     created in the store. Returns (DemoCampaign, campaign Settings)."""
     out = Path(out)

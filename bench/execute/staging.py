@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.errors import CommandFailed, HostError
-from bench.agents.hostrunner import poolfmt
 from bench.execute.hostrun import last_json, runner_argv
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
+
+if TYPE_CHECKING:
+    # the checkout's agents/ is installed as bench.agents (pyproject's package-dir), a mapping
+    # a type checker reading the checkout does not follow: it reads the same file as agents.*
+    from agents.hostrunner import poolfmt
+else:
+    from bench.agents.hostrunner import poolfmt
 
 
 def remote_sha256(t: Transport, path: str) -> str | None:

@@ -114,7 +114,7 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
     remote_agents = stamp.stdout.strip() if stamp.rc == 0 else None
     out = {"host": host.name, "source_sha256": local_hash, "agents_sha256": local_agents,
            "before": before["source_sha256"] if before else None}
-    agent_current = bool(before) and before["source_sha256"] == local_hash
+    agent_current = bool(before and before["source_sha256"] == local_hash)
     if not force and agent_current and remote_agents == local_agents:
         return dict(out, status="current", seconds=0.0)
     t0 = time.monotonic()

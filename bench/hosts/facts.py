@@ -110,13 +110,14 @@ def parse_cgroup(text: str) -> dict:
         if f:
             controllers[f[0]] = f[1:]
     v2_mem = next((m for m in v2_mounts if "memory" in controllers.get(m, [])), None)
+    mem_path: str | None
     if v2_mem:
-        backend, path = "v2", v2_mem
+        backend, mem_path = "v2", v2_mem
     elif v1_memory:
-        backend, path = "v1", v1_memory
+        backend, mem_path = "v1", v1_memory
     else:
-        backend, path = "none", None
-    return {"backend": backend, "path": path, "v2_mount": v2_mounts[0] if v2_mounts else None,
+        backend, mem_path = "none", None
+    return {"backend": backend, "path": mem_path, "v2_mount": v2_mounts[0] if v2_mounts else None,
             "v1_memory_mount": v1_memory}
 
 

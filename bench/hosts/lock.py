@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from bench.errors import HostError
 from bench.hosts.inventory import Host
-from bench.hosts.transport import Transport
+from bench.hosts.transport import Process, Transport
 
 LOCK_NAME = "bench.lock"
 CONFLICT_RC = 75
@@ -46,7 +46,7 @@ class HostLock:
         self.host = host
         self.path = f"{host.work_dir}/{LOCK_NAME}"
         self.owner = owner or default_owner(purpose)
-        self._proc = None
+        self._proc: Process | None = None
 
     def acquire(self) -> None:
         if self._proc is not None:

@@ -157,10 +157,9 @@ def _stage_and_trigger(transport: Transport, entry: Host, method: str, append: s
                        before: Observation, log: _Log) -> None:
     systemd = _host_has_systemd(transport)
     if method == "kexec":
-        kernel, initrd = _boot_files(entry, before)
-        r = transport.run(["test", "-e", initrd], check=False, timeout=30)
-        if r.rc != 0:
-            initrd = None
+        kernel, boot_initrd = _boot_files(entry, before)
+        r = transport.run(["test", "-e", boot_initrd], check=False, timeout=30)
+        initrd = boot_initrd if r.rc == 0 else None
         argv = kexec_load_argv(kernel, initrd, append)
         log("stage", quote_argv(argv))
         transport.run(argv, timeout=120)

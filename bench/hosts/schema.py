@@ -7,7 +7,7 @@ Pure: no I/O.
 
 import re
 from pathlib import Path
-from typing import Annotated, Iterator, Literal
+from typing import Annotated, Iterator, Literal, get_args
 
 import annotated_types as at
 from pydantic import AfterValidator
@@ -15,8 +15,10 @@ from pydantic import AfterValidator
 from bench.errors import InventoryError
 from bench.matrix.schema import AbsPath, Problem, SchemaError, Size, Table, View, bad, doc, matches
 
-TRANSPORTS = ("ssh", "local")
-REBOOT_METHODS = ("grub-reboot", "kexec", "command", "none")
+Transport = Literal["ssh", "local"]
+RebootMethod = Literal["grub-reboot", "kexec", "command", "none"]
+TRANSPORTS: tuple[str, ...] = get_args(Transport)
+REBOOT_METHODS: tuple[str, ...] = get_args(RebootMethod)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NAME_HINT = "use letters, digits, '.', '_' and '-' (at most 64)"
 
@@ -66,7 +68,7 @@ class MemoryTable(Table):
 class RebootTable(Table):
     """Whether and how bench reboots the host (memboot cells, MGLRU at boot)."""
     allowed: bool = doc("bench may reboot this host", False)
-    method: Literal[REBOOT_METHODS] = doc("how bench boots a new kernel command line", "none")
+    method: RebootMethod = doc("how bench boots a new kernel command line", "none")
     grub_entry: str | None = doc("the GRUB menu entry bench rewrites (method grub-reboot)", None)
     kexec_kernel: str | None = doc("kernel image for kexec (default: the running one)", None)
     kexec_initrd: str | None = doc("initrd for kexec (default: the running one)", None)
@@ -114,7 +116,7 @@ class HostFile(Table):
                               None)
     port: Annotated[int, at.Ge(1), at.Le(65535)] = doc("SSH port", 22)
     user: str = doc("SSH user", "root")
-    transport: Literal[TRANSPORTS] = doc("ssh, or local: the controller's own machine")
+    transport: Transport = doc("ssh, or local: the controller's own machine")
     tags: dict[str, str] = doc('free labels matrices select on: machine = "A", nvme = ...', {})
     ssh: SSHTable = doc("SSH options", default_factory=SSHTable.model_construct)
     memory: MemoryTable = doc("memory total and floor", default_factory=MemoryTable.model_construct)

@@ -88,8 +88,9 @@ def _harden(conn: Connection, known_hosts: str) -> None:
 
 
 def _connect_kwargs(host: Host) -> dict:
-    kw = {"banner_timeout": host.ssh.banner_timeout, "auth_timeout": host.ssh.auth_timeout,
-          "channel_timeout": host.ssh.auth_timeout}
+    kw: dict[str, float | list[str]] = {
+        "banner_timeout": host.ssh.banner_timeout, "auth_timeout": host.ssh.auth_timeout,
+        "channel_timeout": host.ssh.auth_timeout}
     if host.ssh.identity_file:
         kw["key_filename"] = [os.path.expanduser(host.ssh.identity_file)]
     return kw

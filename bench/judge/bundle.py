@@ -176,6 +176,8 @@ def load(files: dict[str, bytes], where: str = "bundle") -> Bundle:
         if failed and rel not in files:
             return default
         return _json(files, rel, where)
+    records: list[dict]
+    summary: dict
     if engine or (failed and "agent.jsonl" not in files):
         records, summary = [], {}
     else:

@@ -80,11 +80,16 @@ def fingerprint(b: Bundle) -> dict:
     """What must not change inside a campaign on one host. mem=, the lru_gen boot toggle and
     panic= are the campaign's own business (its reboots set them) and are left out; the rest of
     the command line is compared as a set of arguments, since a reboot may reorder them."""
-    args = sorted(a for a in parse_cmdline(b.host.get("cmdline", ""))
+    return fingerprint_of(b.host, b.spec)
+
+
+def fingerprint_of(host: dict, spec: dict) -> dict:
+    """`fingerprint` of a bundle's host.json and spec.json (or of probed facts laid out so)."""
+    args = sorted(a for a in parse_cmdline(host.get("cmdline", ""))
                   if not _VOLATILE_CMDLINE.match(a))
-    fp = {"kernel": b.host.get("kernel"), "arch": b.host.get("arch"), "cmdline": " ".join(args),
-          "agent_sha256": b.spec.get("agent", {}).get("source_sha256"),
-          "controller_version": b.spec.get("controller_version")}
+    fp = {"kernel": host.get("kernel"), "arch": host.get("arch"), "cmdline": " ".join(args),
+          "agent_sha256": spec.get("agent", {}).get("source_sha256"),
+          "controller_version": spec.get("controller_version")}
     fp["digest"] = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
     return fp
 

@@ -346,11 +346,20 @@ def hint_provenance(b, ctx):
 
 # end-to-end engine runs (docs/engine.md) ---------------------------------------------------------
 
+def _engine_facts(b: Bundle) -> dict:
+    """engine_facts of the run an engine rule judges: evaluate gives these rules engine runs
+    only, whose facts are never None (else a TypeError, as indexing None raised before)."""
+    f = engine_facts(b)
+    if f is None:
+        raise TypeError(f"run {b.run_id} is not an engine run")
+    return f
+
+
 @rule("engine_exit_ok", 1, kinds=("engine",))
 def engine_exit_ok(b, ctx):
     """Engine runs: the engine started and exited 0 on its own (no signal, no timeout, not
     stopped)."""
-    e, f = b.engine or {}, engine_facts(b)
+    e, f = b.engine or {}, _engine_facts(b)
     if not e:
         return False, ("the engine never ran (no engine.json): runner "
                        f"{b.status.get('phase')}: {b.status.get('reason') or 'no reason given'}")
@@ -374,7 +383,7 @@ def engine_exit_ok(b, ctx):
 def engine_backend(b, ctx):
     """Engine runs: the expected backend string appears in the engine's output (stdout or
     stderr), so the run used the backend the comparison is about."""
-    f, want = engine_facts(b), b.spec["engine"]["backend"]
+    f, want = _engine_facts(b), b.spec["engine"]["backend"]
     if not f["backend_found"]:
         hint = [ln.strip() for ln in (b.text("engine.stdout") + "\n" + b.text("engine.stderr"))
                 .splitlines() if "backend" in ln.lower()][:1]
@@ -388,7 +397,7 @@ def engine_output_nondegenerate(b, ctx):
     """Engine runs: output token IDs found, at least min_tokens of them, not ending in a
     cycle of period <= 4 over half the output (bench.judge.engine.degenerate); the hash is
     recorded."""
-    f = engine_facts(b)
+    f = _engine_facts(b)
     if f["degenerate"]:
         return False, f["degenerate"]
     return True, f"{f['tokens']} tokens, output sha256 {f['output_sha256'][:16]}"
@@ -398,7 +407,7 @@ def engine_output_nondegenerate(b, ctx):
 def engine_load_reported(b, ctx):
     """Engine runs: the engine reported its cold model load, within [0, wall time], so the
     steady-decode time (wall - load) is defined."""
-    f = engine_facts(b)
+    f = _engine_facts(b)
     if f["load_s"] is None:
         return False, (f"no cold-load time matches /{b.spec['engine']['load_regex']}/ in the "
                        "engine's output")

@@ -90,14 +90,16 @@ def _mglru(runs: Sequence[dict]) -> str | None:
     return "on" if entry and end else "off" if not entry and not end else "changed"
 
 
-def a_over_c(points: Sequence[tuple[int, float]]) -> dict[int, tuple[float, float]]:
+def a_over_c(points: Sequence[tuple[int, float | None]]
+             ) -> dict[int, tuple[float, float | None]]:
     """Inverse-capacity reference anchored at the largest capacity: {C: (reference GB, dev)}
-    with dev = measured / reference - 1."""
+    with dev = measured / reference - 1 (None when the reference is 0); points without a
+    measurement (None) are left out."""
     pts = [(c, g) for c, g in points if g is not None]
     if not pts:
         return {}
     anchor_c, anchor_g = max(pts)
-    out = {}
+    out: dict[int, tuple[float, float | None]] = {}
     for c, g in pts:
         ref = anchor_g * anchor_c / c
         out[c] = (ref, g / ref - 1 if ref else None)

@@ -348,8 +348,9 @@ class Lab:
 
     # status / down ------------------------------------------------------------------------------
     def status(self) -> dict:
+        rows: list[dict] = []
         out = {"state_dir": str(self.state_dir), "up": self.exists, "kind": "netns",
-               "hosts_dir": str(self.hosts_dir), "hosts": []}
+               "hosts_dir": str(self.hosts_dir), "hosts": rows}
         for h in self.hosts():
             ns_ok = _sh("ip", "netns", "pids", h.netns, check=False).returncode == 0
             alive = bool(h.sshd_pid and _alive(h.sshd_pid))
@@ -360,10 +361,10 @@ class Lab:
                         answering = True
                 except OSError:
                     pass
-            out["hosts"].append({"name": h.name, "address": h.address, "netns": h.netns,
-                                 "netns_exists": ns_ok, "sshd_pid": h.sshd_pid,
-                                 "sshd": alive and answering, "boot_id": h.boot_id,
-                                 "cmdline": h.cmdline})
+            rows.append({"name": h.name, "address": h.address, "netns": h.netns,
+                         "netns_exists": ns_ok, "sshd_pid": h.sshd_pid,
+                         "sshd": alive and answering, "boot_id": h.boot_id,
+                         "cmdline": h.cmdline})
         return out
 
     def down(self) -> list[str]:

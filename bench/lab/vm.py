@@ -30,12 +30,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.errors import (AuthError, BenchError, CommandTimeout, HostError,
-                          HostKeyError, InputError)
+from bench.errors import AuthError, BenchError, CommandTimeout, HostError, HostKeyError, InputError
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, load_host_file, render_host_toml
 from bench.hosts.ssh import transport_for as ssh_transport_for
-from bench.lab.vm_image import (build_image, cache_dir, lab_key, run_cmd,
-                                say)
+from bench.lab.vm_image import build_image, cache_dir, lab_key, run_cmd, say
 
 GUEST_MEM_MIB = 1536
 MEM_FLOOR = "512M"
@@ -251,19 +249,20 @@ def _new_guest(name: str, sd: Path, mem_mib: int, key: Path, kh: Path, base: str
     ext4 pool disk), logs and SSH settings."""
     gd = sd / name
     gd.mkdir(parents=True, exist_ok=True)
+    overlay, pool_disk = str(gd / "root.qcow2"), str(gd / "pool.img")
     g = {"name": name, "dir": str(gd), "port": _free_port(), "address": "127.0.0.1",
-         "user": "root", "mem_mib": mem_mib, "overlay": str(gd / "root.qcow2"),
-         "pool_disk": str(gd / "pool.img"), "console": str(gd / "console.log"),
+         "user": "root", "mem_mib": mem_mib, "overlay": overlay,
+         "pool_disk": pool_disk, "console": str(gd / "console.log"),
          "qemu_log": str(gd / "qemu.log"), "pidfile": str(gd / "qemu.pid"),
          "identity_file": str(key), "known_hosts": str(kh),
          "default_append": f"{BASE_APPEND} bench.name={name}"}
-    for f in (g["overlay"], g["pool_disk"]):
+    for f in (overlay, pool_disk):
         Path(f).unlink(missing_ok=True)
-    run_cmd(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", g["overlay"]])
-    with open(g["pool_disk"], "wb") as fh:
+    run_cmd(["qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "raw", overlay])
+    with open(pool_disk, "wb") as fh:
         fh.truncate(POOL_DISK_BYTES)
     run_cmd(["mkfs.ext4", "-q", "-F", "-L", "benchpool", "-E",
-          "lazy_itable_init=0,lazy_journal_init=0", g["pool_disk"]])
+          "lazy_itable_init=0,lazy_journal_init=0", pool_disk])
     return g
 
 

@@ -145,12 +145,16 @@ def tree_key() -> str:
     return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
 
 
-def _debootstrap_tree(cache: Path, url: str, log) -> Path:
+def _debootstrap_tree(cache: Path, url: str | None, log) -> Path:
     """The pristine debootstrap result, cached apart from the image (so a change of the guest
-    files rebuilds the image in seconds without downloading again)."""
+    files rebuilds the image in seconds without downloading again). `url`: the mirror, None
+    when there is none (enough when the tree is cached)."""
     tree = cache / f"tree-{tree_key()}"
     if (tree / "etc/debian_version").exists():
         return tree
+    if url is None:         # missing_capabilities lets this through when the image is cached
+        raise BenchError("cannot build the lab image: no Debian mirror in the apt sources for "
+                         "debootstrap (set BENCH_LAB_MIRROR)")
     tmp = cache / f"tree-{tree_key()}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     say(log, f"debootstrap {SUITE} from {url} (minutes, network bound)")
@@ -249,15 +253,15 @@ def _configure_tree(root: Path, pubkey: str) -> None:
                           ("initramfs-modules", "etc/initramfs-tools/modules", 0o644)):
         shutil.copyfile(g / f, root / dest)
         os.chmod(root / dest, mode)
-    for f in (root / "etc/ssh/sshd_config.d").glob("*"):
-        f.unlink()
+    for conf in (root / "etc/ssh/sshd_config.d").glob("*"):
+        conf.unlink()
     for link in ("sbin/init", "sbin/reboot", "sbin/poweroff", "sbin/halt"):
         p = root / link
         if p.exists() or p.is_symlink():
             p.unlink()
         p.symlink_to("/bin/busybox")
-    for f in (root / "etc/ssh").glob("ssh_host_*"):
-        f.unlink()
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
     run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
           "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
     ssh = root / "root/.ssh"

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from bench.errors import InputError
 from bench.units import format_size, parse_size
 
-MECHANISMS = ("cgroup", "balloon", "memboot", "none")
-RECLAIMS = ("mglru", "classic")
-MODES = ("pagecache", "pinned", "hybrid", "nocache", "random")
+# the allowed values, spelled once as Literal types (schemas and the type checker read those)
+Mechanism = Literal["cgroup", "balloon", "memboot", "none"]
+Reclaim = Literal["mglru", "classic"]
+Mode = Literal["pagecache", "pinned", "hybrid", "nocache", "random"]
+MECHANISMS: tuple[str, ...] = get_args(Mechanism)
+RECLAIMS: tuple[str, ...] = get_args(Reclaim)
+MODES: tuple[str, ...] = get_args(Mode)
 DELIVERIES = ("advice", "block")
 _CAPACITY = re.compile(r"^[0-9]+[kmgt]?$")
 _LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
@@ -44,7 +49,7 @@ class Cell:
 
     def __post_init__(self):
         if self.prompt is not None:
-            self._check_engine()
+            self._check_engine(self.prompt)
             return
         if self.capacity_bytes <= 0:
             raise InputError(f"cell capacity must be positive, got {self.capacity_bytes}")
@@ -64,9 +69,9 @@ class Cell:
                 raise InputError(f"unknown delivery {self.delivery!r}",
                                  hint=f"valid: {', '.join(DELIVERIES)}")
 
-    def _check_engine(self) -> None:
-        if not _LABEL.match(self.prompt):
-            raise InputError(f"bad prompt label {self.prompt!r}",
+    def _check_engine(self, prompt: str) -> None:
+        if not _LABEL.match(prompt):
+            raise InputError(f"bad prompt label {prompt!r}",
                              hint="a prompt label is 1-32 of a-z, 0-9 and _ (prose, code, chat)")
         if (self.capacity_bytes, self.mechanism, self.reclaim, self.hints, self.delivery) != (
                 0, "none", ENGINE_RECLAIM, None, None) or self.mode not in POLICY_MODES.values():
@@ -97,7 +102,7 @@ class Cell:
         if self.mode != "pagecache":
             parts.append(self.mode)
         if self.hints is not None:
-            parts += [self.hints, self.delivery]
+            parts.append(self.prefetch)         # {hints}-{delivery}
         return "-".join(parts).lower()
 
 

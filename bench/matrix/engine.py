@@ -338,7 +338,8 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
     """spec.json of one engine run on `host` (inventory Host: name, pool_dir, work_dir)."""
     if isinstance(cell, str):
         cell = parse_cell(cell)
-    if not cell.is_engine:
+    prompt, policy = cell.prompt, cell.policy       # both set exactly when cell.is_engine
+    if prompt is None or policy is None:
         raise InputError(f"cell {cell.name} is not an engine cell",
                          hint="engine cells are e2e-{prompt}-{admit|nocache}")
     check_run_id(run_id)
@@ -346,7 +347,6 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
         raise InputError(f"pair order must start with admit or nocache, got {first!r}")
     if pair_index < 0:
         raise InputError(f"pair index must not be negative, got {pair_index}")
-    prompt, policy = cell.prompt, cell.policy
     values = values_for(cfg, prompt, policy, pool_dir=host.pool_dir, work_dir=host.work_dir,
                         run_id=run_id)
     spec = {

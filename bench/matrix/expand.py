@@ -102,6 +102,15 @@ class Expansion:
                 "skipped": [asdict(s) for s in self.skipped], "warnings": list(self.warnings)}
 
 
+def _pair(p: Point) -> tuple[str, str] | None:
+    """(prompt, policy) of an engine point (its cell is an engine cell, which has both); None
+    for a replay point."""
+    if p.engine is None:
+        return None
+    cell = p.cell(0)
+    return None if cell.prompt is None or cell.policy is None else (cell.prompt, cell.policy)
+
+
 def resolve(m: Matrix, p: Point, host) -> tuple[Candidate | None, str]:
     """The cell and boot config of point p on an inventory host, or (None, why it is skipped)."""
     if p.engine is not None:            # ample capacity, no mechanism, the host's boot
@@ -154,8 +163,9 @@ def expand(m: Matrix, hosts: Sequence) -> Expansion:
             matched_any.add(h.name)
             cand, why = resolve(m, p, h)
             if cand is not None and cand.cell in used[h.name]:
-                cand, why = None, (f"resolves to {cand.cell}, the same cell as "
-                                   f"{used[h.name][cand.cell]} on this host")
+                why = (f"resolves to {cand.cell}, the same cell as "
+                       f"{used[h.name][cand.cell]} on this host")
+                cand = None
             if cand is None:
                 out.skipped.append(Skip(p.key, h.name, why))
                 continue
@@ -163,7 +173,7 @@ def expand(m: Matrix, hosts: Sequence) -> Expansion:
             cands.append(cand)
         # both cells of an engine prompt share a unit: a pair stays on one host
         unit = p.key if p.engine is None else p.engine.rsplit("-", 1)[0]
-        pair = None if p.engine is None else (p.cell(0).prompt, p.cell(0).policy)
+        pair = _pair(p)
         if placement == "each":
             for cand in cands:
                 for r in range(reps):
@@ -176,7 +186,7 @@ def expand(m: Matrix, hosts: Sequence) -> Expansion:
         if h.name not in matched_any:
             out.warnings.append(f"host {h.name} matches no cell's tags "
                                 f"({_tags_text(m.tags)}); it gets no run")
-    wanted = {}
+    wanted: dict[str, set[str]] = {}
     for p in m.points:
         tags = p.tags if p.tags is not None else m.tags
         for k, vals in tags or ():

@@ -62,16 +62,19 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator
 
 from pydantic import AfterValidator, Field, create_model
+from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
 from bench.matrix.engine import EngineConfig, EngineTable, config_of
-from bench.matrix.schema import (AXES,  # noqa: F401 - constants re-exported from their old home
-                                 DEFAULT_CGROUP_HEADROOM, DEFAULT_MEMBOOT_OVERHEAD, MIB, NAME_RE,
-                                 PLACEMENTS, PRESET_GEOMETRY, PRESET_POOLS, PRODUCT)
+from bench.matrix.schema import AXES
+from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
+from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, MIB, NAME_RE
+from bench.matrix.schema import PLACEMENTS as PLACEMENTS
+from bench.matrix.schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
 from bench.matrix.schema import RELATIVE_CAPACITY as _REL
 from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
                                  Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
@@ -176,8 +179,7 @@ class Matrix:
                          for k, v in self.protocol.items()},
             "repetitions": self.repetitions,
             "order": {"randomize": self.randomize, "interleave_reps": self.interleave},
-            "hosts": {"tags": "any" if self.tags is None else {k: list(v) for k, v in self.tags},
-                      "placement": self.placement},
+            "hosts": {"tags": _tags_json(self.tags), "placement": self.placement},
             "memboot_overhead": format_size(self.memboot_overhead),
             "mglru_at_boot": self.mglru_at_boot,
             "estimate": {"run_seconds": self.run_seconds, "reboot_seconds": self.reboot_seconds},
@@ -185,18 +187,21 @@ class Matrix:
                         "reclaim": p.reclaim, "mode": p.mode, "prefetch": p.prefetch,
                         "repetitions": p.repetitions or self.repetitions,
                         "placement": p.placement or self.placement,
-                        "tags": ("any" if (p.tags if p.tags is not None else self.tags) is None
-                                 else {k: list(v) for k, v in (p.tags if p.tags is not None
-                                                                else self.tags)})}
+                        "tags": _tags_json(p.tags if p.tags is not None else self.tags)}
                        for p in self.points],
         } | ({"engine": self.engine.as_dict()} if self.engine else {})
+
+
+def _tags_json(tags: tuple | None) -> str | dict:
+    """Host tags as a matrix file writes them: "any", or { tag = [values] }."""
+    return "any" if tags is None else {k: list(v) for k, v in tags}
 
 
 def workload_pool_bytes(workload: dict) -> int | None:
     """The pool of a workload: its `pool` key, else the (re-sized) synth preset's geometry."""
     if workload.get("pool") is not None:
         return workload["pool"]
-    geo = PRESET_GEOMETRY.get(workload.get("trace"))
+    geo = PRESET_GEOMETRY.get(workload.get("trace", ""))
     if geo is None:
         return None
     layers = workload.get("layers") or geo[0]
@@ -214,18 +219,31 @@ def _absolute(text: str) -> str:
     return text
 
 
-def _partial(model: type[Table], text: str) -> Any:
+def _optional(f: FieldInfo) -> Any:
+    """The type of a field (its constraints kept) or None."""
+    tp: Any = Annotated[(f.annotation, *f.metadata)] if f.metadata else f.annotation
+    return tp | None
+
+
+def _partial(model: type[Table], text: str) -> type[Table]:
     """`model` with every key optional and no cross-field rule: a [scale.NAME] override."""
-    fields = {name: (Annotated[(f.annotation, *f.metadata)] | None if f.metadata
-                     else f.annotation | None, Field(None, description=f.description))
-              for name, f in model.model_fields.items()}
+    fields: dict[str, Any] = {name: (_optional(f), Field(None, description=f.description))
+                              for name, f in model.model_fields.items()}
     return create_model(f"{model.__name__}Override", __base__=Table, __doc__=text, **fields)
 
 
-WorkloadOverride, ProtocolOverride, EstimateOverride, OrderOverride, HostsOverride = (
-    _partial(m, f"Keys of [{k}] a scale overrides.") for m, k in (
-        (Workload, "workload"), (Protocol, "protocol"), (Estimate, "estimate"), (Order, "order"),
-        (HostsTable, "hosts")))
+if TYPE_CHECKING:
+    # built by create_model at run time (below); to a type checker they are Tables
+    WorkloadOverride = Table
+    ProtocolOverride = Table
+    EstimateOverride = Table
+    OrderOverride = Table
+    HostsOverride = Table
+else:
+    WorkloadOverride, ProtocolOverride, EstimateOverride, OrderOverride, HostsOverride = (
+        _partial(m, f"Keys of [{k}] a scale overrides.") for m, k in (
+            (Workload, "workload"), (Protocol, "protocol"), (Estimate, "estimate"),
+            (Order, "order"), (HostsTable, "hosts")))
 
 
 class Scale(Table):
@@ -287,7 +305,8 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead
             continue
-        base = out.get(k) if isinstance(out.get(k), dict) else {}
+        got = out.get(k)
+        base = got if isinstance(got, dict) else {}
         if k == "workload" and "trace" in raw[k] and raw[k]["trace"] != base.get("trace"):
             base = {kk: vv for kk, vv in base.items() if kk not in SYNTH_GEOMETRY + ("pool",)}
         out[k] = {**base, **raw[k]}
@@ -411,6 +430,8 @@ def _extra_point(x: Extra) -> Point:
         axes = (Capacity(format_size(cell.capacity_bytes), "abs", cell.capacity_bytes),
                 cell.mechanism, cell.reclaim, cell.mode, cell.prefetch)
     else:
+        # Extra._cell_or_axes: without a cell name, capacity, mechanism and reclaim are given
+        assert x.capacity is not None and x.mechanism is not None and x.reclaim is not None
         axes = (_capacity(x.capacity), x.mechanism, x.reclaim, x.mode or "pagecache",
                 x.prefetch or "none")
     return Point(*axes, tags=x.tags, placement=x.placement, repetitions=x.repetitions)
@@ -419,7 +440,7 @@ def _extra_point(x: Extra) -> Point:
 def _points(cells: Cells) -> tuple[list[Point], list[Problem]]:
     """The product minus the excludes, plus the extras; and each exclude that matches no cell
     of the product (checked only against a complete product: Cells.rules names a partial one)."""
-    if any(getattr(cells, k) is None for k in PRODUCT):
+    if cells.capacities is None or cells.mechanisms is None or cells.reclaims is None:
         return [_extra_point(x) for x in cells.extra], []
     points = [Point(*t) for t in itertools.product(
         [_capacity(c) for c in cells.capacities], cells.mechanisms, cells.reclaims, cells.modes,

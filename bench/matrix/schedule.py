@@ -296,9 +296,9 @@ def _order_group(rcs: list[tuple[RunRequest, Candidate]], hrng: random.Random, s
     return ordered
 
 
-def _first(r: RunRequest, seed: int) -> str:
-    """The policy that runs first in the pair of an engine request."""
-    return pair_orders(r.rep + 1, seed, r.pair[0])[r.rep][0]
+def _first(rep: int, prompt: str, seed: int) -> str:
+    """The policy that runs first in pair `rep` of an engine prompt."""
+    return pair_orders(rep + 1, seed, prompt)[rep][0]
 
 
 def _paired(rcs: list, seed: int) -> list[list]:
@@ -316,7 +316,8 @@ def _paired(rcs: list, seed: int) -> list[list]:
             at[(r.unit, r.rep)] = len(blocks)
             blocks.append([rc])
     for i in at.values():
-        first = _first(blocks[i][0][0], seed)
+        r = blocks[i][0][0]                 # a request of an engine pair (r.pair is set)
+        first = _first(r.rep, r.pair[0], seed)
         blocks[i].sort(key=lambda rc: rc[0].pair[1] != first)
     return blocks
 
@@ -324,6 +325,6 @@ def _paired(rcs: list, seed: int) -> list[list]:
 def _pair_info(r: RunRequest, seed: int) -> dict | None:
     if r.pair is None:
         return None
-    first = _first(r, seed)
+    first = _first(r.rep, r.pair[0], seed)
     return {"prompt": r.pair[0], "index": r.rep, "order": order_label(first),
             "position": 0 if r.pair[1] == first else 1, "seed": seed}

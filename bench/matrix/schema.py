@@ -19,9 +19,10 @@ the first line being the first problem, complete on its own. Pure: no I/O.
 
 import json
 import re
+import typing
 from dataclasses import dataclass, replace
 from types import UnionType
-from typing import (Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, Sequence,
+from typing import (Annotated, Any, ClassVar, Iterable, Iterator, Literal, Sequence, TypeGuard,
                     Union, get_args, get_origin)
 
 import annotated_types as at
@@ -30,11 +31,13 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PlainValidat
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from bench.errors import InputError
-from bench.matrix.cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
+from bench.matrix.cells import (DELIVERIES, MECHANISMS, RECLAIMS, Cell, Mechanism, Mode, Reclaim,
+                                parse_cell)
 from bench.units import format_size, parse_size
 
 MIB = 1 << 20
-PLACEMENTS = ("each", "one")
+Placement = Literal["each", "one"]
+PLACEMENTS: tuple[str, ...] = get_args(Placement)
 PRESET_GEOMETRY = {  # (layers, experts_per_layer, expert_bytes) of bench.trace.synth.PRESETS
     "k3": (92, 896, 17_550_000), "qwen3": (48, 128, 2_864_583),
     "dsv3": (58, 256, 44_040_192), "tiny": (4, 32, 65_536),
@@ -136,12 +139,16 @@ def _strip(tp: Any) -> Any:
             return tp
 
 
+def _is_model(tp: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
 def _type_at(root: type[BaseModel], loc: Loc) -> Any:
     """The declared type at a location of a document (None when it cannot be told)."""
     tp: Any = root
     for part in loc:
         tp = _strip(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
+        if _is_model(tp):
             field = tp.model_fields.get(part) if isinstance(part, str) else None
             if field is None:
                 return None
@@ -167,14 +174,14 @@ def _translate(err: ErrorDetails, root: type[BaseModel]) -> list[Problem]:
     if kind == "bench":
         return [replace(p, loc=loc + p.loc) for p in ctx["problems"]]
     if kind == "missing":
-        model = _type_at(root, loc[:-1])
-        field = model.model_fields.get(loc[-1]) if isinstance(model, type) else None
+        model, key = _type_at(root, loc[:-1]), loc[-1]
+        field = model.model_fields.get(key) if _is_model(model) and isinstance(key, str) else None
         hint = (f"e.g. {loc[-1]} = {json.dumps(field.examples[0])}"
                 if field is not None and field.examples else None)
         return [Problem(loc, "missing (required)", _choices(root, loc), hint)]
     if kind == "extra_forbidden":
         model = _type_at(root, loc[:-1])
-        keys = tuple(model.model_fields) if isinstance(model, type) else ()
+        keys = tuple(model.model_fields) if _is_model(model) else ()
         return [Problem(loc, "unknown key", keys, listing="allowed keys")]
     if kind == "literal_error":
         return [Problem(loc, f"{value!r} is not allowed", _choices(root, loc))]
@@ -225,7 +232,11 @@ class View:
         return self._model.model_fields[name].get_default(call_default_factory=True)
 
 
-Rule = Callable[[View, dict], Iterable[Problem]]
+class Rule(typing.Protocol):
+    """Cross-field rules over a View (`ctx`: the validation context); a callback protocol, not
+    a Callable, so that a staticmethod `rules` of a Table is not taken for a method."""
+
+    def __call__(self, v: View, ctx: dict, /) -> Iterable[Problem]: ...
 
 
 class Table(BaseModel):
@@ -233,7 +244,7 @@ class Table(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
     # cross-field rules of a table that occurs once per document (see View); run by collect
-    rules: ClassVar[Callable[[View, dict], Iterable[Problem]] | None] = None
+    rules: ClassVar[Rule | None] = None
 
     @field_validator("*", mode="after")
     @classmethod
@@ -392,11 +403,6 @@ def _distinct(message: str = "lists a value twice") -> AfterValidator:
     return AfterValidator(check)
 
 
-def _choice_list(values: tuple[str, ...]) -> Any:
-    """A non-empty list of distinct values out of `values`."""
-    return Annotated[list[Literal[values]], at.MinLen(1), _distinct()]
-
-
 def matches(rx: re.Pattern, message: str, hint: str) -> AfterValidator:
     def check(text: str) -> str:
         if not rx.match(text):
@@ -491,8 +497,8 @@ class HostsTable(Table):
     """Which inventory hosts run the cells."""
     tags: Tags = doc('"any", or tag = value(s) the host must carry: { machine = ["A", "B"] }',
                      None, shown="any")
-    placement: Literal[PLACEMENTS] = doc("each: every matching host runs every cell; one: any "
-                                         "one of them", "each")
+    placement: Placement = doc("each: every matching host runs every cell; one: any one of "
+                               "them", "each")
 
 
 class Estimate(Table):
@@ -509,9 +515,9 @@ class Protocol(Table):
 
 class _Axes(Table):
     capacity: CapacityText | None = doc("64G, 0.044pool or 0.5mem", None)
-    mechanism: Literal[MECHANISMS] | None = doc("how the capacity is imposed", None)
-    reclaim: Literal[RECLAIMS] | None = doc("MGLRU or the classic LRU", None)
-    mode: Literal[MODES] | None = doc("what the replay does with the page cache", None)
+    mechanism: Mechanism | None = doc("how the capacity is imposed", None)
+    reclaim: Reclaim | None = doc("MGLRU or the classic LRU", None)
+    mode: Mode | None = doc("what the replay does with the page cache", None)
     prefetch: Prefetch | None = doc("none or <hints>-<delivery> (oracle-advice ...)", None)
 
 
@@ -533,7 +539,7 @@ class Extra(_Axes):
     cell: Annotated[str, AfterValidator(_cell_name)] | None = doc(
         "a cell name, e.g. 448G-cgroup-mglru (instead of the axes)", None)
     tags: Tags = doc("hosts of this cell (default: the matrix's hosts.tags)", None)
-    placement: Literal[PLACEMENTS] | None = doc("default: the matrix's hosts.placement", None)
+    placement: Placement | None = doc("default: the matrix's hosts.placement", None)
     repetitions: PosInt | None = doc("default: the matrix's repetitions", None)
 
     @model_validator(mode="after")
@@ -549,7 +555,10 @@ class Extra(_Axes):
         return self
 
 
-Mechanisms, Reclaims, Modes = (_choice_list(x) for x in (MECHANISMS, RECLAIMS, MODES))
+# non-empty lists of distinct allowed values
+Mechanisms = Annotated[list[Mechanism], at.MinLen(1), _distinct()]
+Reclaims = Annotated[list[Reclaim], at.MinLen(1), _distinct()]
+Modes = Annotated[list[Mode], at.MinLen(1), _distinct()]
 PRODUCT = ("capacities", "mechanisms", "reclaims")
 
 

@@ -143,7 +143,7 @@ def decode(data: bytes, source: str = "<plan>") -> Plan:
     for i, (first_pass, np_, kcode, tokens) in enumerate(iters.tolist()):
         if first_pass != next_pass or kcode >= len(ITERATION_KINDS):
             raise FormatError(f"{source}: iteration {i} is not contiguous or has a bad kind")
-        plist = []
+        plist: list[Pass] = []
         for layer, nr, first_read in passes[first_pass:first_pass + np_].tolist():
             if first_read != next_read:
                 raise FormatError(f"{source}: pass {len(plist) + first_pass} is not contiguous")

@@ -10,11 +10,18 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.agents.hostrunner import poolfmt
 from bench.errors import PoolError
+
+if TYPE_CHECKING:
+    # the checkout's agents/ is installed as bench.agents (pyproject's package-dir), a mapping
+    # a type checker reading the checkout does not follow: it reads the same file as agents.*
+    from agents.hostrunner import poolfmt
+else:
+    from bench.agents.hostrunner import poolfmt
 
 # one format definition for the controller and the host's writer (runner.py pool)
 DEFAULT_PATH, MANIFEST, HEADER, MAGIC = (poolfmt.DEFAULT_PATH, poolfmt.MANIFEST, poolfmt.HEADER,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time as _time
 from collections.abc import Sequence
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
@@ -38,7 +38,7 @@ def campaign_renderable(p: dict):
     line = Text(f" {p['finished']}/{p['total']} runs finished, {p['failed']} failed, "
                 f"ETA {dur(p['eta_s'])} (run ~{dur(p['run_seconds'])}, reboot "
                 f"~{dur(p['reboot_seconds'])})")
-    parts = [head, t, Group(bar, line)]
+    parts: list[RenderableType] = [head, t, Group(bar, line)]
     if p["verdicts"]:
         v = Table(title="last verdicts", show_header=False, box=None)
         for x in p["verdicts"]:

@@ -185,8 +185,8 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
     for policy in dict.fromkeys(policies):
         if policy == "lru":
             dist = lru_stack_distances(keys, acc.layer if regime == "per-layer" else None)
-            hits = lru_hits_by_capacity(dist, caps, scored)
-            for b, h in zip(budgets, hits):
+            by_capacity = lru_hits_by_capacity(dist, caps, scored)
+            for b, h in zip(budgets, by_capacity):
                 results[(policy, b)] = int(h)
         elif policy == "static":
             counts, label = _train_counts(acc, source, train, ~scored)
@@ -197,7 +197,7 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
                 results[(policy, b)] = int(member[skeys].sum())
         else:
             subs = [(idx, keys[idx], scored[idx]) for idx in streams]
-            nxts = [prev_next(k)[1] for _, k, _ in subs] if policy == "belady" else None
+            nxts = [prev_next(k)[1] for _, k, _ in subs] if policy == "belady" else []
             for b, cap in zip(budgets, caps):
                 total = 0
                 for s, (_idx, k, sc) in enumerate(subs):

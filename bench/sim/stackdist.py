@@ -73,7 +73,7 @@ def _left_smaller(perm: np.ndarray, starts: np.ndarray | None = None) -> np.ndar
     if w < 2:
         return res
     nbits = max(int(perm.max()).bit_length(), 1)
-    idx_t = np.int64 if w >= 2**31 - 1 else np.int32
+    idx_t: type[np.signedinteger] = np.int64 if w >= 2**31 - 1 else np.int32
     cur = perm.astype(idx_t)
     v = cur.copy()
     s0 = np.zeros(w, idx_t) if starts is None else starts.astype(idx_t)

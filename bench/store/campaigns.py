@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bench.matrix.cells import parse_cell
-from bench.store.db import Store, StoreError
+from bench.store.db import Store, StoreError, referenced
 from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
 from bench.store.rows import CampaignRow, JournalRow, RunRow
 from bench.store.states import INITIAL, check_state, check_transition
@@ -124,7 +124,7 @@ def reassign(store: Store, run_id: str, host: str, cell: str, reason: str) -> No
     with store.session() as s, s.begin():
         run = _run(s, run_id)
         check_transition(run_id, run.state, "planned")
-        old_host = s.get(Host, run.host_id).name
+        old_host = referenced(s, Host, run.host_id).name
         run.host_id, run.cell_id = host_row(s, host).id, cell_row(s, cell).id
         run.state, run.spec = "planned", None
         s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="handover",
@@ -203,7 +203,7 @@ def campaign_list(store: Store) -> list[CampaignRow]:
     """Every campaign with its run counts per state, newest first."""
     with store.session() as s:
         cs = list(s.scalars(select(Campaign).order_by(Campaign.created.desc())))
-        counts: dict[str, dict[str, int]] = {}
+        counts: dict[str | None, dict[str, int]] = {}      # None: runs outside a campaign
         for cid, st, n in s.execute(select(Run.campaign_id, Run.state, func.count())
                                     .group_by(Run.campaign_id, Run.state)):
             counts.setdefault(cid, {})[st] = n

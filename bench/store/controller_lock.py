@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import select, update
 
-from bench.store.db import Store, StoreError
+from bench.store.db import Store, StoreError, rowcount
 from bench.store.models import Campaign, JournalEntry
 
 
@@ -57,8 +57,8 @@ def lock_is_stale(holder: dict | None, stale_s: float, now: float | None = None)
 def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0) -> dict | None:
     """Take the campaign's controller lock; None when taken, else the live holder's data."""
     with store.session() as s, s.begin():
-        n = s.execute(update(Campaign).where(Campaign.id == campaign_id)
-                      .values(state=Campaign.state)).rowcount
+        n = rowcount(s.execute(update(Campaign).where(Campaign.id == campaign_id)
+                               .values(state=Campaign.state)))
         if n != 1:
             raise StoreError(f"no campaign {campaign_id}", hint="`bench campaigns` lists them")
         row = s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)

@@ -14,12 +14,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import CursorResult, Result, create_engine, event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -29,6 +30,24 @@ from bench.errors import BenchError, InputError
 
 class StoreError(BenchError):
     """The results database cannot be opened or used."""
+
+
+T = TypeVar("T")
+
+
+def referenced(s: Session, model: type[T], key: Any) -> T:
+    """The row of `model` that a foreign key names (so it exists; a StoreError if it does not)."""
+    obj = s.get(model, key)
+    if obj is None:
+        raise StoreError(f"the database is inconsistent: no {model.__name__} {key!r}")
+    return obj
+
+
+def rowcount(result: Result) -> int:
+    """The rows an UPDATE or DELETE run by Session.execute matched."""
+    # Session.execute is typed as returning a Result; for an UPDATE or DELETE without RETURNING
+    # it returns a CursorResult, the Result that has rowcount
+    return cast(CursorResult, result).rowcount
 
 
 def default_url() -> str:
@@ -57,7 +76,8 @@ def _alembic_config(connection=None):
     return cfg
 
 
-def head_revision() -> str:
+def head_revision() -> str | None:
+    """The newest migration (None only for a migrations directory without any)."""
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
@@ -94,7 +114,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-def upgrade(engine: Engine) -> tuple[str | None, str]:
+def upgrade(engine: Engine) -> tuple[str | None, str | None]:
     """Bring the database to head; returns (revision before, head). Refuses foreign schemas."""
     before = check(engine)
     head = head_revision()

@@ -23,7 +23,7 @@ from bench.judge.bundle import Bundle, BundleError, load, read_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
-from bench.store.db import Store, StoreError
+from bench.store.db import Store, StoreError, referenced, rowcount
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
                                 TimelineSample, Verdict, now)
@@ -108,7 +108,7 @@ def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int) -> 
     ch = s.get(CampaignHost, (campaign_id, host_id))
     if ch is None or ch.fingerprint_id is None:
         return None
-    return s.get(Fingerprint, ch.fingerprint_id).data
+    return referenced(s, Fingerprint, ch.fingerprint_id).data
 
 
 def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run | None) -> dict:
@@ -174,8 +174,9 @@ def _write_parts(s: Session, rid: int, b: Bundle) -> None:
                           "arena_hits": r.get("arena_hits")} for r in b.records])
     _rows(s, TimelineSample, [dict(r, run_id=rid, seq=i) for i, r in enumerate(b.timeline)])
     sm, hints = b.summary, b.summary.get("hints") or {}
-    if b.is_engine:
-        s.add(_engine_row(rid, b))
+    facts = measured.engine_facts(b)                # None for a replay run
+    if facts is not None:
+        s.add(_engine_row(rid, b, facts))
     else:
         s.add(AgentSummary(run_id=rid, ok=sm.get("ok"), mode=sm.get("mode"),
                            arena_bytes=sm.get("arena_bytes"),
@@ -187,8 +188,8 @@ def _write_parts(s: Session, rid: int, b: Bundle) -> None:
                            hints_completed=hints.get("completed"), data=sm))
 
 
-def _engine_row(rid: int, b: Bundle) -> EngineRun:
-    f = measured.engine_facts(b)
+def _engine_row(rid: int, b: Bundle, f: dict) -> EngineRun:
+    """The engine_runs row of an engine run (`f`: measured.engine_facts)."""
     return EngineRun(run_id=rid, prompt=f["prompt"], policy=f["policy"],
                      pair_index=f["pair_index"], pair_order=f["pair_order"],
                      pair_position=f["pair_position"], wall_s=f["wall_s"], load_s=f["load_s"],
@@ -250,4 +251,4 @@ def set_nominal(store: Store, cell: str, nominal_miss_bytes: float, source: str 
         cell_id = s.scalar(select(Cell.id).where(Cell.name == cell))
         res = s.execute(update(Run).where(Run.cell_id == cell_id).values(
             nominal_miss_bytes_per_iteration=nominal_miss_bytes, nominal_source=source))
-        return res.rowcount
+        return rowcount(res)

@@ -6,6 +6,7 @@ table (`engine_results`, `bench results --matrix end-to-end`) and stay out of th
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from sqlalchemy import select
 
@@ -249,7 +250,7 @@ def compare(store: Store, a: str, b: str, *, host=None, campaign=None) -> dict:
     runs = load_runs(store, host=host, campaign=campaign)
     ra = [r for r in runs if r["cell"] == ca.name and r["retained"]]
     rb = [r for r in runs if r["cell"] == cb.name and r["retained"]]
-    out = {"a": ca.name, "b": cb.name, "n_a": len(ra), "n_b": len(rb)}
+    out: dict[str, Any] = {"a": ca.name, "b": cb.name, "n_a": len(ra), "n_b": len(rb)}
     for key, label in (("iteration_median_s", "time"), ("device_bytes_per_iteration", "device")):
         xa = [r[key] for r in ra if r[key] is not None]
         xb = [r[key] for r in rb if r[key] is not None]

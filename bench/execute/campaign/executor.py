@@ -39,6 +39,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from bench.errors import BenchError, HostError, InputError, SafetyError
 from bench.execute.campaign.record import (Settings, attempts_of, ensure_runs, load_record,
@@ -51,6 +53,7 @@ from bench.hosts.transport import Transport
 from bench.matrix.cells import parse_cell
 from bench.matrix.runspec import RunOptions
 from bench.paths import default_data_dir
+from bench.plan.planinfo import PlanInfo
 from bench.plan.prepared import workload_plan
 from bench.store.campaigns import (journal, journal_rows, reassign, run_rows, set_campaign_state,
                                    set_live, transition)
@@ -103,7 +106,8 @@ class Executor:
         self.attempts: dict[str, int] = {}
         self.parked: set[str] = set()       # parked pending in this session: not retried here
         self.busy: set[str] = set()
-        self.plan = self.plan_path = None
+        self.plan: PlanInfo | None = None
+        self.plan_path: Path | None = None
         self._stop = threading.Event()
 
     # what workers call ---------------------------------------------------------------------
@@ -156,7 +160,7 @@ class Executor:
         cell = parse_cell(row.cell)
         proto = self.rec.get("protocol") or {}
         headroom = self.s.cgroup_headroom_bytes or proto.get("cgroup_headroom")
-        extra = {"cgroup_headroom_bytes": int(headroom)} if headroom else {}
+        extra: dict[str, Any] = {"cgroup_headroom_bytes": int(headroom)} if headroom else {}
         return RunOptions(threads=self.s.threads, **extra,
                           balloon_max_bytes=self.s.balloon_max_bytes or proto.get("balloon_max"),
                           passes=int(self.rec["workload"].get("passes") or self.s.passes),

@@ -64,9 +64,9 @@ def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
                     host_names: list[str], settings: Settings, matrix_ref: str) -> dict:
     """What the journal keeps of a scheduled campaign (module doc)."""
     cands = {}
-    for req in expansion.requests:
-        for c in req.candidates:
-            cands[(req.point, req.rep, c.host)] = req
+    for request in expansion.requests:
+        for c in request.candidates:
+            cands[(request.point, request.rep, c.host)] = request
     runs = {}
     for r in schedule.runs:
         req = cands.get((r.point, r.rep, r.host))

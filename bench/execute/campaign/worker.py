@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
@@ -31,6 +31,8 @@ from bench.matrix.runspec import RunOptions
 from bench.plan.planinfo import PlanInfo
 from bench.store.rows import JournalRow, RunRow
 from bench.units import format_size
+
+T = TypeVar("T")
 
 
 class Coordinator(Protocol):
@@ -82,7 +84,7 @@ class Worker:
         lru = cmdline_param(args, "bench.lru_gen")
         return (parse_mem(mem) if mem else None, lru or None)
 
-    def patiently(self, what: str, fn: Callable[[Transport], object]) -> object:
+    def patiently(self, what: str, fn: Callable[[Transport], T]) -> T:
         """fn with the session's patience, one journal warning when the host first goes."""
         return self.session.call(what, fn, on_lost=lambda exc: self.ex.journal(
             "warning", f"{self.name}: unreachable {what} ({exc.message}); retrying for up to "
