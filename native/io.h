@@ -38,7 +38,8 @@ void io_buf_free(const struct io_cfg *c, void *buf);
 /* 0, -EIO with reason on a short read, or -errno. */
 int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st,
 		   char *reason, size_t rlen);
-/* Check once, before any pass, that the kernel and filesystem accept the mode. */
+/* Check once, before any pass, that the kernel and filesystem accept the mode: 0, or -errno
+ * with the reason. */
 int io_probe(const struct io_cfg *c, int fd, char *reason, size_t rlen);
 
 #endif

@@ -283,7 +283,7 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 	p->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p->dirfd < 0) {
 		ret = -errno;
-		set_reason(reason, rlen, "pool %s: %s", p->dir, strerror(errno));
+		set_reason(reason, rlen, "pool %s: %s", p->dir, strerror(-ret));
 		p->dirfd = -1;
 		return ret;
 	}
@@ -332,7 +332,7 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 		}
 		if (fstat(fd, &st)) {
 			ret = -errno;
-			set_reason(reason, rlen, "fstat %s: %s", path, strerror(errno));
+			set_reason(reason, rlen, "fstat %s: %s", path, strerror(-ret));
 			close(fd);
 			goto fail;
 		}

@@ -18,18 +18,18 @@ int progress_open(struct progress *p, const char *path, uint32_t passes, uint32_
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		ret = -errno;
-		set_reason(reason, rlen, "--progress %s: %s", path, strerror(errno));
+		set_reason(reason, rlen, "--progress %s: %s", path, strerror(-ret));
 		return ret;
 	}
 	if (ftruncate(fd, PROGRESS_BYTES)) {
 		ret = -errno;
-		set_reason(reason, rlen, "--progress %s: ftruncate: %s", path, strerror(errno));
+		set_reason(reason, rlen, "--progress %s: ftruncate: %s", path, strerror(-ret));
 		goto cleanup;
 	}
 	m = mmap(NULL, PROGRESS_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED) {
 		ret = -errno;
-		set_reason(reason, rlen, "--progress %s: mmap: %s", path, strerror(errno));
+		set_reason(reason, rlen, "--progress %s: mmap: %s", path, strerror(-ret));
 		goto cleanup;
 	}
 	p->w = m;

@@ -607,8 +607,10 @@ int replay_main(const struct replay_opts *o, const char *usage_error)
 	if (o->out_path) {
 		r->out = fopen(o->out_path, "we");
 		if (!r->out) {
+			int err = errno;
+
 			fprintf(stderr, "bench-agent: cannot open --out %s: %s\n", o->out_path,
-				strerror(errno));
+				strerror(err));
 			free(r);
 			return 1;
 		}

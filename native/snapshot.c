@@ -144,15 +144,14 @@ int snap_write(struct snapshots *s, unsigned pass, char *reason, size_t rlen)
 			snprintf(p, sizeof(p), "%s/%s", d, f->name);
 			if (!f->err[w]) {
 				fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-				if (fd < 0 || write_full(fd, f->buf[w], f->len[w])) {
+				ret = fd < 0 ? -errno : write_full(fd, f->buf[w], f->len[w]);
+				if (fd >= 0 && close(fd) && !ret)
 					ret = -errno;
+				if (ret) {
 					set_reason(reason, rlen, "cannot write snapshot %s: %s", p,
-						   strerror(errno));
-					if (fd >= 0)
-						close(fd);
+						   strerror(-ret));
 					return ret;
 				}
-				close(fd);
 			}
 			if (failed) {
 				int m;
@@ -166,14 +165,13 @@ int snap_write(struct snapshots *s, unsigned pass, char *reason, size_t rlen)
 						     "%s: truncated at %zu bytes (buffer full)\n",
 						     f->path, f->len[w]);
 				fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-				if (fd < 0 || write_full(fd, msg, (size_t)m)) {
+				ret = fd < 0 ? -errno : write_full(fd, msg, (size_t)m);
+				if (fd >= 0 && close(fd) && !ret)
 					ret = -errno;
-					set_reason(reason, rlen, "cannot write %s: %s", p, strerror(errno));
-					if (fd >= 0)
-						close(fd);
+				if (ret) {
+					set_reason(reason, rlen, "cannot write %s: %s", p, strerror(-ret));
 					return ret;
 				}
-				close(fd);
 			}
 		}
 	}

@@ -1,0 +1,52 @@
+"""The agent's error paths under fault injection (tests/native/c/faults.c): each case makes one
+libc call fail with a chosen errno and checks the -errno the function returns, its reason, and
+that nothing stays half-initialised. Every case runs with errno clobbered by the success paths
+of strerror, vsnprintf, close, munmap, fclose and free (legal for a C library), so reading errno
+late in an error path shows up as EDOM instead of the real error."""
+
+import subprocess
+
+import pytest
+
+import nativelib as nl
+
+pytestmark = pytest.mark.native
+
+WRAPPED = ["pread", "preadv2", "open", "fopen", "ftruncate", "fstat", "write", "mmap", "munmap",
+           "mlock", "calloc", "pthread_create", "pthread_mutex_init", "pthread_mutex_destroy",
+           "pthread_cond_init", "pthread_cond_destroy", "strerror", "vsnprintf", "close",
+           "fclose", "free"]
+
+
+@pytest.fixture(scope="session")
+def faults(tmp_path_factory) -> str:
+    """The harness, linked with every agent source but main.c."""
+    cc = nl.shutil.which("cc") or nl.shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (build-essential)")
+    out = tmp_path_factory.mktemp("faults") / "faults"
+    srcs = sorted(str(p) for p in nl.NATIVE.glob("*.c") if p.name != "main.c")
+    cmd = [cc, "-std=gnu11", "-D_GNU_SOURCE", "-U_FORTIFY_SOURCE", "-O1", "-g", "-pthread",
+           "-Wall", "-Wextra", "-Werror", "-I", str(nl.NATIVE), "-o", str(out),
+           str(nl.REPO / "tests" / "native" / "c" / "faults.c"), *srcs,
+           "-Wl," + ",".join(f"--wrap={f}" for f in WRAPPED)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return str(out)
+
+
+def run_case(faults, *args):
+    r = subprocess.run([faults, *map(str, args)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"{args[0]}:\n{r.stderr}{r.stdout}"
+    assert f"ok {args[0]}" in r.stdout
+
+
+@pytest.mark.parametrize("case", ["freq-enoent", "io-nowait-eio", "io-read-eio", "io-probe",
+                                  "progress-open", "snap-write"])
+def test_errno_survives_error_paths(faults, case):
+    run_case(faults, case)
+
+
+@pytest.mark.parametrize("case", ["arena-preload-eio", "arena-mmap-mlock", "pool-open"])
+def test_errno_survives_pool_error_paths(faults, small_pool, case):
+    run_case(faults, case, small_pool)
