@@ -42,7 +42,7 @@ def run_case(faults, *args):
 
 
 @pytest.mark.parametrize("case", ["freq-enoent", "io-nowait-eio", "io-read-eio", "io-probe",
-                                  "progress-open", "snap-write"])
+                                  "progress-open", "snap-write", "snap-init"])
 def test_errno_survives_error_paths(faults, case):
     run_case(faults, case)
 

@@ -571,6 +571,39 @@ static void case_snap_write(void)
 	snap_free(s);
 }
 
+static void case_snap_init(void)
+{
+	const char *two[] = { "/proc/self/stat", "/proc/self/statm" };
+	const char *dup[] = { "/proc/self/stat", "proc/self/stat" };
+	struct snapshots *s = __real_calloc(1, sizeof(*s));
+	char dir[] = "/tmp/bench-faults-snap-XXXXXX", reason[REASON_LEN] = "";
+	int ret;
+
+	if (!s || !mkdtemp(dir)) {
+		perror("snap setup");
+		exit(1);
+	}
+	/* the second file's first buffer: the first file's two are mapped by then */
+	fail_call("mmap", 3, ENOMEM);
+	clobber = 1;
+	ret = snap_init(s, dir, two, 2, reason, sizeof(reason));
+	clobber = 0;
+	check_ret("snap_init (mmap)", ret, -ENOMEM, reason);
+	check_reason(reason, strerror(ENOMEM));
+	CHECK(n_mmap == n_munmap, "failed snap_init: %d buffers mapped, %d unmapped", n_mmap,
+	      n_munmap);
+	CHECK(s->n == 0, "failed snap_init left %d files", s->n);
+
+	reset();
+	reason[0] = '\0';
+	ret = snap_init(s, dir, dup, 2, reason, sizeof(reason));
+	check_ret("snap_init (same name)", ret, -EINVAL, reason);
+	check_reason(reason, "map to the name");
+	CHECK(n_mmap == n_munmap, "failed snap_init: %d buffers mapped, %d unmapped", n_mmap,
+	      n_munmap);
+	free(s);
+}
+
 /* ---- cases: prefetcher start cleans up after itself ----------------------------------- */
 
 static void case_pf_start(const char *pool_dir)
@@ -681,6 +714,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(c, "io-probe")) case_io_probe();
 	else if (!strcmp(c, "progress-open")) case_progress_open();
 	else if (!strcmp(c, "snap-write")) case_snap_write();
+	else if (!strcmp(c, "snap-init")) case_snap_init();
 	else if (pool && !strcmp(c, "arena-preload-eio")) case_arena_preload_eio(pool);
 	else if (pool && !strcmp(c, "arena-mmap-mlock")) case_arena_mmap_mlock(pool);
 	else if (pool && !strcmp(c, "pool-open")) case_pool_open(pool);
