@@ -194,13 +194,14 @@ struct run {
 	char reason[REASON_LEN];
 };
 
-static uint64_t count_distinct(const struct plan *p)
+/* Distinct (layer, expert) pairs the plan reads: 0 with *out set, or -ENOMEM. */
+static int count_distinct(const struct plan *p, uint64_t *out)
 {
 	uint64_t n = (uint64_t)p->layers * p->experts_per_layer, d = 0, i, r;
 	unsigned char *seen = calloc(n, 1);
 
 	if (!seen)
-		return 0;
+		return -ENOMEM;
 	for (i = 0; i < p->n_passes; i++) {
 		const struct plan_pass *ps = &p->passes[i];
 
@@ -212,7 +213,8 @@ static uint64_t count_distinct(const struct plan *p)
 		}
 	}
 	free(seen);
-	return d;
+	*out = d;
+	return 0;
 }
 
 static int emit_iters(struct run *r, uint32_t pass)
@@ -349,10 +351,12 @@ static int setup(struct run *r)
 	if (o->progress_path && progress_open(&r->prog, o->progress_path, o->passes,
 					      r->plan.n_iterations, reason, sizeof(reason)))
 		return fail(r, reason);
-	r->distinct = count_distinct(&r->plan);
 	if (plan_check_geometry(&r->plan, r->pool.layers, r->pool.experts_per_layer,
 				r->pool.expert_bytes, "plan", reason, sizeof(reason)))
 		return fail(r, reason);
+	/* after the geometry check: the table is sized by the pool, not by a plan's claim */
+	if (count_distinct(&r->plan, &r->distinct))
+		return fail(r, "out of memory for the distinct-expert table");
 	if (o->prefetch) {
 		if (plan_load(o->hints_path, PLAN_KIND_HINTS, &r->hints, reason, sizeof(reason)))
 			return fail(r, reason);

@@ -9,6 +9,8 @@ import subprocess
 import pytest
 
 import nativelib as nl
+from bench.planfile import write_plan
+from native_plans import make_plan
 
 pytestmark = pytest.mark.native
 
@@ -50,3 +52,12 @@ def test_errno_survives_error_paths(faults, case):
 @pytest.mark.parametrize("case", ["arena-preload-eio", "arena-mmap-mlock", "pool-open"])
 def test_errno_survives_pool_error_paths(faults, small_pool, case):
     run_case(faults, case, small_pool)
+
+
+def test_count_distinct_allocation_failure_is_a_fail_stop(faults, small_pool, tmp_path):
+    """The distinct-expert table failing to allocate ends the run (ok false, exit 1, an
+    out-of-memory reason), instead of reporting distinct_experts 0."""
+    p = tmp_path / "plan.bpln"
+    # geometry of the small_pool fixture (2 layers, 8 experts, 8192 bytes)
+    write_plan(p, make_plan([[(0, (1, 2)), (1, (3,))]], 2, 8, 8192))
+    run_case(faults, "count-distinct-enomem", small_pool, p)
