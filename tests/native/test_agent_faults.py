@@ -54,6 +54,13 @@ def test_errno_survives_pool_error_paths(faults, small_pool, case):
     run_case(faults, case, small_pool)
 
 
+def test_prefetcher_start_failure_leaves_nothing_behind(faults, small_pool):
+    """pthread_create, the buffer's mmap, the mutex or a condition variable failing: pf_start
+    returns -errno with a reason, destroys what it initialised, unmaps its buffer, and the
+    teardown's pf_stop on it is a no-op."""
+    run_case(faults, "pf-start", small_pool)
+
+
 def test_count_distinct_allocation_failure_is_a_fail_stop(faults, small_pool, tmp_path):
     """The distinct-expert table failing to allocate ends the run (ok false, exit 1, an
     out-of-memory reason), instead of reporting distinct_experts 0."""
