@@ -60,7 +60,7 @@ static int fail(const char *ready_file, const char *reason, uint64_t bytes)
 		emit(j, ready_file);
 		free(j);
 	}
-	return 1;
+	return BENCH_EXIT_FAIL;
 }
 
 int balloon_main(const struct balloon_opts *o)
@@ -71,7 +71,7 @@ int balloon_main(const struct balloon_opts *o)
 	struct jline *j = NULL;
 	sigset_t set;
 	char *mem;
-	int sig = 0, rc = 1;
+	int sig = 0, rc = BENCH_EXIT_FAIL;
 
 	if (meminfo_kb("MemAvailable", &avail_kb))
 		return fail(o->ready_file, "cannot read MemAvailable from /proc/meminfo", 0);
@@ -161,7 +161,7 @@ int balloon_main(const struct balloon_opts *o)
 	jl_u64(j, "bytes", bytes);
 	jl_str(j, "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	jl_emit(j, stdout);
-	rc = 0;
+	rc = BENCH_EXIT_OK;
 cleanup:
 	free(j);
 	munlock(mem, bytes);

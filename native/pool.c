@@ -326,6 +326,14 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 		pool_expert_path(p, layer, expert, path, sizeof(path));
 		rel = path + dlen; /* openat on the pool directory: no repeated walk of its path */
 		ret = open_one(p, rel, &fd);
+		if (ret == -EINVAL && (open_flags & O_DIRECT)) {
+			/* open(2): "The filesystem does not support the O_DIRECT flag" */
+			set_reason(reason, rlen,
+				   "O_DIRECT is not supported on the pool's filesystem (open of %s: "
+				   "EINVAL)", path);
+			ret = -EOPNOTSUPP;
+			goto fail;
+		}
 		if (ret) {
 			set_reason(reason, rlen, "cannot open expert file %s: %s", path, strerror(-ret));
 			goto fail;

@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 NATIVE = REPO / "native"
 AGENT = NATIVE / "bench-agent"
 SECTOR = 512  # /proc/diskstats sectors are always 512 bytes
+# the agent's exit codes (native/README.md "Exit codes", native/util.h BENCH_EXIT_*)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_SKIP = 0, 1, 2, 4
 
 
 def source_hash(native_dir: Path = NATIVE) -> str:

@@ -68,3 +68,11 @@ def test_count_distinct_allocation_failure_is_a_fail_stop(faults, small_pool, tm
     # geometry of the small_pool fixture (2 layers, 8 experts, 8192 bytes)
     write_plan(p, make_plan([[(0, (1, 2)), (1, (3,))]], 2, 8, 8192))
     run_case(faults, "count-distinct-enomem", small_pool, p)
+
+
+def test_probe_errors_decide_skip_or_failure(faults, small_pool, tmp_path):
+    """The RWF_DONTCACHE probe failing with EOPNOTSUPP or EINVAL (file system or kernel without
+    it) exits 4 with skipped true; EIO or EACCES at the same call exits 1 with skipped false."""
+    p = tmp_path / "plan.bpln"
+    write_plan(p, make_plan([[(0, (1, 2)), (1, (3,))]], 2, 8, 8192))
+    run_case(faults, "probe-exit-codes", small_pool, p)

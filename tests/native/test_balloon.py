@@ -96,13 +96,13 @@ def test_balloon_leave_available(agent, balloons):
 def test_impossible_balloon_fails_fast(agent, balloons):
     t = time.time()
     p = balloons("--bytes", "64T")
-    assert p.wait(timeout=30) != 0
+    assert p.wait(timeout=30) == nl.EXIT_FAIL
     assert time.time() - t < 10
     r = json.loads(p.stdout.readline())
     assert r["ready"] is False and "MemAvailable" in r["reason"]
     assert "MemAvailable" in p.stderr.read()
     p = balloons("--leave-available", "64T")
-    assert p.wait(timeout=30) != 0
+    assert p.wait(timeout=30) == nl.EXIT_FAIL
     assert "cannot leave" in json.loads(p.stdout.readline())["reason"]
 
 
@@ -114,13 +114,13 @@ def test_balloon_without_lock_privilege_fails_with_reason(agent, balloons):
                         "-ipc_lock,-sys_resource", "--inh-caps", "-ipc_lock,-sys_resource",
                         str(nl.AGENT), "balloon", "--bytes", "64M"],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0
+    assert r.returncode == nl.EXIT_FAIL
     assert "mlock of 67108864 bytes failed" in json.loads(r.stdout)["reason"]
 
 
 def test_balloon_usage(agent):
     r = subprocess.run([str(nl.AGENT), "balloon"], capture_output=True, text=True)
-    assert r.returncode == 2 and "exactly one" in r.stderr
+    assert r.returncode == nl.EXIT_USAGE and "exactly one" in r.stderr
     r = subprocess.run([str(nl.AGENT), "balloon", "--bytes", "12Q"], capture_output=True,
                        text=True)
-    assert r.returncode == 2
+    assert r.returncode == nl.EXIT_USAGE

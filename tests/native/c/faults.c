@@ -702,6 +702,47 @@ static void case_count_distinct_enomem(const char *pool_dir, const char *plan_pa
 	unlink(out);
 }
 
+/* The probe's verdict decides the exit code: a missing capability skips (4), any other error
+ * at the same place fails (1). */
+static void case_probe_exit_codes(const char *pool_dir, const char *plan_path)
+{
+	static const struct { int err, rc; const char *skipped; } t[] = {
+		{ EOPNOTSUPP, BENCH_EXIT_SKIP, "\"skipped\":true" },
+		{ EINVAL, BENCH_EXIT_SKIP, "\"skipped\":true" },
+		{ EIO, BENCH_EXIT_FAIL, "\"skipped\":false" },
+		{ EACCES, BENCH_EXIT_FAIL, "\"skipped\":false" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct replay_opts o;
+		char out[] = "/tmp/bench-faults-out-XXXXXX", text[65536] = "";
+		int fd = mkstemp(out), rc;
+
+		close(fd);
+		reset();
+		memset(&o, 0, sizeof(o));
+		o.pool_dir = pool_dir;
+		o.plan_path = plan_path;
+		o.out_path = out;
+		o.threads = 1;
+		o.passes = 1;
+		o.mode = MODE_NOCACHE;
+		o.nocache = IO_DONTCACHE;
+		fail_call("preadv2", 1, t[i].err);
+		rc = replay_main(&o, NULL);
+		CHECK(rules[0].fired == 1, "the probe's preadv2 was not the first (fired %d)",
+		      rules[0].fired);
+		CHECK(rc == t[i].rc, "probe error %s: exit %d, want %d", strerror(t[i].err), rc,
+		      t[i].rc);
+		read_text_file(out, text, sizeof(text), NULL);
+		CHECK(strstr(text, t[i].skipped) != NULL, "probe error %s: summary lacks %s: %s",
+		      strerror(t[i].err), t[i].skipped, text);
+		CHECK(strstr(text, "\"ok\":false") != NULL, "summary not ok:false: %s", text);
+		unlink(out);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
@@ -721,6 +762,8 @@ int main(int argc, char **argv)
 	else if (pool && !strcmp(c, "pf-start")) case_pf_start(pool);
 	else if (pool && plan && !strcmp(c, "count-distinct-enomem"))
 		case_count_distinct_enomem(pool, plan);
+	else if (pool && plan && !strcmp(c, "probe-exit-codes"))
+		case_probe_exit_codes(pool, plan);
 	else {
 		fprintf(stderr, "usage: faults CASE [POOL [PLAN]]\n");
 		return 2;
