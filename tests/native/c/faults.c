@@ -334,6 +334,15 @@ static int count_fds(void)
 	return n - 1; /* the DIR's own descriptor */
 }
 
+/* A mkstemp/mkdtemp template under $TMPDIR (the test's own directory), else /tmp. */
+static char *tmp_template(char *buf, size_t len, const char *what)
+{
+	const char *dir = getenv("TMPDIR");
+
+	snprintf(buf, len, "%s/bench-faults-%s-XXXXXX", dir && *dir ? dir : "/tmp", what);
+	return buf;
+}
+
 static int load_pool(struct pool *pool, const char *dir)
 {
 	char reason[REASON_LEN] = "";
@@ -362,8 +371,10 @@ static void case_freq_enoent(void)
 
 static void io_setup(struct io_cfg *c, enum io_kind kind, int probe_cached, int *fd, void **buf)
 {
-	char path[] = "/tmp/bench-faults-XXXXXX";
+	char path[4096];
 	char data[8192];
+
+	tmp_template(path, sizeof(path), "io");
 
 	memset(data, 7, sizeof(data));
 	*fd = mkstemp(path);
@@ -504,8 +515,8 @@ static void case_progress_open(void)
 
 	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		struct progress p;
-		char reason[REASON_LEN] = "", path[] = "/tmp/bench-faults-progress-XXXXXX";
-		int fd = mkstemp(path), before, ret;
+		char reason[REASON_LEN] = "", path[4096];
+		int fd = mkstemp(tmp_template(path, sizeof(path), "progress")), before, ret;
 
 		close(fd);
 		reset();
@@ -549,10 +560,10 @@ static void case_snap_write(void)
 {
 	struct snapshots *s = __real_calloc(1, sizeof(*s));
 	const char *files[] = { "/proc/self/stat" };
-	char dir[] = "/tmp/bench-faults-snap-XXXXXX", reason[REASON_LEN] = "";
+	char dir[4096], reason[REASON_LEN] = "";
 	int before, ret;
 
-	if (!s || !mkdtemp(dir)) {
+	if (!s || !mkdtemp(tmp_template(dir, sizeof(dir), "snap"))) {
 		perror("snap setup");
 		exit(1);
 	}
@@ -576,10 +587,10 @@ static void case_snap_init(void)
 	const char *two[] = { "/proc/self/stat", "/proc/self/statm" };
 	const char *dup[] = { "/proc/self/stat", "proc/self/stat" };
 	struct snapshots *s = __real_calloc(1, sizeof(*s));
-	char dir[] = "/tmp/bench-faults-snap-XXXXXX", reason[REASON_LEN] = "";
+	char dir[4096], reason[REASON_LEN] = "";
 	int ret;
 
-	if (!s || !mkdtemp(dir)) {
+	if (!s || !mkdtemp(tmp_template(dir, sizeof(dir), "snap"))) {
 		perror("snap setup");
 		exit(1);
 	}
@@ -671,8 +682,8 @@ static void case_count_distinct_enomem(const char *pool_dir, const char *plan_pa
 {
 	struct replay_opts o;
 	struct pool pool;
-	char reason[REASON_LEN] = "", out[] = "/tmp/bench-faults-out-XXXXXX", text[65536];
-	int fd = mkstemp(out), rc;
+	char reason[REASON_LEN] = "", out[4096], text[65536];
+	int fd = mkstemp(tmp_template(out, sizeof(out), "out")), rc;
 	size_t len = 0;
 
 	close(fd);
@@ -716,8 +727,8 @@ static void case_probe_exit_codes(const char *pool_dir, const char *plan_path)
 
 	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		struct replay_opts o;
-		char out[] = "/tmp/bench-faults-out-XXXXXX", text[65536] = "";
-		int fd = mkstemp(out), rc;
+		char out[4096], text[65536] = "";
+		int fd = mkstemp(tmp_template(out, sizeof(out), "out")), rc;
 
 		close(fd);
 		reset();
