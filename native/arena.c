@@ -33,8 +33,10 @@ int freq_from_file(const char *path, uint32_t layers, uint32_t experts, uint64_t
 	int ret = 0;
 
 	if (!f) {
-		set_reason(reason, rlen, "freq table %s: %s", path, strerror(errno));
-		return -errno;
+		int err = errno;
+
+		set_reason(reason, rlen, "freq table %s: %s", path, strerror(err));
+		return -err;
 	}
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long l, e, c;
@@ -104,10 +106,12 @@ int arena_create(struct arena *a, uint64_t arena_bytes, const struct pool *pool,
 	setrlimit(RLIMIT_MEMLOCK, &rl);
 	a->base = mmap(NULL, a->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (a->base == MAP_FAILED) {
+		int err = errno;
+
 		a->base = NULL;
 		set_reason(reason, rlen, "mmap of a %llu-byte arena: %s",
-			   (unsigned long long)a->bytes, strerror(errno));
-		return -ENOMEM;
+			   (unsigned long long)a->bytes, strerror(err));
+		return -err;
 	}
 	/* mlock faults in and pins every page: the arena is resident before preload */
 	if (mlock(a->base, a->bytes)) {
@@ -167,15 +171,16 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 
 		while (got < pool->expert_bytes) {
 			ssize_t r = pread(fd, a->base + off + got, pool->expert_bytes - got, (off_t)got);
+			int err = r < 0 ? errno : EIO;
 
-			if (r < 0 && errno == EINTR)
+			if (r < 0 && err == EINTR)
 				continue;
 			if (r <= 0) {
+				ret = -err;
 				set_reason(reason, rlen, "preload of L%llu/E%llu: %s",
 					   (unsigned long long)(idx / pool->experts_per_layer),
 					   (unsigned long long)(idx % pool->experts_per_layer),
-					   r < 0 ? strerror(errno) : "short read");
-				ret = r < 0 ? -errno : -EIO;
+					   r < 0 ? strerror(err) : "short read");
 				pool_put(pool, fd);
 				goto cleanup;
 			}

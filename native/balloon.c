@@ -21,14 +21,25 @@ static int emit(struct jline *j, const char *ready_file)
 	if (ready_file) {
 		/* write-then-rename: a runner polling the file never sees half a line */
 		char tmp[4096 + 8];
-		int fd;
+		int fd, ret = 0;
 
 		snprintf(tmp, sizeof(tmp), "%s.tmp", ready_file);
 		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0 || write_full(fd, j->buf, j->len) || fsync(fd) || close(fd) ||
-		    rename(tmp, ready_file)) {
+		if (fd < 0) {
+			ret = -errno;
+			goto cleanup;
+		}
+		ret = write_full(fd, j->buf, j->len);
+		if (!ret && fsync(fd))
+			ret = -errno;
+		if (close(fd) && !ret)
+			ret = -errno;
+		if (!ret && rename(tmp, ready_file))
+			ret = -errno;
+cleanup:
+		if (ret) {
 			fprintf(stderr, "bench-agent balloon: cannot write %s: %s\n", ready_file,
-				strerror(errno));
+				strerror(-ret));
 			return -EIO;
 		}
 	}
@@ -49,7 +60,7 @@ static int fail(const char *ready_file, const char *reason, uint64_t bytes)
 		emit(j, ready_file);
 		free(j);
 	}
-	return 1;
+	return BENCH_EXIT_FAIL;
 }
 
 int balloon_main(const struct balloon_opts *o)
@@ -60,7 +71,7 @@ int balloon_main(const struct balloon_opts *o)
 	struct jline *j = NULL;
 	sigset_t set;
 	char *mem;
-	int sig = 0, rc = 1;
+	int sig = 0, rc = BENCH_EXIT_FAIL;
 
 	if (meminfo_kb("MemAvailable", &avail_kb))
 		return fail(o->ready_file, "cannot read MemAvailable from /proc/meminfo", 0);
@@ -101,13 +112,17 @@ int balloon_main(const struct balloon_opts *o)
 	mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		   -1, 0);
 	if (mem == MAP_FAILED) {
+		int err = errno;
+
 		set_reason(reason, sizeof(reason), "mmap of %llu bytes: %s",
-			   (unsigned long long)bytes, strerror(errno));
+			   (unsigned long long)bytes, strerror(err));
 		return fail(o->ready_file, reason, bytes);
 	}
 	if (mlock(mem, bytes)) {
+		int err = errno;
+
 		set_reason(reason, sizeof(reason), "mlock of %llu bytes failed: %s",
-			   (unsigned long long)bytes, strerror(errno));
+			   (unsigned long long)bytes, strerror(err));
 		munmap(mem, bytes);
 		return fail(o->ready_file, reason, bytes);
 	}
@@ -146,7 +161,7 @@ int balloon_main(const struct balloon_opts *o)
 	jl_u64(j, "bytes", bytes);
 	jl_str(j, "signal", sig == SIGTERM ? "SIGTERM" : "SIGINT");
 	jl_emit(j, stdout);
-	rc = 0;
+	rc = BENCH_EXIT_OK;
 cleanup:
 	free(j);
 	munlock(mem, bytes);

@@ -104,9 +104,13 @@ int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st
 			st->cached_bytes += off;
 			if (off == c->expert_bytes)
 				st->cached++;
-		} else if (n < 0 && errno != EAGAIN) {
-			set_reason(reason, rlen, "preadv2(RWF_NOWAIT) probe: %s", strerror(errno));
-			return -errno;
+		} else if (n < 0) {
+			int err = errno;
+
+			if (err != EAGAIN) {
+				set_reason(reason, rlen, "preadv2(RWF_NOWAIT) probe: %s", strerror(err));
+				return -err;
+			}
 		}
 	}
 	ret = read_loop(c, fd, buf, off, c->expert_bytes, reason, rlen);
@@ -124,9 +128,10 @@ int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st
 
 int io_probe(const struct io_cfg *c, int fd, char *reason, size_t rlen)
 {
+	struct iovec iov;
 	char *buf;
 	ssize_t n;
-	int ret = 0;
+	int err = 0;
 	size_t len = page_size();
 
 	if (c->kind != IO_DONTCACHE && !(c->kind == IO_PREAD && c->probe_cached))
@@ -138,22 +143,28 @@ int io_probe(const struct io_cfg *c, int fd, char *reason, size_t rlen)
 	}
 	if (len > c->expert_bytes)
 		len = (size_t)c->expert_bytes;
-	{
-		struct iovec iov = { buf, len };
-
-		n = preadv2(fd, &iov, 1, 0, c->kind == IO_DONTCACHE ? RWF_DONTCACHE : RWF_NOWAIT);
-	}
-	if (n < 0 && !(c->kind == IO_PREAD && errno == EAGAIN)) {
-		ret = -errno;
-		if (c->kind == IO_DONTCACHE && errno == EOPNOTSUPP)
-			set_reason(reason, rlen,
-				   "RWF_DONTCACHE not supported by the pool's filesystem (EOPNOTSUPP)");
-		else if (c->kind == IO_DONTCACHE && errno == EINVAL)
-			set_reason(reason, rlen,
-				   "RWF_DONTCACHE not supported by this kernel (EINVAL; needs Linux 6.14+)");
-		else
-			set_reason(reason, rlen, "preadv2 probe: %s", strerror(errno));
+	iov = (struct iovec){ buf, len };
+	n = preadv2(fd, &iov, 1, 0, c->kind == IO_DONTCACHE ? RWF_DONTCACHE : RWF_NOWAIT);
+	if (n < 0)
+		err = errno;
+	if (!err || (c->kind == IO_PREAD && err == EAGAIN)) {
+		err = 0;
+	} else if (c->kind == IO_DONTCACHE && err == EOPNOTSUPP) {
+		set_reason(reason, rlen,
+			   "RWF_DONTCACHE not supported by the pool's filesystem (EOPNOTSUPP)");
+	} else if (c->kind == IO_DONTCACHE && (err == EINVAL || err == ENOSYS)) {
+		set_reason(reason, rlen,
+			   "RWF_DONTCACHE not supported by this kernel (%s; needs Linux 6.14+)",
+			   err == EINVAL ? "EINVAL" : "ENOSYS");
+	} else if (c->kind == IO_PREAD && err == EOPNOTSUPP) {
+		set_reason(reason, rlen,
+			   "preadv2(RWF_NOWAIT) not supported by the pool's filesystem (EOPNOTSUPP)");
+	} else if (c->kind == IO_PREAD && (err == EINVAL || err == ENOSYS)) {
+		set_reason(reason, rlen, "preadv2(RWF_NOWAIT) not supported by this kernel (%s)",
+			   err == EINVAL ? "EINVAL" : "ENOSYS");
+	} else {
+		set_reason(reason, rlen, "preadv2 probe: %s", strerror(err));
 	}
 	io_buf_free(c, buf);
-	return ret;
+	return -err;
 }

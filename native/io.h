@@ -3,6 +3,7 @@
 #ifndef BENCH_IO_H
 #define BENCH_IO_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +39,14 @@ void io_buf_free(const struct io_cfg *c, void *buf);
 /* 0, -EIO with reason on a short read, or -errno. */
 int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st,
 		   char *reason, size_t rlen);
-/* Check once, before any pass, that the kernel and filesystem accept the mode. */
+/* Check once, before any pass, that the kernel and filesystem accept the mode: 0, or -errno
+ * with the reason. -EOPNOTSUPP, -EINVAL and -ENOSYS mean the kernel or the file system lacks
+ * RWF_DONTCACHE (or RWF_NOWAIT, for probe_cached): see io_unsupported. */
 int io_probe(const struct io_cfg *c, int fd, char *reason, size_t rlen);
+/* Whether io_probe's return means a missing capability: the run is skipped, not failed. */
+static inline int io_unsupported(int ret)
+{
+	return ret == -EOPNOTSUPP || ret == -EINVAL || ret == -ENOSYS;
+}
 
 #endif

@@ -100,7 +100,7 @@ static int cmd_replay(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return BENCH_EXIT_OK;
 		default:
 			usage(stderr);
 			usage_error = "bad command line";
@@ -172,25 +172,25 @@ static int cmd_balloon(int argc, char **argv)
 		case 'b':
 			if (parse_size(optarg, &o.bytes)) {
 				fprintf(stderr, "bench-agent balloon: bad --bytes %s\n", optarg);
-				return 2;
+				return BENCH_EXIT_USAGE;
 			}
 			o.have_bytes = 1;
 			break;
 		case 'l':
 			if (parse_size(optarg, &o.leave_available)) {
 				fprintf(stderr, "bench-agent balloon: bad --leave-available %s\n", optarg);
-				return 2;
+				return BENCH_EXIT_USAGE;
 			}
 			o.have_leave = 1;
 			break;
 		case 'r': o.ready_file = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'h': usage(stdout); return BENCH_EXIT_OK;
+		default: usage(stderr); return BENCH_EXIT_USAGE;
 		}
 	}
 	if (o.have_bytes == o.have_leave || optind < argc) {
 		fprintf(stderr, "bench-agent balloon: give exactly one of --bytes, --leave-available\n");
-		return 2;
+		return BENCH_EXIT_USAGE;
 	}
 	return balloon_main(&o);
 }
@@ -199,12 +199,12 @@ int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
-		return 2;
+		return BENCH_EXIT_USAGE;
 	}
 	if (!strcmp(argv[1], "version")) {
 		printf("{\"version\":\"%s\",\"source_sha256\":\"%s\"}\n", BENCH_VERSION,
 		       bench_source_hash);
-		return 0;
+		return BENCH_EXIT_OK;
 	}
 	if (!strcmp(argv[1], "replay"))
 		return cmd_replay(argc - 1, argv + 1);
@@ -212,8 +212,8 @@ int main(int argc, char **argv)
 		return cmd_balloon(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(stdout);
-		return 0;
+		return BENCH_EXIT_OK;
 	}
 	usage(stderr);
-	return 2;
+	return BENCH_EXIT_USAGE;
 }

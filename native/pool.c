@@ -283,7 +283,7 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 	p->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p->dirfd < 0) {
 		ret = -errno;
-		set_reason(reason, rlen, "pool %s: %s", p->dir, strerror(errno));
+		set_reason(reason, rlen, "pool %s: %s", p->dir, strerror(-ret));
 		p->dirfd = -1;
 		return ret;
 	}
@@ -326,13 +326,21 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 		pool_expert_path(p, layer, expert, path, sizeof(path));
 		rel = path + dlen; /* openat on the pool directory: no repeated walk of its path */
 		ret = open_one(p, rel, &fd);
+		if (ret == -EINVAL && (open_flags & O_DIRECT)) {
+			/* open(2): "The filesystem does not support the O_DIRECT flag" */
+			set_reason(reason, rlen,
+				   "O_DIRECT is not supported on the pool's filesystem (open of %s: "
+				   "EINVAL)", path);
+			ret = -EOPNOTSUPP;
+			goto fail;
+		}
 		if (ret) {
 			set_reason(reason, rlen, "cannot open expert file %s: %s", path, strerror(-ret));
 			goto fail;
 		}
 		if (fstat(fd, &st)) {
 			ret = -errno;
-			set_reason(reason, rlen, "fstat %s: %s", path, strerror(errno));
+			set_reason(reason, rlen, "fstat %s: %s", path, strerror(-ret));
 			close(fd);
 			goto fail;
 		}

@@ -39,7 +39,9 @@ struct pool {
 
 int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rlen);
 int pool_expert_path(const struct pool *p, uint32_t layer, uint32_t expert, char *out, size_t len);
-/* open_flags are added to O_RDONLY|O_CLOEXEC; fadv != 0 is applied to every fd. */
+/* open_flags are added to O_RDONLY|O_CLOEXEC; fadv != 0 is applied to every fd. 0, or -errno
+ * with the reason; -EOPNOTSUPP when open_flags has O_DIRECT and the file system refuses it
+ * (open gave EINVAL). */
 int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t rlen);
 void pool_close(struct pool *p);
 

@@ -80,27 +80,52 @@ int pf_start(struct prefetcher *pf, enum pf_kind kind, const struct pool *pool,
 	pf->pool = pool;
 	pf->io = *io;
 	pf->io.probe_cached = 0;
-	pthread_mutex_init(&pf->mu, NULL);
-	pthread_cond_init(&pf->wake, NULL);
-	pthread_cond_init(&pf->idle, NULL);
+	/* pthreads return the error number itself; every failure below undoes
+	 * what came before it, so a failed start owns nothing (started stays 0
+	 * and pf_stop is a no-op) */
+	ret = pthread_mutex_init(&pf->mu, NULL);
+	if (ret) {
+		set_reason(reason, rlen, "cannot create the prefetch mutex: %s", strerror(ret));
+		return -ret;
+	}
+	ret = pthread_cond_init(&pf->wake, NULL);
+	if (ret) {
+		set_reason(reason, rlen, "cannot create the prefetch condition: %s", strerror(ret));
+		goto err_mutex;
+	}
+	ret = pthread_cond_init(&pf->idle, NULL);
+	if (ret) {
+		set_reason(reason, rlen, "cannot create the prefetch condition: %s", strerror(ret));
+		goto err_wake;
+	}
 	if (kind == PF_BLOCK) {
 		/* its own buffer: a blocking prefetch is a real read, never a copy
 		 * into a demand buffer */
 		pf->buf = io_buf_alloc(&pf->io);
 		if (!pf->buf) {
+			ret = ENOMEM;
 			set_reason(reason, rlen, "out of memory for the prefetch buffer");
-			return -ENOMEM;
+			goto err_idle;
 		}
 	}
 	ret = pthread_create(&pf->thread, NULL, pf_main, pf);
 	if (ret) {
 		set_reason(reason, rlen, "cannot start the prefetch thread: %s", strerror(ret));
-		io_buf_free(&pf->io, pf->buf);
-		pf->buf = NULL;
-		return -ret;
+		goto err_buf;
 	}
 	pf->started = 1;
 	return 0;
+
+err_buf:
+	io_buf_free(&pf->io, pf->buf);
+	pf->buf = NULL;
+err_idle:
+	pthread_cond_destroy(&pf->idle);
+err_wake:
+	pthread_cond_destroy(&pf->wake);
+err_mutex:
+	pthread_mutex_destroy(&pf->mu);
+	return -ret;
 }
 
 void pf_place(struct prefetcher *pf, uint32_t layer, const uint32_t *experts, uint32_t n)

@@ -50,6 +50,8 @@ struct prefetcher {
 	char reason[REASON_LEN];
 };
 
+/* 0, or -errno with the reason; a failed start leaves nothing initialised (no
+ * thread, mutex, condition or buffer) and started 0, so pf_stop on it does nothing. */
 int pf_start(struct prefetcher *pf, enum pf_kind kind, const struct pool *pool,
 	     const struct io_cfg *io, uint64_t advice_window, char *reason, size_t rlen);
 /* Router pass start: the hints for the next pass replace the slot's content. */

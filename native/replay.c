@@ -191,16 +191,18 @@ struct run {
 	int have_vmlck, have_vmlck_end;
 	uint64_t errors;
 	uint64_t advice_window;
+	int skipped;           /* the machine lacks what the run needs: exit BENCH_EXIT_SKIP */
 	char reason[REASON_LEN];
 };
 
-static uint64_t count_distinct(const struct plan *p)
+/* Distinct (layer, expert) pairs the plan reads: 0 with *out set, or -ENOMEM. */
+static int count_distinct(const struct plan *p, uint64_t *out)
 {
 	uint64_t n = (uint64_t)p->layers * p->experts_per_layer, d = 0, i, r;
 	unsigned char *seen = calloc(n, 1);
 
 	if (!seen)
-		return 0;
+		return -ENOMEM;
 	for (i = 0; i < p->n_passes; i++) {
 		const struct plan_pass *ps = &p->passes[i];
 
@@ -212,7 +214,8 @@ static uint64_t count_distinct(const struct plan *p)
 		}
 	}
 	free(seen);
-	return d;
+	*out = d;
+	return 0;
 }
 
 static int emit_iters(struct run *r, uint32_t pass)
@@ -315,6 +318,7 @@ static void emit_summary(struct run *r, int ok)
 	}
 	jl_bool(j, "probe_cached", r->io.probe_cached);
 	jl_u64(j, "errors", r->errors);
+	jl_bool(j, "skipped", r->skipped);
 	jl_bool(j, "ok", ok);
 	if (ok)
 		jl_null(j, "reason");
@@ -330,6 +334,15 @@ static int fail(struct run *r, const char *reason)
 	if (reason && reason != r->reason)
 		set_reason(r->reason, sizeof(r->reason), "%s", reason);
 	r->errors++;
+	return -1;
+}
+
+/* Not a failure: the kernel or the pool's file system lacks what the run asks for, so it ends
+ * before any pass with the reason and exit code BENCH_EXIT_SKIP. */
+static int skip(struct run *r, const char *reason)
+{
+	set_reason(r->reason, sizeof(r->reason), "%s", reason);
+	r->skipped = 1;
 	return -1;
 }
 
@@ -349,10 +362,12 @@ static int setup(struct run *r)
 	if (o->progress_path && progress_open(&r->prog, o->progress_path, o->passes,
 					      r->plan.n_iterations, reason, sizeof(reason)))
 		return fail(r, reason);
-	r->distinct = count_distinct(&r->plan);
 	if (plan_check_geometry(&r->plan, r->pool.layers, r->pool.experts_per_layer,
 				r->pool.expert_bytes, "plan", reason, sizeof(reason)))
 		return fail(r, reason);
+	/* after the geometry check: the table is sized by the pool, not by a plan's claim */
+	if (count_distinct(&r->plan, &r->distinct))
+		return fail(r, "out of memory for the distinct-expert table");
 	if (o->prefetch) {
 		if (plan_load(o->hints_path, PLAN_KIND_HINTS, &r->hints, reason, sizeof(reason)))
 			return fail(r, reason);
@@ -370,11 +385,17 @@ static int setup(struct run *r)
 	}
 	if (o->mode == MODE_RANDOM)
 		fadv = POSIX_FADV_RANDOM;
-	if (pool_open_all(&r->pool, open_flags, fadv, reason, sizeof(reason)))
-		return fail(r, reason);
+	{
+		int ret = pool_open_all(&r->pool, open_flags, fadv, reason, sizeof(reason));
+
+		if (ret == -EOPNOTSUPP && kind == IO_DIRECT)
+			return skip(r, reason);
+		if (ret)
+			return fail(r, reason);
+	}
 	r->have_pool = 1;
 	if (kind == IO_DIRECT && !r->pool.dio_offset_align)
-		return fail(r, "O_DIRECT is not supported on the pool's filesystem (statx DIOALIGN 0)");
+		return skip(r, "O_DIRECT is not supported on the pool's filesystem (statx DIOALIGN 0)");
 	io_cfg_init(&r->io, kind, r->pool.expert_bytes, r->pool.dio_mem_align,
 		    r->pool.dio_offset_align);
 	r->io.probe_cached = o->probe_cached && kind == IO_PREAD;
@@ -384,6 +405,8 @@ static int setup(struct run *r)
 		if (!ret) {
 			ret = io_probe(&r->io, fd, reason, sizeof(reason));
 			pool_put(&r->pool, fd);
+			if (io_unsupported(ret))
+				return skip(r, reason);
 		} else {
 			set_reason(reason, sizeof(reason), "cannot open the first expert: %s",
 				   strerror(-ret));
@@ -595,31 +618,36 @@ static void teardown(struct run *r)
 int replay_main(const struct replay_opts *o, const char *usage_error)
 {
 	struct run *r = calloc(1, sizeof(*r));
-	int ok = 0, rc = 1;
+	int ok = 0, rc = BENCH_EXIT_FAIL;
 	uint32_t p;
 
 	if (!r) {
 		fprintf(stderr, "bench-agent: out of memory\n");
-		return 1;
+		return BENCH_EXIT_FAIL;
 	}
 	r->o = o;
 	r->out = stdout;
 	if (o->out_path) {
 		r->out = fopen(o->out_path, "we");
 		if (!r->out) {
+			int err = errno;
+
 			fprintf(stderr, "bench-agent: cannot open --out %s: %s\n", o->out_path,
-				strerror(errno));
+				strerror(err));
 			free(r);
-			return 1;
+			return BENCH_EXIT_FAIL;
 		}
 	}
 	if (usage_error) {
 		fail(r, usage_error);
-		rc = 2;
+		rc = BENCH_EXIT_USAGE;
 		goto out;
 	}
-	if (setup(r))
+	if (setup(r)) {
+		if (r->skipped)
+			rc = BENCH_EXIT_SKIP;
 		goto out;
+	}
 	for (p = 0; p < o->passes; p++)
 		if (run_pass(r, p))
 			goto out;
@@ -630,7 +658,7 @@ int replay_main(const struct replay_opts *o, const char *usage_error)
 		goto out;
 	}
 	ok = 1;
-	rc = 0;
+	rc = BENCH_EXIT_OK;
 out:
 	emit_summary(r, ok);
 	if (!ok)

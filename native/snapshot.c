@@ -80,6 +80,7 @@ int snap_init(struct snapshots *s, const char *dir, const char **paths, int n,
 	}
 	for (i = 0; i < n; i++) {
 		struct snap_file *f = &s->f[i];
+		char *first;
 		int w, j;
 
 		f->path = paths[i];
@@ -87,33 +88,45 @@ int snap_init(struct snapshots *s, const char *dir, const char **paths, int n,
 		for (j = 0; j < i; j++) {
 			if (!strcmp(s->f[j].name, f->name)) {
 				set_reason(reason, rlen, "two snapshot files map to the name %s", f->name);
-				return -EINVAL;
+				ret = -EINVAL;
+				goto cleanup;
 			}
 		}
 		/* size from a first read: 4x its size with a 64 KiB floor covers
 		 * diskstats gaining loop devices or cgroup files growing */
 		f->cap = 1 << 20;
-		f->buf[0] = malloc(f->cap);
-		if (!f->buf[0])
-			return -ENOMEM;
-		s->n = i + 1;
+		first = malloc(f->cap);
+		if (!first) {
+			set_reason(reason, rlen, "out of memory for snapshot buffers");
+			ret = -ENOMEM;
+			goto cleanup;
+		}
+		f->buf[0] = first;
 		read_into(f, 0);
-		free(f->buf[0]);
+		f->buf[0] = NULL;
+		free(first);
+		/* from here snap_free unmaps this file's buffers too */
+		s->n = i + 1;
 		f->cap = round_up(f->len[0] * 4 + 65536, page_size());
 		for (w = 0; w < 2; w++) {
-			f->buf[w] = mmap(NULL, f->cap, PROT_READ | PROT_WRITE,
-					 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (f->buf[w] == MAP_FAILED) {
-				f->buf[w] = NULL;
-				set_reason(reason, rlen, "out of memory for snapshot buffers");
-				return -ENOMEM;
+			void *m = mmap(NULL, f->cap, PROT_READ | PROT_WRITE,
+				       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			if (m == MAP_FAILED) {
+				ret = -errno;
+				set_reason(reason, rlen, "snapshot buffers: %s", strerror(-ret));
+				goto cleanup;
 			}
+			f->buf[w] = m;
 			/* pre-fault: no page fault while a snapshot is taken */
 			memset(f->buf[w], 0, f->cap);
 			f->len[w] = 0;
 		}
 	}
 	return 0;
+cleanup:
+	snap_free(s);
+	return ret;
 }
 
 void snap_take(struct snapshots *s, int which)
@@ -144,15 +157,14 @@ int snap_write(struct snapshots *s, unsigned pass, char *reason, size_t rlen)
 			snprintf(p, sizeof(p), "%s/%s", d, f->name);
 			if (!f->err[w]) {
 				fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-				if (fd < 0 || write_full(fd, f->buf[w], f->len[w])) {
+				ret = fd < 0 ? -errno : write_full(fd, f->buf[w], f->len[w]);
+				if (fd >= 0 && close(fd) && !ret)
 					ret = -errno;
+				if (ret) {
 					set_reason(reason, rlen, "cannot write snapshot %s: %s", p,
-						   strerror(errno));
-					if (fd >= 0)
-						close(fd);
+						   strerror(-ret));
 					return ret;
 				}
-				close(fd);
 			}
 			if (failed) {
 				int m;
@@ -166,14 +178,13 @@ int snap_write(struct snapshots *s, unsigned pass, char *reason, size_t rlen)
 						     "%s: truncated at %zu bytes (buffer full)\n",
 						     f->path, f->len[w]);
 				fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-				if (fd < 0 || write_full(fd, msg, (size_t)m)) {
+				ret = fd < 0 ? -errno : write_full(fd, msg, (size_t)m);
+				if (fd >= 0 && close(fd) && !ret)
 					ret = -errno;
-					set_reason(reason, rlen, "cannot write %s: %s", p, strerror(errno));
-					if (fd >= 0)
-						close(fd);
+				if (ret) {
+					set_reason(reason, rlen, "cannot write %s: %s", p, strerror(-ret));
 					return ret;
 				}
-				close(fd);
 			}
 		}
 	}

@@ -27,6 +27,7 @@ struct snapshots {
 	struct snap_file f[SNAP_MAX_FILES];
 };
 
+/* 0, or -errno with the reason; a failed init has nothing left mapped. */
 int snap_init(struct snapshots *s, const char *dir, const char **paths, int n,
 	      char *reason, size_t rlen);
 /* which: 0 = start, 1 = end. Never fails: a file that cannot be read is

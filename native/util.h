@@ -11,6 +11,13 @@
 #define BENCH_VERSION "0.1.0"
 #define REASON_LEN 512
 
+/* Exit codes of every subcommand (README.md, "Exit codes"). SKIP is kselftest's KSFT_SKIP:
+ * the machine lacks what the run needs (a kernel or file system feature), nothing failed. */
+#define BENCH_EXIT_OK    0
+#define BENCH_EXIT_FAIL  1
+#define BENCH_EXIT_USAGE 2
+#define BENCH_EXIT_SKIP  4
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "bench-agent reads little-endian plan files in place; build on a little-endian host"
 #endif

@@ -24,6 +24,8 @@ REPO = paths.REPO
 NATIVE = REPO / "native"
 AGENT = NATIVE / "bench-agent"
 SECTOR = 512  # /proc/diskstats sectors are always 512 bytes
+# the agent's exit codes (native/README.md "Exit codes", native/util.h BENCH_EXIT_*)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_SKIP = 0, 1, 2, 4
 
 
 def source_hash(native_dir: Path = NATIVE) -> str:
@@ -200,6 +202,65 @@ def loopfs_or_skip(size_bytes: int, prefix: str):
         yield fs
     finally:
         destroy_loopfs(fs)
+
+
+class NoThrottle(RuntimeError):
+    """The kernel offers no per-cgroup read throttling here."""
+
+
+def _cgroup_mounts():
+    for line in Path("/proc/mounts").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 4:
+            yield f[2], f[1], f[3].split(",")
+
+
+@contextlib.contextmanager
+def throttled_reads(dev: str, bps: int, name: str = "bench-native-throttle"):
+    """A cgroup whose tasks may read block device `dev` (e.g. 'loop3') at most `bps` bytes per
+    second: cgroup v1 blkio.throttle.read_bps_device, or v2 io.max where the io controller is
+    already enabled at the root (this never enables controllers on a shared machine). Yields
+    a preexec_fn that moves the child into it. blk-throttle queues a group's bios FIFO per
+    direction, so the group's reads reach the device in the order they were submitted. The
+    cgroup is removed on exit (its tasks must have exited). Raises NoThrottle, naming what is
+    missing, when neither interface exists."""
+    majmin = Path(f"/sys/block/{dev}/dev").read_text().strip()
+    path = None
+    for fstype, mnt, opts in _cgroup_mounts():
+        if fstype == "cgroup" and "blkio" in opts and \
+                Path(mnt, "blkio.throttle.read_bps_device").exists():
+            path, kind = Path(mnt) / f"{name}-{os.getpid()}", "v1"
+            break
+    if path is None:
+        for fstype, mnt, _ in _cgroup_mounts():
+            ctl = Path(mnt, "cgroup.subtree_control")
+            if fstype == "cgroup2" and ctl.exists() and "io" in ctl.read_text().split():
+                path, kind = Path(mnt) / f"{name}-{os.getpid()}", "v2"
+                break
+    if path is None:
+        raise NoThrottle("no read throttling: neither cgroup v1 blkio.throttle.read_bps_device "
+                         "(CONFIG_BLK_DEV_THROTTLING) nor a cgroup v2 root with io enabled")
+    path.mkdir()
+    try:
+        if kind == "v1":
+            (path / "blkio.throttle.read_bps_device").write_text(f"{majmin} {bps}\n")
+        else:
+            (path / "io.max").write_text(f"{majmin} rbps={bps}\n")
+        procs = str(path / "cgroup.procs")
+
+        def enter():
+            with open(procs, "w") as f:
+                f.write(f"{os.getpid()}\n")
+        yield enter
+    finally:
+        for attempt in range(50):
+            try:
+                path.rmdir()
+                break
+            except OSError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)   # the last task is still being reaped
 
 
 def pool_on(fs: LoopFs, layers: int, experts: int, expert_bytes: int) -> Path:

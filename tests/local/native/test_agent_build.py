@@ -32,11 +32,11 @@ def test_make_uses_strict_warnings_and_only_libc_pthreads(agent):
 
 def test_usage_errors_exit_2_with_a_reason(agent):
     r = nl.run_agent(["replay", "--pool", "/nonexistent"])
-    assert r.rc == 2
+    assert r.rc == nl.EXIT_USAGE
     assert r.summary["ok"] is False and "--plan" in r.summary["reason"]
     r = nl.run_agent(["replay", "--pool", "x", "--plan", "y", "--mode", "bogus"])
-    assert r.rc == 2 and "bogus" in r.summary["reason"]
+    assert r.rc == nl.EXIT_USAGE and "bogus" in r.summary["reason"]
     r = nl.run_agent(["replay", "--pool", "x", "--plan", "y", "--mode", "pinned"])
-    assert r.rc == 2 and "--arena-bytes" in r.summary["reason"]
+    assert r.rc == nl.EXIT_USAGE and "--arena-bytes" in r.summary["reason"]
     r = nl.run_agent(["replay", "--pool", "x", "--plan", "y", "--prefetch", "advice"])
-    assert r.rc == 2 and "--hints" in r.summary["reason"]
+    assert r.rc == nl.EXIT_USAGE and "--hints" in r.summary["reason"]

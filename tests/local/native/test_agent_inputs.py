@@ -24,7 +24,7 @@ def good_plan():
 
 def agent_fails(agent, pool, plan, *extra, reason):
     r = nl.run_agent(["replay", "--pool", pool, "--plan", plan, "--passes", 2, *extra])
-    assert r.rc != 0, r.stdout
+    assert r.rc == nl.EXIT_FAIL, r.stdout  # bad input is a failure, never a skip
     assert r.summary is not None and r.summary["ok"] is False
     assert r.summary["passes_done"] == 0
     assert not r.records, "nothing partial may be reported"
