@@ -93,4 +93,4 @@ def hosts_mglru(host: HostArg,
 
 
 def register(app: typer.Typer) -> None:
-    """Commands join the `hosts` group that cli_hosts registers."""
+    """Commands join the `hosts` group that bench.cli.hosts registers."""
