@@ -1,5 +1,10 @@
 """What this host is: mounts, the memory cgroup backend, the pool's block device, the MGLRU
-mask, and the host.json fingerprint built from them. Read-only."""
+mask, and the host.json fingerprint built from them (with the page-cache settings of
+hostrunner.settings). Read-only.
+
+Test hook: BENCH_RUNNER_TEST_KERNEL_RELEASE, when set and not empty, is written as host.json's
+kernel_release instead of `uname -r` (and recorded under `test_hooks`), so tests can produce real
+bundles of "another kernel" (agents/README.md). Nothing else reads it."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import socket
 from typing import Any
 
 from .files import meminfo, read_or_none, read_text
+from .settings import read_settings
 
 LRU_GEN = "/sys/kernel/mm/lru_gen/enabled"
 SYS_FILES = ["/proc/diskstats", "/proc/vmstat", "/proc/meminfo", "/proc/pressure/memory",
@@ -19,6 +25,7 @@ CG_FILES = {"v2": ["memory.current", "memory.peak", "memory.events", "memory.sta
                    "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.failcnt",
                    "memory.oom_control", "memory.stat"]}
 CG_CURRENT = {"v2": "memory.current", "v1": "memory.usage_in_bytes"}
+TEST_KERNEL_RELEASE = "BENCH_RUNNER_TEST_KERNEL_RELEASE"
 
 
 def mounts() -> list[tuple[str, str, str]]:
@@ -85,8 +92,10 @@ def host_fingerprint(cfg: dict[str, Any]) -> dict[str, Any]:
     mi = meminfo()
     backend, mp = cgroup_backend()
     comm1 = (read_or_none("/proc/1/comm") or "").strip()
-    return {
-        "hostname": socket.gethostname(), "kernel_release": platform.release(),
+    pool_device = block_device(cfg["pool"])
+    hooked = os.environ.get(TEST_KERNEL_RELEASE)
+    host = {
+        "hostname": socket.gethostname(), "kernel_release": hooked or platform.release(),
         "arch": platform.machine(), "page_size": os.sysconf("SC_PAGE_SIZE"),
         "cmdline": (read_or_none("/proc/cmdline") or "").strip(),
         "boot_id": (read_or_none("/proc/sys/kernel/random/boot_id") or "").strip(),
@@ -96,6 +105,10 @@ def host_fingerprint(cfg: dict[str, Any]) -> dict[str, Any]:
         "python": platform.python_version(),
         "agent_version": cfg["agent_version"].get("version"),
         "agent_source_sha256": cfg["agent_version"].get("source_sha256"),
-        "pool_device": block_device(cfg["pool"]),
+        "pool_device": pool_device,
+        "settings": read_settings(pool_device),
         "expect_boot": cfg["expect_boot"],
     }
+    if hooked:
+        host["test_hooks"] = {TEST_KERNEL_RELEASE: hooked}
+    return host
