@@ -22,9 +22,9 @@ from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.judge.counters import counters, device_bytes
 from bench.judge.measured import fingerprint_of
-from bench.matrix.runspec import CONTROLLER_VERSION
 from bench.plan.planfile import REPLAY, Plan, encode
 from bench.trace.parse import NORMAL, Iteration, Pass
+from bench.version import controller_version
 
 
 def all_experts_plan(layers: int, experts: int, expert_bytes: int, max_bytes: int = 0) -> Plan:
@@ -46,7 +46,7 @@ def host_fingerprint(facts: dict, agent_sha256: str | None) -> dict:
     return fingerprint_of(
         host={"kernel": facts.get("kernel"), "arch": facts.get("arch"),
               "cmdline": facts.get("cmdline") or ""},
-        spec={"agent": {"source_sha256": agent_sha256}, "controller_version": CONTROLLER_VERSION})
+        spec={"agent": {"source_sha256": agent_sha256}, "controller_version": controller_version()})
 
 
 BW_SCRIPT = ('mkdir -p "$1" && sync && echo 3 > /proc/sys/vm/drop_caches && shift && exec "$@"')

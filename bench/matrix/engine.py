@@ -28,9 +28,10 @@ from pydantic import AfterValidator
 
 from bench.errors import InputError
 from bench.matrix.cells import POLICY_MODES, Cell, engine_cell, parse_cell
-from bench.matrix.runspec import CONTROLLER_VERSION, check_run_id
+from bench.matrix.runspec import check_run_id
 from bench.matrix.schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad, collect,
                                  doc, matches, no_nul)
+from bench.version import controller_version as current_controller_version
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
 ORDERS = ("admit-first", "nocache-first")
@@ -368,7 +369,7 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
         },
         "expect_boot": {"boot_id": None, "mem": None, "lru_gen": None},
         "timeline_interval_ms": timeline_interval_ms,
-        "controller_version": controller_version or CONTROLLER_VERSION,
+        "controller_version": controller_version or current_controller_version(),
         "created": created,
     }
     if host_lock_timeout_s is not None:

@@ -29,13 +29,13 @@ from bench.errors import InputError, SafetyError
 from bench.matrix.cells import Cell, parse_cell
 from bench.plan.planinfo import PlanInfo
 from bench.units import format_size, parse_size
+from bench.version import controller_version as current_controller_version
 
 RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 AGENT_PATH = "native/bench-agent"
 NOCACHE = ("direct", "dontneed", "dontcache")
 DEFAULT_HEADROOM = 6 << 30
-CONTROLLER_VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class RunOptions:
     agent_timeout_s: int | None = None
     balloon_max_bytes: int | None = None
     source_sha256: str | None = None    # the agent build the controller expects
-    controller_version: str = CONTROLLER_VERSION
+    # this controller's version (bench.version: package version + source digest)
+    controller_version: str = field(default_factory=current_controller_version)
     created: str = "1970-01-01T00:00:00Z"
     extra: dict = field(default_factory=dict)
 

@@ -38,6 +38,7 @@ def make_plan_file(path: Path, tokens: int) -> Path:
 
 def make_spec(run_id, cell, *, pool, plan, agent, **over) -> dict:
     from bench.matrix.cells import parse_cell
+    from bench.version import controller_version
     c = parse_cell(cell)
     spec = {
         "format": 1, "run_id": run_id, "campaign": "test", "position": 0, "repetition": 0,
@@ -53,7 +54,7 @@ def make_spec(run_id, cell, *, pool, plan, agent, **over) -> dict:
         "cgroup_headroom_bytes": 0,
         "expect_boot": {"boot_id": None, "mem": None, "lru_gen": None},
         "mglru_runtime_toggle": False, "timeline_interval_ms": 50,
-        "controller_version": "0.1.0", "created": "2026-01-01T00:00:00Z",
+        "controller_version": controller_version(), "created": "2026-01-01T00:00:00Z",
     }
     spec.update(over)
     return spec

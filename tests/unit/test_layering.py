@@ -16,8 +16,8 @@ PKG = Path(__file__).resolve().parents[2] / "bench"
 # and recall simulate over replay plans)
 STAGES = ["trace", "plan", "sim", "matrix", "hosts", "lab", "judge", "store", "execute",
           "results", "cli"]
-ROOT = {"errors", "units", "paths", "__init__", "__main__"}
-BASE = {"errors", "units", "paths", "agents"}     # importable from every stage
+ROOT = {"errors", "units", "paths", "version", "__init__", "__main__"}
+BASE = {"errors", "units", "paths", "version", "agents"}     # importable from every stage
 IO_LIBS = {"fabric", "paramiko", "invoke", "sqlalchemy", "alembic", "rich", "typer", "click",
            "subprocess", "socket", "matplotlib"}
 UI_LIBS = {"rich", "typer", "click"}
@@ -28,7 +28,7 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
         "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "judge.bundle",
         "judge.counters", "judge.measured", "judge.retention", "judge.stats", "judge.engine",
-        "judge.judgement", "execute.progress", "errors", "units"]
+        "judge.judgement", "execute.progress", "errors", "units", "version"]
 
 
 def imports(path: Path) -> set[str]:
