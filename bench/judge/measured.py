@@ -76,22 +76,130 @@ def mglru_state(b: Bundle, phase: str) -> bool | None:
     return None if text is None else mglru_on(parse_lru_gen(text))
 
 
+# the fingerprint -------------------------------------------------------------------------------
+
+FINGERPRINT_DEFINITION = 2      # 1: kernel from a key the runner never wrote, no settings
+IDENTITY_FIELDS = ("kernel", "arch", "cmdline", "agent_sha256", "controller_version")
+GiB = 1 << 30
+
+
 def fingerprint(b: Bundle) -> dict:
-    """What must not change inside a campaign on one host. mem=, the lru_gen boot toggle and
-    panic= are the campaign's own business (its reboots set them) and are left out; the rest of
-    the command line is compared as a set of arguments, since a reboot may reorder them."""
+    """What must not change inside a campaign on one host (DESIGN.md, identity), from what the
+    runner wrote: `fingerprint_of(host.json, spec.json)`."""
     return fingerprint_of(b.host, b.spec)
 
 
 def fingerprint_of(host: dict, spec: dict) -> dict:
-    """`fingerprint` of a bundle's host.json and spec.json (or of probed facts laid out so)."""
-    args = sorted(a for a in parse_cmdline(host.get("cmdline", ""))
-                  if not _VOLATILE_CMDLINE.match(a))
-    fp = {"kernel": host.get("kernel"), "arch": host.get("arch"), "cmdline": " ".join(args),
-          "agent_sha256": spec.get("agent", {}).get("source_sha256"),
-          "controller_version": spec.get("controller_version")}
-    fp["digest"] = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+    """The fingerprint of a bundle's host.json and spec.json (or of probed facts laid out as
+    host.json: bench.hosts.facts.as_host_json), with its digest:
+
+    - kernel: host.json kernel_release (`uname -r` on the host);
+    - arch: host.json arch;
+    - cmdline: host.json cmdline as a sorted set of arguments, less mem=, the lru_gen boot
+      toggles and panic= (the campaign's own reboots set them) and what the boot loader adds
+      (BOOT_IMAGE=, initrd=); a reboot may reorder the rest;
+    - boot_mem: the mem= of that boot (None without one): neither compared nor part of the
+      digest, it says whether the mem=-dependent settings are comparable (`fingerprint_diff`);
+    - agent_sha256: host.json agent_source_sha256 (what the agent on the host answered),
+      spec.json agent.source_sha256 for a host.json without the key;
+    - controller_version: spec.json controller_version (bench.version);
+    - settings: host.json settings flattened by `settings_fingerprint`; None where the bundle
+      predates them (absent settings are part of the identity: they differ from recorded ones).
+
+    The digest covers every field but boot_mem. The settings the kernel derives from the
+    memory it booted with (`mem_dependent`) are in it, so a mem= boot has another digest than
+    the full one (a cell always runs on one of them), while `fingerprint_diff`, which the
+    campaign rule uses, skips those fields across boots of different mem=.
+    """
+    args = parse_cmdline(host.get("cmdline") or "")
+    agent = (host["agent_source_sha256"] if "agent_source_sha256" in host
+             else (spec.get("agent") or {}).get("source_sha256"))
+    fp = {"definition": FINGERPRINT_DEFINITION, "kernel": host.get("kernel_release"),
+          "arch": host.get("arch"),
+          "cmdline": " ".join(sorted(a for a in args if not _VOLATILE_CMDLINE.match(a))),
+          "boot_mem": cmdline_param(args, "mem"), "agent_sha256": agent,
+          "controller_version": spec.get("controller_version"),
+          "settings": settings_fingerprint(host.get("settings"))}
+    identity = {k: v for k, v in fp.items() if k != "boot_mem"}
+    fp["digest"] = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return fp
+
+
+def settings_fingerprint(settings: dict | None) -> dict | None:
+    """host.json `settings` (hostrunner.settings) as flat, ordered fields: per block device
+    `read_ahead_kb[dev]`, `max_sectors_kb[dev]`, `scheduler[dev]` (devices sorted),
+    `thp.enabled`, `thp.defrag`, `vm.<sysctl>`, `numa.online`, `numa.node<N>_gib` (MemTotal
+    of the node rounded to GiB: what a reboot's reservations move by a few MiB stays equal, a
+    GPU memory node that comes or goes does not), `cpufreq.governors` (the distinct
+    governors of the policies, comma-separated; None without cpufreq)."""
+    if not isinstance(settings, dict):
+        return None
+    out: dict = {}
+    for dev, q in sorted((settings.get("block") or {}).items()):
+        for key in ("read_ahead_kb", "max_sectors_kb", "scheduler"):
+            out[f"{key}[{dev}]"] = (q or {}).get(key)
+    for group, keys in (("thp", ("enabled", "defrag")),
+                        ("vm", ("swappiness", "min_free_kbytes", "watermark_scale_factor",
+                                "dirty_ratio", "dirty_background_ratio", "dirty_bytes",
+                                "dirty_background_bytes"))):
+        for key in keys:
+            out[f"{group}.{key}"] = (settings.get(group) or {}).get(key)
+    numa = settings.get("numa") or {}
+    out["numa.online"] = numa.get("online")
+    nodes = numa.get("nodes") or {}
+    for node in sorted(nodes, key=int):
+        out[f"numa.node{node}_gib"] = None if nodes[node] is None else round(nodes[node] / GiB)
+    govs = sorted((settings.get("cpufreq") or {}).get("governors") or {})
+    out["cpufreq.governors"] = ",".join(govs) or None
+    return out
+
+
+def mem_dependent(field: str) -> bool:
+    """Settings the kernel derives from the memory it booted with (so a mem= boot moves them):
+    compared only between boots with the same mem=."""
+    return field == "vm.min_free_kbytes" or (field.startswith("numa.node")
+                                             and field.endswith("_gib"))
+
+
+def _show(field: str, value) -> str:
+    if value is None:
+        return "absent"
+    if field == "agent_sha256":
+        return str(value)[:12]
+    return str(value)
+
+
+def fingerprint_diff(got: dict, want: dict) -> list[str]:
+    """Where fingerprint `got` (a run, a probed host) differs from `want` (the reference), one
+    `field got vs want` each, in the fingerprint's order: `kernel 6.8.0 vs 6.1.0`,
+    `read_ahead_kb[nvme0n1] 4096 vs 128`, `cmdline +quiet -loglevel=4` (arguments only in
+    got, only in want). mem=-dependent settings (`mem_dependent`) are skipped between boots of
+    different mem=; absent settings differ from recorded ones."""
+    out = []
+    if got.get("definition") != want.get("definition"):
+        out.append(f"definition {got.get('definition')} vs {want.get('definition') or 1}")
+    for f in IDENTITY_FIELDS:
+        a, b = got.get(f), want.get(f)
+        if a == b:
+            continue
+        if f == "cmdline":
+            mine, theirs = (a or "").split(), (b or "").split()
+            moved = ([f"+{x}" for x in mine if x not in theirs]
+                     + [f"-{x}" for x in theirs if x not in mine])
+            out.append("cmdline " + (" ".join(moved) or f"{a!r} vs {b!r}"))
+        else:
+            out.append(f"{f} {_show(f, a)} vs {_show(f, b)}")
+    gs, ws = got.get("settings"), want.get("settings")
+    if gs is None or ws is None:
+        if (gs is None) != (ws is None):
+            out.append(f"settings {'absent' if gs is None else 'recorded'} vs "
+                       f"{'absent' if ws is None else 'recorded'}")
+        return out
+    same_mem = got.get("boot_mem") == want.get("boot_mem")
+    for f in list(gs) + [k for k in ws if k not in gs]:
+        if (same_mem or not mem_dependent(f)) and gs.get(f) != ws.get(f):
+            out.append(f"{f} {_show(f, gs.get(f))} vs {_show(f, ws.get(f))}")
+    return out
 
 
 def _ratio(a: int | None, b: int | None) -> float | None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
 from bench.judge.counters import find
-from bench.judge.measured import (delta, engine_facts, fingerprint, measured_records, mglru_state,
-                                  snap)
+from bench.judge.measured import (delta, engine_facts, fingerprint, fingerprint_diff,
+                                  measured_records, mglru_state, snap)
 from bench.units import parse_size
 
 MiB = 1 << 20
@@ -306,23 +306,24 @@ def preload_outside(b, ctx):
                  f"(preload {_mb(b.summary.get('preload_bytes'))} excluded)"
 
 
-@rule("fingerprint_matches", 2)
+@rule("fingerprint_matches", 3)
 def fingerprint_matches(b, ctx):
-    """Kernel, cmdline (less mem=, lru_gen and panic=, in any order), agent hash and
-    controller version match the campaign's fingerprint for this host. v2: v1 compared the
-    command line in order, and a memboot reboot (which rewrites it) rejected every run after
-    it."""
+    """The run's fingerprint (bench.judge.measured.fingerprint: kernel release, cmdline less
+    mem=, lru_gen and panic= in any order, agent hash, controller version, and the host's
+    page-cache settings) matches the campaign's reference for this host; the reason names
+    every field that differs. v3: v2 read the kernel from a key the runner never wrote (runs
+    on two kernels both passed) and had no settings. v2: v1 compared the command line in
+    order, and a memboot reboot (which rewrites it) rejected every run after it."""
     want = ctx.get("campaign_fingerprint")
     if not b.spec.get("campaign"):
         return True, "not part of a campaign"
     if not want:
         return True, "first run of the campaign on this host: its fingerprint is the reference"
     got = fingerprint(b)
-    diff = [k for k in ("kernel", "arch", "cmdline", "agent_sha256", "controller_version")
-            if got.get(k) != want.get(k)]
+    diff = fingerprint_diff(got, want)
     if diff:
-        k = diff[0]
-        return False, f"{k} {got.get(k)!r} differs from the campaign's {want.get(k)!r}"
+        return False, ("differs from the campaign's reference on this host (this run vs "
+                       f"reference {want.get('digest')}): " + "; ".join(diff))
     return True, f"fingerprint {got['digest']} matches the campaign"
 
 

@@ -102,13 +102,33 @@ def _get(s: Session, model, defaults: dict | None = None, **key):
     return obj
 
 
-def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int) -> dict | None:
+def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int, *,
+                          refresh: bool = True) -> dict | None:
+    """The campaign's reference fingerprint for a host, under the current definition
+    (bench.judge.measured.FINGERPRINT_DEFINITION). One stored under an older definition (before
+    the fingerprint read the kernel the runner writes and the host's settings) is recomputed
+    from the stored bundle of the run that set it, the campaign's first ingested run on that
+    host carrying it; with `refresh` the campaign then points at the recomputed one (read-only
+    callers pass False)."""
     if not campaign_id:
         return None
     ch = s.get(CampaignHost, (campaign_id, host_id))
     if ch is None or ch.fingerprint_id is None:
         return None
-    return referenced(s, Fingerprint, ch.fingerprint_id).data
+    data = referenced(s, Fingerprint, ch.fingerprint_id).data
+    if data.get("definition") == measured.FINGERPRINT_DEFINITION:
+        return data
+    first = s.scalar(select(Run).where(Run.campaign_id == campaign_id, Run.host_id == host_id,
+                                       Run.fingerprint_id == ch.fingerprint_id,
+                                       Run.bundle_digest.is_not(None))
+                     .order_by(Run.ingested_at, Run.id).limit(1))
+    if first is None:           # nothing to recompute from: the old record, named as it is
+        return data
+    fp = measured.fingerprint(stored_bundle(s, first))
+    if refresh:
+        ch.fingerprint_id = _get(s, Fingerprint, {"data": fp}, host_id=host_id,
+                                 digest=fp["digest"]).id
+    return fp
 
 
 def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run | None) -> dict:
@@ -214,12 +234,16 @@ def stored_bundle(s: Session, run: Run) -> Bundle:
 
 
 def recheck(store: Store) -> list[dict]:
-    """Re-evaluate every stored run under the current rules; returns the changes."""
+    """Re-evaluate every stored run under the current rules; returns the changes. A run's
+    stored fingerprint (and its campaign's reference) of an older definition is replaced by
+    the current one, computed from its stored bundle."""
     changes = []
     with store.session() as s, s.begin():
-        for run in s.scalars(select(Run).where(Run.bundle_digest.is_not(None)).order_by(Run.id)):
+        runs = s.scalars(select(Run).where(Run.bundle_digest.is_not(None)).order_by(Run.id))
+        for run in runs.all():
             b = stored_bundle(s, run)
             ref = reference_fingerprint(s, run.campaign_id, run.host_id)
+            _refresh_fingerprint(s, run, measured.fingerprint(b))
             old = {v.rule: v for v in s.scalars(select(Verdict).where(
                 Verdict.run_id == run.id, Verdict.current.is_(True)))}
             new = judge(b, ref)
@@ -243,6 +267,15 @@ def recheck(store: Store) -> list[dict]:
                                            "under the current rules"))
                 run.retained = keep
     return changes
+
+
+def _refresh_fingerprint(s: Session, run: Run, fp: dict) -> None:
+    """Point the run at its fingerprint under the current definition."""
+    if run.fingerprint_id is not None and \
+            referenced(s, Fingerprint, run.fingerprint_id).digest == fp["digest"]:
+        return
+    run.fingerprint_id = _get(s, Fingerprint, {"data": fp}, host_id=run.host_id,
+                              digest=fp["digest"]).id
 
 
 def set_nominal(store: Store, cell: str, nominal_miss_bytes: float, source: str = "given") -> int:

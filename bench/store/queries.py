@@ -15,7 +15,8 @@ from bench.judge import engine, stats
 from bench.judge.judgement import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
-from bench.store.models import Cell, EngineRun, Host, Run, Verdict
+from bench.store.ingest import reference_fingerprint
+from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
@@ -66,6 +67,23 @@ def list_runs(store: Store, *, cell=None, host=None, campaign=None, rejected=Fal
              "device_gb_per_iteration": _gb(r["device_bytes_per_iteration"]),
              "failed": [x["rule"] for x in v[r["run_id"]] if not x["passed"]],
              "verdicts": v[r["run_id"]]} for r in runs]
+
+
+def campaign_fingerprints(store: Store, campaign_id: str) -> dict[str, dict]:
+    """{host name: the reference fingerprint the campaign recorded for it (current
+    definition)}; read-only. An unknown campaign is an InputError."""
+    with store.session() as s:
+        if s.get(Campaign, campaign_id) is None:
+            raise InputError(f"no campaign {campaign_id!r} in the database",
+                             hint="`bench campaigns` lists them")
+        q = (select(CampaignHost.host_id, Host.name).join(Host, CampaignHost.host_id == Host.id)
+             .where(CampaignHost.campaign_id == campaign_id))
+        out = {}
+        for host_id, name in s.execute(q).all():
+            ref = reference_fingerprint(s, campaign_id, host_id, refresh=False)
+            if ref is not None:
+                out[name] = ref
+        return out
 
 
 def _gb(x):

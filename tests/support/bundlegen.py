@@ -38,14 +38,19 @@ def _status(run_id: str, phases) -> dict:
                         for i, ph in enumerate(phases)]}
 
 
-def _host(host: str, pre: dict, mem: dict, *, lru, agent_sha) -> dict:
-    return {"hostname": host, "kernel": (CAPTURED / "uname_r").read_text().strip(),
+def _host(host: str, pre: dict, mem: dict, *, lru, agent_sha, expect_boot: dict) -> dict:
+    """host.json with the keys the runner writes (hostrunner.probes.host_fingerprint; a test
+    compares them with a real runner bundle's): the captured kernel, boot and settings."""
+    return {"hostname": host, "kernel_release": (CAPTURED / "uname_r").read_text().strip(),
             "arch": "x86_64", "page_size": 4096, "cmdline": pre["proc_cmdline"].strip(),
             "boot_id": pre["proc_sys_kernel_random_boot_id"].strip(),
             "mem_total_bytes": mem["MemTotal"], "swap_total_bytes": mem["SwapTotal"],
-            "mglru": lru, "cgroup": "v1", "systemd_pid1": False, "python": "3.11",
-            "agent_source_sha256": agent_sha,
-            "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": []}}
+            "mglru": lru, "cgroup_backend": "v1", "cgroup_mount": "/sys/fs/cgroup/memory",
+            "systemd_pid1": False, "pid1_comm": "init", "python": "3.11.2",
+            "agent_version": "1" if agent_sha else None, "agent_source_sha256": agent_sha,
+            "pool_device": {"name": "vda", "major:minor": "254:0", "leaves": ["vda"]},
+            "settings": json.loads((CAPTURED / "settings.json").read_text()),
+            "expect_boot": dict(expect_boot)}
 
 
 def _captured_snapshots() -> dict[str, dict[str, str]]:
@@ -107,7 +112,8 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     return {
         "spec.json": spec,
         "status.json": _status(run_id, phases),
-        "host.json": _host(host, pre, mem, lru=None, agent_sha=None),
+        "host.json": _host(host, pre, mem, lru=None, agent_sha=None,
+                           expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
         "mglru.json": {"requested": None, "method": "absent", "pre": None, "after_set": None,
                        "post": None},
@@ -195,7 +201,8 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     parts = {
         "spec.json": spec,
         "status.json": _status(run_id, phases),
-        "host.json": _host(host, pre, mem, lru=lru, agent_sha=AGENT_SHA),
+        "host.json": _host(host, pre, mem, lru=lru, agent_sha=AGENT_SHA,
+                           expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
         "mglru.json": {"requested": "on" if c.reclaim == "mglru" else "off",
                        "method": "runtime", "pre": lru, "after_set": lru, "post": lru},

@@ -107,12 +107,12 @@ def test_fault_fails_its_rule(bundles, rule):
 
 def test_fingerprint_must_match_the_campaign(store, bundles):
     assert ingest_bundle(store, bundles("r1"))["retained"]
-    other = bundles("r2", edit=lambda p: p["spec.json"]["agent"].update(source_sha256="e" * 64))
+    other = bundles("r2", edit=lambda p: p["host.json"].update(agent_source_sha256="e" * 64))
     res = ingest_bundle(store, other)
     assert res["failed"] == ["fingerprint_matches"]
     run = [r for r in list_runs(store) if r["run_id"] == "r2"][0]
     v = [x for x in run["verdicts"] if x["rule"] == "fingerprint_matches"][0]
-    assert "agent_sha256" in v["reason"] and v["version"] == 2
+    assert "agent_sha256 eeeeeeeeeeee vs aaaaaaaaaaaa" in v["reason"] and v["version"] == 3
 
 
 def test_fingerprint_ignores_what_the_campaigns_own_reboots_change():
@@ -120,19 +120,22 @@ def test_fingerprint_ignores_what_the_campaigns_own_reboots_change():
     of the other arguments may change; the kernel or another argument may not."""
     from types import SimpleNamespace as NS
 
-    from bench.judge.measured import fingerprint
+    from bench.judge.measured import fingerprint, fingerprint_diff
 
     def fp(cmdline, kernel="6.1"):
-        return fingerprint(NS(host={"cmdline": cmdline, "kernel": kernel, "arch": "x86_64"},
-                              spec={"agent": {"source_sha256": "a" * 64}}))
+        return fingerprint(NS(host={"cmdline": cmdline, "kernel_release": kernel,
+                                    "arch": "x86_64", "agent_source_sha256": "a" * 64},
+                              spec={"controller_version": "0.1.0+src.0123456789ab"}))
     base = fp("root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a")
     same = fp("root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a mem=553M "
               "bench.lru_gen=off panic=10")
-    assert same["digest"] == base["digest"]
-    assert fp("root=/dev/vda rw console=ttyS0 loglevel=7 bench.name=lab-a")["digest"] != \
-        base["digest"]
-    assert fp("root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a",
-              kernel="6.8")["digest"] != base["digest"]
+    assert same["digest"] == base["digest"] and fingerprint_diff(same, base) == []
+    other = fp("root=/dev/vda rw console=ttyS0 loglevel=7 bench.name=lab-a")
+    assert other["digest"] != base["digest"]
+    assert fingerprint_diff(other, base) == ["cmdline +loglevel=7 -loglevel=4"]
+    newer = fp("root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a", kernel="6.8")
+    assert newer["digest"] != base["digest"]
+    assert fingerprint_diff(newer, base) == ["kernel 6.8 vs 6.1"]
 
 
 def test_recheck_reports_changes_under_new_rule_versions(store, bundles, monkeypatch):
