@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import HostsDirOpt, JsonOpt
+from bench.cli.options import DbOpt, HostsDirOpt, JsonOpt
 from bench.errors import BenchError, HostError
 from bench.results import fleet_views, views
 from bench.units import parse_size
@@ -49,11 +49,28 @@ def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> Non
 
 @hosts_app.command("probe")
 def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
-                json_out: JsonOpt = False) -> None:
+                verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print every "
+                                                      "page-cache setting of each host.")]
+                = False,
+                campaign: Annotated[Optional[str], typer.Option(
+                    "--campaign", help="Flag hosts whose kernel, cmdline, agent, controller or "
+                    "settings differ from the fingerprint this campaign recorded for them "
+                    "(reads the database).")] = None,
+                db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Probe hosts in parallel: kernel, arch, page size, cmdline, boot_id, memory, MGLRU,
-    cgroup backend, systemd, pool device, python3, agent hash. Exit 1 if a host failed."""
+    cgroup backend, systemd, pool device, python3, agent hash, and the settings that move
+    page-cache numbers (the pool device's read_ahead_kb, max_sectors_kb and scheduler, THP,
+    vm sysctls, NUMA nodes, CPU governors). Exit 1 if a host failed."""
     from bench.hosts.facts import probe_hosts
     results = [r.as_dict() for r in probe_hosts(_hosts(hosts_dir, hosts))]
+    if campaign:
+        from bench.store.db import open_store
+        from bench.store.queries import probe_vs_campaign
+        store = open_store(db)
+        try:
+            probe_vs_campaign(store, campaign, results)
+        finally:
+            store.close()
     if json_out:
         views.emit_json(results)
     else:
@@ -61,6 +78,8 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
         for r in results:
             if r["error"] and r["error"].get("hint"):
                 views.say(f"[bold]{r['host']}:[/] fix: {r['error']['hint']}")
+        for line in fleet_views.probe_notes(results, verbose=verbose):
+            views.say(line)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
 

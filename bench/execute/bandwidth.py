@@ -15,7 +15,7 @@ from bench.errors import CommandFailed, HostError, InputError
 from bench.execute.hostrun import now_iso
 from bench.execute.staging import ensure_file
 from bench.hosts.deploy import deploy
-from bench.hosts.facts import probe
+from bench.hosts.facts import as_host_json, probe
 from bench.hosts.inventory import Host
 from bench.hosts.lock import HostLock
 from bench.hosts.ssh import transport_for as ssh_transport_for
@@ -41,12 +41,11 @@ def all_experts_plan(layers: int, experts: int, expert_bytes: int, max_bytes: in
 
 
 def host_fingerprint(facts: dict, agent_sha256: str | None) -> dict:
-    """The fingerprint of bench.judge.measured.fingerprint, from probed facts instead of a
-    bundle."""
-    return fingerprint_of(
-        host={"kernel": facts.get("kernel"), "arch": facts.get("arch"),
-              "cmdline": facts.get("cmdline") or ""},
-        spec={"agent": {"source_sha256": agent_sha256}, "controller_version": controller_version()})
+    """The fingerprint of bench.judge.measured.fingerprint (its one definition), from probed
+    facts instead of a bundle: kernel, cmdline, the page-cache settings of the pool's device,
+    the agent deploy just checked and this controller's version."""
+    return fingerprint_of(host={**as_host_json(facts), "agent_source_sha256": agent_sha256},
+                          spec={"controller_version": controller_version()})
 
 
 BW_SCRIPT = ('mkdir -p "$1" && sync && echo 3 > /proc/sys/vm/drop_caches && shift && exec "$@"')

@@ -15,12 +15,18 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.errors import CommandFailed, FormatError, HostError, error_data
 from bench.hosts import procfs
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import quote_argv
+
+if TYPE_CHECKING:
+    # the checkout's agents/ is bench.agents once installed (see bench/plan/pool.py)
+    from agents.hostrunner import settings as host_settings
+else:
+    from bench.agents.hostrunner import settings as host_settings
 
 # commands ---------------------------------------------------------------------------------------
 
@@ -199,6 +205,35 @@ def resolve_block_device(text: str) -> dict | None:
             "slaves": list(dev.slaves), "stack": stack}
 
 
+def parse_settings_files(text: str) -> dict:
+    """Output of the settings script (hostrunner.settings.grep_script) -> {path: text}; the
+    pool's part is picked once its device is known (`settings_for`)."""
+    return host_settings.parse_grep(text)
+
+
+def queue_devices(pool_device: dict | None) -> list[str]:
+    """The devices whose block queues count for a probed pool device: its disk (a partition
+    uses its disk's queue) and its leaves (already disks), as the runner's
+    hostrunner.settings.queue_devices finds them."""
+    if not pool_device:
+        return []
+    return sorted({pool_device.get("disk") or pool_device["name"], *pool_device["leaves"]})
+
+
+def settings_for(files: dict[str, str], pool_device: dict | None) -> dict:
+    """host.json's `settings` record (the runner's very definition) from the probed files."""
+    return host_settings.settings_from_files(dict(files), queue_devices(pool_device))
+
+
+def as_host_json(facts: dict) -> dict:
+    """Probed facts laid out as the host.json keys the fingerprint reads
+    (bench.judge.measured.fingerprint_of)."""
+    return {"kernel_release": facts.get("kernel"), "arch": facts.get("arch"),
+            "cmdline": facts.get("cmdline") or "",
+            "agent_source_sha256": (facts.get("agent") or {}).get("source_sha256"),
+            "settings": facts.get("settings")}
+
+
 def parse_python(text: str) -> str:
     v = text.strip()
     if not v or not v[0].isdigit():
@@ -245,6 +280,9 @@ FACTS: tuple[Fact, ...] = (
          resolve_block_device),
     Fact("python3", lambda h: ["python3", "-c", PYTHON_VERSION], parse_python, optional=True),
     Fact("agent", lambda h: [f"{h.work_dir}/native/bench-agent", "version"], parse_agent,
+         optional=True),
+    # the page-cache settings (host.json `settings`): narrowed to the pool's device in probe()
+    Fact("settings", lambda h: ["sh", "-c", host_settings.grep_script()], parse_settings_files,
          optional=True),
 )
 
@@ -338,6 +376,9 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
                     res.facts[k] = value.get(k)
             else:
                 res.facts[fact.name] = value
+        if res.facts.get("settings") is not None:
+            res.facts["settings"] = settings_for(res.facts["settings"],
+                                                 res.facts.get("pool_device"))
     except HostError as exc:
         res.error = error_data(exc)
         res.exception = exc

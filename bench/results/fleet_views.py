@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 
+from bench.judge.measured import settings_fingerprint
 from bench.results.views import gib, size_text
 
 
@@ -34,32 +36,84 @@ def inventory_check_table(rows: Sequence[dict]) -> Table:
     return t
 
 
+def settings_brief(settings: dict | None) -> str:
+    """The page-cache settings in one cell: per queue device `dev ra=KB sched`, THP enabled,
+    swappiness, NUMA nodes with memory, CPU governors."""
+    if not settings:
+        return "-"
+    parts = [f"{dev} ra={q.get('read_ahead_kb')} {q.get('scheduler') or '?'}"
+             for dev, q in (settings.get("block") or {}).items()]
+    parts.append(f"thp {(settings.get('thp') or {}).get('enabled') or '-'}")
+    parts.append(f"swappiness {(settings.get('vm') or {}).get('swappiness')}")
+    nodes = (settings.get("numa") or {}).get("nodes") or {}
+    parts.append("numa " + (" ".join(f"{n}:{gib(b)}" for n, b in nodes.items()) or "-"))
+    govs = (settings.get("cpufreq") or {}).get("governors") or {}
+    parts.append("gov " + (",".join(govs) or "-"))
+    return escape(", ".join(parts))
+
+
+def _campaign_cell(c: dict | None) -> str:
+    if c is None:
+        return "-"
+    if c["matches"] is None:
+        return "[yellow]no reference[/]"
+    if c["matches"]:
+        return f"[green]matches {c['reference']}[/]"
+    return f"[red]DIFFERS ({len(c['differences'])})[/]"
+
+
 def probe_table(results: Sequence[dict]) -> Table:
     t = Table(title="Host facts")
-    for col in ("host", "kernel", "arch", "page", "MemTotal", "MemAvail", "swap", "mglru",
-                "cgroup", "systemd", "pool device", "python", "agent", "boot_id / error"):
+    cols = ["host", "kernel", "arch", "page", "MemTotal", "MemAvail", "swap", "mglru", "cgroup",
+            "systemd", "pool device", "python", "agent", "page-cache settings",
+            "boot_id / error"]
+    with_campaign = any("campaign" in r for r in results)
+    if with_campaign:
+        cols.insert(-1, "vs campaign")
+    for col in cols:
         t.add_column(col)
     for r in results:
         f = r["facts"]
         if r["error"]:
-            t.add_row(r["host"], *["-"] * 12,
-                      f"[red]{r['error']['type']}: {r['error']['message']}[/]")
+            t.add_row(r["host"], *["-"] * (len(cols) - 2),
+                      f"[red]{r['error']['type']}: {escape(r['error']['message'])}[/]")
             continue
         dev = f.get("pool_device")
         devs = "-" if not dev else f"{dev['name']} ({dev['devno']})" + (
             f" on {','.join(dev['leaves'])}" if dev["leaves"] != [dev["name"]] else "")
         agent = f.get("agent")
-        t.add_row(r["host"], str(f.get("kernel", "-")), str(f.get("arch", "-")),
-                  str(f.get("page_size", "-")), gib(f.get("mem_total_bytes")),
-                  gib(f.get("mem_available_bytes")), gib(f.get("swap_total_bytes")),
-                  f.get("mglru") or "absent",
-                  (f.get("cgroup") or {}).get("backend", "-"),
-                  "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
-                  agent["source_sha256"][:12] if agent else "-",
-                  str(f.get("boot_id", "-")) + (
-                      "" if not r["fact_errors"]
-                      else f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
+        row = [r["host"], str(f.get("kernel", "-")), str(f.get("arch", "-")),
+               str(f.get("page_size", "-")), gib(f.get("mem_total_bytes")),
+               gib(f.get("mem_available_bytes")), gib(f.get("swap_total_bytes")),
+               f.get("mglru") or "absent", (f.get("cgroup") or {}).get("backend", "-"),
+               "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
+               agent["source_sha256"][:12] if agent else "-", settings_brief(f.get("settings"))]
+        if with_campaign:
+            row.append(_campaign_cell(r.get("campaign")))
+        row.append(str(f.get("boot_id", "-")) + (
+            "" if not r["fact_errors"] else f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
+        t.add_row(*row)
     return t
+
+
+def probe_notes(results: Sequence[dict], *, verbose: bool = False) -> list[str]:
+    """Lines under the probe table: how each host differs from its campaign's reference
+    fingerprint, and (verbose) every page-cache setting as the fingerprint names it."""
+    out = []
+    for r in results:
+        c = r.get("campaign")
+        if c and c["matches"] is False:
+            out.append(f"[bold]{r['host']}:[/] [red]differs from campaign "
+                       f"{escape(c['id'])}'s reference {c['reference']} (probed vs reference): "
+                       + escape("; ".join(c["differences"])) + "[/]")
+        elif c and c["matches"] is None:
+            out.append(f"[bold]{r['host']}:[/] campaign {escape(c['id'])} has no run on this "
+                       "host: nothing to compare")
+        if verbose and not r["error"]:
+            flat = settings_fingerprint(r["facts"].get("settings"))
+            out.append(f"[bold]{r['host']}[/] settings: " + (escape(", ".join(
+                f"{k}={v}" for k, v in flat.items())) if flat else "not probed"))
+    return out
 
 
 def deploy_table(results: Sequence[dict]) -> Table:

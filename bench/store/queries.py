@@ -11,13 +11,16 @@ from typing import Any
 from sqlalchemy import select
 
 from bench.errors import InputError
+from bench.hosts.facts import as_host_json
 from bench.judge import engine, stats
 from bench.judge.judgement import METRIC_COLUMNS
+from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
+from bench.version import controller_version
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
@@ -84,6 +87,25 @@ def campaign_fingerprints(store: Store, campaign_id: str) -> dict[str, dict]:
             if ref is not None:
                 out[name] = ref
         return out
+
+
+def probe_vs_campaign(store: Store, campaign_id: str, results: list[dict]) -> list[dict]:
+    """Each probed host (`bench hosts probe` results as dicts) against the reference
+    fingerprint its campaign recorded for it: adds `campaign` = {id, fingerprint (of the
+    probed host with this controller), reference (its digest, None when the campaign has no
+    run on the host), matches (None then), differences (bench.judge.measured.fingerprint_diff:
+    probed vs reference)}. Hosts whose probe failed get none."""
+    refs = campaign_fingerprints(store, campaign_id)
+    for r in results:
+        if r.get("error"):
+            continue
+        fp = fingerprint_of(as_host_json(r["facts"]), {"controller_version": controller_version()})
+        ref = refs.get(r["host"])
+        diff = [] if ref is None else fingerprint_diff(fp, ref)
+        r["campaign"] = {"id": campaign_id, "fingerprint": fp["digest"],
+                         "reference": None if ref is None else ref.get("digest"),
+                         "matches": None if ref is None else not diff, "differences": diff}
+    return results
 
 
 def _gb(x):

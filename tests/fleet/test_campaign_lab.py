@@ -52,7 +52,8 @@ def journal_count(db: str, cid: str) -> int:
 
 
 def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pools, lab,
-                                                                    lab_inventory, tmp_path):
+                                                                    lab_inventory, tmp_path,
+                                                                    capsys):
     db = f"sqlite:///{tmp_path / 'bench.db'}"
     env = dict(os.environ, BENCH_DATA_DIR=str(tmp_path / "data"), BENCH_DB=db,
                PYTHONPATH=str(REPO))
@@ -140,6 +141,15 @@ def test_kill9_at_random_points_then_resume_loses_and_repeats_nothing(clean_pool
     assert len(starts) == 8
     print(f"{kills} kills, {controllers} controllers, {len(rows)} runs, {time.monotonic() - t0:.1f}s, "
           f"running transitions per run {sorted(starts.values())}, re-attached {len(reattached)}")
+    # the probe sees each host as its runs recorded it: the fingerprint of the probed facts is
+    # the campaign's reference (kernel, cmdline, agent, controller, page-cache settings)
+    from bench.cli import main
+    capsys.readouterr()
+    assert main(["hosts", "probe", *NAMES, "--hosts-dir", str(lab.hosts_dir),
+                 "--campaign", cid, "--db", db, "--json"]) == 0
+    probed = {r["host"]: r["campaign"] for r in json.loads(capsys.readouterr().out)}
+    assert {h: (c["matches"], c["differences"]) for h, c in probed.items()} == {
+        h: (True, []) for h in NAMES}, probed
 
 
 def test_watch_and_campaigns_read_the_database_only(tmp_path, capsys):
