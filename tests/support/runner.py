@@ -60,9 +60,9 @@ def make_spec(run_id, cell, *, pool, plan, agent, **over) -> dict:
     return spec
 
 
-def runner(*args, timeout=120) -> tuple[int, dict]:
+def runner(*args, timeout=120, env=None) -> tuple[int, dict]:
     r = subprocess.run([PYTHON, str(RUNNER), *map(str, args)], capture_output=True,
-                       text=True, timeout=timeout)
+                       text=True, timeout=timeout, env=env)
     assert r.stdout.strip(), f"runner printed nothing; stderr: {r.stderr}"
     return r.returncode, json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -75,10 +75,11 @@ def write_spec(spec: dict, work_dir: Path) -> Path:
     return Path(name)
 
 
-def start(spec: dict, work_dir: Path) -> tuple[int, dict]:
+def start(spec: dict, work_dir: Path, env=None) -> tuple[int, dict]:
+    """`runner.py start`; env: the runner's environment (default: this process's)."""
     p = write_spec(spec, work_dir)
     try:
-        return runner("start", "--spec", p, "--work-dir", work_dir)
+        return runner("start", "--spec", p, "--work-dir", work_dir, env=env)
     finally:
         p.unlink()
 
