@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.table import Table
-
-from bench.results.views import gib, size_text
+from bench.results.views import LiteralTable, compose, gib, size_text, styled
 
 
-def hosts_table(hosts: Sequence[dict]) -> Table:
-    t = Table(title="Inventory")
+def hosts_table(hosts: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Inventory")
     for col in ("host", "transport", "address", "tags", "memory", "mem floor", "reboot",
                 "work dir"):
         t.add_column(col)
@@ -24,18 +22,18 @@ def hosts_table(hosts: Sequence[dict]) -> Table:
     return t
 
 
-def inventory_check_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="Inventory check")
+def inventory_check_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Inventory check")
     for col in ("file", "ok", "problem"):
         t.add_column(col)
     for r in rows:
         problem = "-" if r["ok"] else r["error"] + (f" (fix: {r['hint']})" if r.get("hint") else "")
-        t.add_row(r["file"], "yes" if r["ok"] else "[red]no[/]", problem)
+        t.add_row(r["file"], "yes" if r["ok"] else styled("no", "red"), problem)
     return t
 
 
-def probe_table(results: Sequence[dict]) -> Table:
-    t = Table(title="Host facts")
+def probe_table(results: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Host facts")
     for col in ("host", "kernel", "arch", "page", "MemTotal", "MemAvail", "swap", "mglru",
                 "cgroup", "systemd", "pool device", "python", "agent", "boot_id / error"):
         t.add_column(col)
@@ -43,7 +41,7 @@ def probe_table(results: Sequence[dict]) -> Table:
         f = r["facts"]
         if r["error"]:
             t.add_row(r["host"], *["-"] * 12,
-                      f"[red]{r['error']['type']}: {r['error']['message']}[/]")
+                      styled(f"{r['error']['type']}: {r['error']['message']}", "red"))
             continue
         dev = f.get("pool_device")
         devs = "-" if not dev else f"{dev['name']} ({dev['devno']})" + (
@@ -56,43 +54,43 @@ def probe_table(results: Sequence[dict]) -> Table:
                   (f.get("cgroup") or {}).get("backend", "-"),
                   "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
                   agent["source_sha256"][:12] if agent else "-",
-                  str(f.get("boot_id", "-")) + (
+                  compose(str(f.get("boot_id", "-")), (
                       "" if not r["fact_errors"]
-                      else f" [yellow]({', '.join(r['fact_errors'])} failed)[/]"))
+                      else f" ({', '.join(r['fact_errors'])} failed)", "yellow")))
     return t
 
 
-def deploy_table(results: Sequence[dict]) -> Table:
-    t = Table(title="Deploy")
+def deploy_table(results: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Deploy")
     for col in ("host", "status", "agent source_sha256", "seconds", "error"):
         t.add_column(col)
     for r in results:
         err = r.get("error")
         t.add_row(r["host"], r["status"], (r.get("source_sha256") or "-")[:16],
                   str(r.get("seconds", "-")),
-                  "-" if not err else f"[red]{err['type']}: {err['message']}[/]")
+                  "-" if not err else styled(f"{err['type']}: {err['message']}", "red"))
     return t
 
 
-def lab_table(status: dict) -> Table:
-    t = Table(title=f"Lab ({status['kind']}) in {status['state_dir']}"
-                    + ("" if status["up"] else ": down"))
+def lab_table(status: dict) -> LiteralTable:
+    t = LiteralTable(title=f"Lab ({status['kind']}) in {status['state_dir']}"
+                     + ("" if status["up"] else ": down"))
     for col in ("host", "address", "netns", "sshd", "boot_id", "cmdline"):
         t.add_column(col)
     for h in status["hosts"]:
         t.add_row(h["name"], h["address"], h["netns"] + ("" if h["netns_exists"] else " (gone)"),
-                  f"up (pid {h['sshd_pid']})" if h["sshd"] else "[red]down[/]", h["boot_id"],
+                  f"up (pid {h['sshd_pid']})" if h["sshd"] else styled("down", "red"), h["boot_id"],
                   h["cmdline"])
     if status["up"]:
         t.caption = f"inventory: {status['hosts_dir']} (use --hosts-dir or BENCH_HOSTS)"
     return t
 
 
-def vm_lab_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="Lab (vm: qemu guests)" + ("" if rows else ": down"))
+def vm_lab_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Lab (vm: qemu guests)" + ("" if rows else ": down"))
     for col in ("host", "qemu", "ssh port", "ssh", "boot_id / cmdline", "inventory"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], f"pid {r['pid']}" if r["running"] else "[red]stopped[/]",
+        t.add_row(r["name"], f"pid {r['pid']}" if r["running"] else styled("stopped", "red"),
                   str(r["port"]), r.get("ssh", "-"), r.get("detail", "-"), str(r["inventory"]))
     return t
