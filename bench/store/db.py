@@ -14,6 +14,11 @@ key, taken in the same transaction and connection that alembic migrates with (it
 transactional: the others then see the whole new schema or none of it). At head the lock is
 held for the revision check alone (3 ms on SQLite on a 2-core test machine; a fresh
 database's migrations: 20 ms).
+
+A SQLite database is private to the user that runs bench (bench.paths): its directory is
+created 0700, the file is created 0600 before SQLite first opens it (SQLite gives its -wal
+and -shm files the database's mode), and a looser database, -wal, -shm or lock file (made
+by an earlier bench) is tightened to 0600 whenever bench opens it, without a word.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bench.errors import BenchError, InputError
+from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
 
 
 class StoreError(BenchError):
@@ -104,8 +110,21 @@ def rowcount(result: Result) -> int:
 def default_url() -> str:
     if os.environ.get("BENCH_DB"):
         return os.environ["BENCH_DB"]
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return f"sqlite:///{Path(base) / 'bench' / 'bench.db'}"
+    return f"sqlite:///{bench_home() / 'bench.db'}"
+
+
+def _private_sqlite(path: Path) -> None:
+    """The database file and its companions 0600; the file made so before SQLite makes it."""
+    private_dir(path.parent, own=False)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         PRIVATE_FILE))
+    except FileExistsError:
+        pass
+    except PermissionError:
+        return                  # a read-only place: SQLite will say so
+    for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
+        tighten(path.with_name(path.name + suffix), PRIVATE_FILE)
 
 
 def migrations_dir() -> Path:
@@ -190,8 +209,9 @@ def make_engine(url: str | None = None) -> Engine:
         raise InputError(f"database URL {url!r} is not a URL",
                          hint="e.g. sqlite:////path/bench.db or "
                               "postgresql+psycopg://user@host/db") from None
-    if u.drivername.startswith("sqlite") and u.database and u.database != ":memory:":
-        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if u.drivername.startswith("sqlite") and u.database and u.database != ":memory:" \
+            and not u.database.startswith("file:"):
+        _private_sqlite(Path(u.database).expanduser())
     try:
         engine = create_engine(u, future=True)
     except (NoSuchModuleError, ImportError) as exc:

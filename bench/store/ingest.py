@@ -28,6 +28,7 @@ from bench.errors import FormatError
 from bench.judge import measured
 from bench.judge.bundle import Bundle, BundleError, load, read_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
+from bench.paths import private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
 from bench.store.db import (Store, StoreError, get_or_create, insert_if_absent, referenced,
@@ -39,14 +40,15 @@ from bench.store.states import check_transition
 
 
 def move_aside(path: Path) -> Path:
-    """Move a refused bundle to rejected/ next to it (a numbered name if taken)."""
-    dest_dir = path.parent / "rejected"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    """Move a refused bundle to rejected/ next to it (a numbered name if taken); rejected/
+    and the bundle in it are private like collected bundles (bench.paths)."""
+    dest_dir = private_dir(path.parent / "rejected")
     dest = dest_dir / path.name
     n = 1
     while dest.exists():
         dest, n = dest_dir / f"{path.name}.{n}", n + 1
     shutil.move(str(path), str(dest))
+    private_tree(dest)
     return dest
 
 
