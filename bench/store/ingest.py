@@ -31,8 +31,7 @@ from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metric
 from bench.paths import private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
-from bench.store.db import (Store, StoreError, get_or_create, insert_if_absent, referenced,
-                            rowcount)
+from bench.store.db import Store, StoreError, get_or_create, insert_if_absent, referenced, rowcount
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
                                 TimelineSample, Verdict, now)
