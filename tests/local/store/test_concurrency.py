@@ -51,7 +51,7 @@ def test_concurrent_ingests_of_a_new_host_cell_and_campaign(store, db_url, bundl
     assert _errors(results) == []
     assert sorted(r["status"] for _, r in results) == ["ingested"] * N   # type: ignore[index]
     assert _count(store, Host, Host.name == "fresh-host") == 1
-    assert _count(store, Cell, Cell.name == "64m-cgroup-mglru") == 1
+    assert _count(store, Cell) == 1                 # the one cell, whatever its canonical case
     assert _count(store, Campaign, Campaign.id == "c-new") == 1
     assert _count(store, CampaignHost) == 1
     assert _count(store, Run) == N
