@@ -1,15 +1,24 @@
 """The run bundle's own files (docs/bundle.md): where a bundle is, status.json, the raw
-snapshots, the manifest, and the digest of the runner that wrote it."""
+snapshots, the manifest, and the digest of the runner that wrote it.
+
+A bundle is private to the runner's user: its directory is made 0700 (`start`), the runner
+and what it starts write under umask 077 and create files 0600 (files.py), and the manifest
+step tightens every directory to 0700 and file to 0600 before it hashes them, whoever made
+them. So the kernel-log copy (kmsg.txt) stays as restricted as dmesg is with
+kernel.dmesg_restrict=1, and so do the other copies the host keeps from other users. The
+controller collects as the same user (tar over SSH) and keeps the modes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import time
 from typing import Any
 
-from .files import now_iso, read_text, sha256_file, snap_name, write_file, write_json
+from .files import (PRIVATE_DIR, PRIVATE_FILE, now_iso, open_private, read_text, sha256_file,
+                    snap_name, write_file, write_json)
 from .probes import LRU_GEN, SYS_FILES
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,7 +70,7 @@ def snapshot(bundle: str, which: str, cg_files: list[str], balloon_pid: int | No
     """snapshots/<which>/: raw copies of the system files, the cgroup's memory files and the
     balloon's status; a file that cannot be read leaves <name>.err saying why."""
     d = os.path.join(bundle, "snapshots", which)
-    os.makedirs(d, exist_ok=True)
+    os.makedirs(d, PRIVATE_DIR, exist_ok=True)
     files = [(f, snap_name(f)) for f in SNAPSHOT_FILES if f != LRU_GEN or os.path.exists(LRU_GEN)]
     files += [(f, snap_name(f)) for f in cg_files]
     if balloon_pid is not None:
@@ -70,21 +79,39 @@ def snapshot(bundle: str, which: str, cg_files: list[str], balloon_pid: int | No
         try:
             with open(src, "rb") as fin:
                 data = fin.read()
-            with open(os.path.join(d, name), "wb") as fout:
+            with open_private(os.path.join(d, name), "wb") as fout:
                 fout.write(data)
         except OSError as e:
             write_file(os.path.join(d, name + ".err"), f"{src}: {e.strerror}\n")
 
 
+def make_private(path: str, mode: int) -> None:
+    """Drop the permission bits `mode` lacks (a symlink, or a file gone meanwhile, is left
+    alone)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o777 & ~mode:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
+    except FileNotFoundError:
+        return
+
+
 def write_manifest(bundle: str, run_id: str) -> None:
-    """manifest.json, written last: size and sha256 of every other regular file."""
+    """manifest.json, written last: size and sha256 of every other regular file; before
+    that, every directory of the bundle made 0700 and every file 0600."""
     files = {}
+    make_private(bundle, PRIVATE_DIR)
     for root, dirs, names in os.walk(bundle):
         dirs.sort()
+        for d in dirs:
+            make_private(os.path.join(root, d), PRIVATE_DIR)
         for n in sorted(names):
             p = os.path.join(root, n)
             rel = os.path.relpath(p, bundle)
-            if rel == "manifest.json" or not os.path.isfile(p) or os.path.islink(p):
+            if os.path.islink(p) or not os.path.isfile(p):
+                continue
+            make_private(p, PRIVATE_FILE)
+            if rel == "manifest.json":
                 continue
             files[rel] = {"bytes": os.path.getsize(p), "sha256": sha256_file(p)}
     write_json(os.path.join(bundle, "manifest.json"),

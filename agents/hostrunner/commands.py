@@ -1,13 +1,14 @@
 """The runner's command line: start (validate, detach, re-attach), status, wait, stop, and the
 pool writer; plus settling a run whose runner died.
 
-Detaching: `start` validates the spec, then under start.lock creates the bundle, writes
-spec.json and status `accepted`, takes the run lock, double-forks (setsid in between; stdio of
-the daemon goes to runner.log in the bundle, stdin /dev/null, SIGHUP ignored) and returns at
-once. The daemon inherits the run-lock descriptor, so the run is locked from before the fork
-until the daemon exits. A second `start` of the same run id never runs it again: if the lock
-is held it reports the live runner, else it reports the final status; a run whose runner died
-without finishing is marked failed (with a manifest) by whoever notices it first."""
+Detaching: `start` validates the spec, then under start.lock creates the bundle (0700: private
+to the runner's user, bundle.py), writes spec.json and status `accepted`, takes the run lock,
+double-forks (setsid in between; umask 077; stdio of the daemon goes to runner.log in the
+bundle, stdin /dev/null, SIGHUP ignored) and returns at once. The daemon inherits the
+run-lock descriptor, so the run is locked from before the fork until the daemon exits. A
+second `start` of the same run id never runs it again: if the lock is held it reports the
+live runner, else it reports the final status; a run whose runner died without finishing is
+marked failed (with a manifest) by whoever notices it first."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from . import poolfmt
 from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
 from .cleanup import clean_record, new_report
 from .errors import SpecError
-from .files import now_iso, read_or_none, read_text, write_atomic, write_json
+from .files import (PRIVATE_DIR, PRIVATE_FILE, now_iso, read_or_none, read_text, write_atomic,
+                    write_json)
 from .locks import lock_path, start_lock, try_lock
 from .poolwriter import write_pool
 from .progress import read_progress
@@ -114,7 +116,8 @@ def cmd_start(a: argparse.Namespace) -> int:
     start_fd = start_lock(work_dir)
     bundle = bundle_dir(work_dir, rid)
     try:
-        os.mkdir(bundle)
+        os.mkdir(bundle, PRIVATE_DIR)
+        os.chmod(bundle, PRIVATE_DIR)           # exactly, whatever the caller's umask
         run_fd = try_lock(lock_path(work_dir, rid))
     except FileExistsError:
         run_fd = None
@@ -162,11 +165,11 @@ def daemon(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any]
     """The detached runner: stdio to runner.log, SIGTERM/SIGINT = stop request; runs the
     steps and exits, releasing the run lock."""
     os.chdir("/")
-    os.umask(0o022)
+    os.umask(0o077)         # what the runner, the agent and the balloon create: private
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     log = os.open(os.path.join(bundle, "runner.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                  0o644)
+                  PRIVATE_FILE)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(devnull)

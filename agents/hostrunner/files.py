@@ -1,4 +1,8 @@
-"""Files and /proc: atomic writes, JSON, sha256, and the /proc readers the runner needs."""
+"""Files and /proc: atomic writes, JSON, sha256, and the /proc readers the runner needs.
+
+Files the runner creates are 0600 (PRIVATE_FILE) whatever the umask: a run bundle holds
+copies of what the host may restrict (the kernel log where dmesg_restrict is set, command
+lines, process tables), so it stays private to the runner's user (bundle.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import json
 import os
 from datetime import datetime, timezone
 from typing import Any
+
+PRIVATE_FILE, PRIVATE_DIR = 0o600, 0o700
 
 
 def now_iso() -> str:
@@ -25,15 +31,23 @@ def read_or_none(path: str) -> str | None:
         return None
 
 
+def open_private(path: str, mode: str = "w") -> Any:
+    """open() for writing; a file it creates is 0600 (an existing one keeps its mode: /proc,
+    /sys and cgroup files are written through here too)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if "a" in mode
+                                                      else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, PRIVATE_FILE), mode)
+
+
 def write_file(path: str, text: str) -> None:
-    with open(path, "w") as f:
+    with open_private(path) as f:
         f.write(text)
 
 
 def write_atomic(path: str, text: str) -> None:
     """Temp file in the same directory, fsync, rename: readers see the old or the new text."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
+    with open_private(tmp) as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

@@ -311,9 +311,12 @@ class Run:
             info["start_error"] = str(exc)
         env = dict(os.environ)
         env.update(e["env"])
+        # the engine writes where its configuration says, as it did before the runner's
+        # umask became 077 (its output files in the bundle are opened by the runner: 0600)
         return Child(argv=e["argv"], what=f"the engine {e['argv'][0]}",
                      stdout=self.path("engine.stdout"), stderr=self.path("engine.stderr"),
-                     env=env, cwd=e["cwd"], new_session=True, timeout_s=e["timeout_s"],
+                     env=env, cwd=e["cwd"], new_session=True, umask=0o022,
+                     timeout_s=e["timeout_s"],
                      timeout_reason=f"engine still running after its timeout_s {e['timeout_s']}",
                      on_start=started, on_start_error=start_failed)
 

@@ -76,6 +76,7 @@ class Child:
     env: dict[str, str] | None = None
     cwd: str | None = None
     scope_procs: str | None = None   # a cgroup.procs the child writes itself into before exec
+    umask: int | None = None         # the child's umask (default: the runner's, 077)
     new_session: bool = False        # its own session: stopped as a process group
     timeout_s: int | None = None
     timeout_reason: str = ""
@@ -99,9 +100,11 @@ class Outcome:
 
 def _launch(c: Child) -> subprocess.Popen[bytes]:
     mode = "ab" if c.append else "wb"
-    procs = c.scope_procs
+    procs, umask = c.scope_procs, c.umask
 
     def enter_scope() -> None:      # runs in the child between fork and exec
+        if umask is not None:
+            os.umask(umask)
         if procs:
             with open(procs, "w") as f:
                 f.write(f"{os.getpid()}\n")
@@ -111,7 +114,8 @@ def _launch(c: Child) -> subprocess.Popen[bytes]:
             return subprocess.Popen(c.argv, cwd=c.cwd, env=c.env, stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=err, close_fds=True,
                                     start_new_session=c.new_session,
-                                    preexec_fn=enter_scope if procs else None)
+                                    preexec_fn=enter_scope if procs or umask is not None
+                                    else None)
         finally:
             if err is not out:
                 err.close()

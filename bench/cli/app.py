@@ -9,12 +9,12 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.markup import escape
 
 from bench import __version__
 from bench.cli import campaign, demo, hosts, lab, pool, reboot, results, run, schema, trace
 from bench.errors import BenchError
 from bench.results import views
+from bench.results.views import compose
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Test-bench controller: the kernel page cache as the expert tier of a "
@@ -38,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except BenchError as exc:
-        views.err_console.print(f"[bold red]error:[/] {escape(exc.message)}", highlight=False,
+        # the message and hint often quote what a host or a file said: literal text
+        views.err_console.print(compose(("error:", "bold red"), f" {exc.message}"),
                                 soft_wrap=True)
         if exc.hint:
-            views.err_console.print(f"[bold]fix:[/] {escape(exc.hint)}", highlight=False,
-                                    soft_wrap=True)
+            views.err_console.print(compose(("fix:", "bold"), f" {exc.hint}"), soft_wrap=True)
         return exc.exit_code
     return 0
 

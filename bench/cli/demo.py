@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from bench.cli.options import JsonOpt, ints
 from bench.errors import InputError
 from bench.results import store_views, trace_views, views
+from bench.results.views import LiteralTable, compose
 from bench.units import parse_size
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def demo(
 
     def step(msg: str) -> None:
         if not json_out:
-            views.say(f"[dim]{time.monotonic() - t0:6.1f}s[/] {msg}")
+            views.say(compose((f"{time.monotonic() - t0:6.1f}s", "dim"), f" {msg}"))
     result: dict = {}
     if not no_trace:
         step(f"part 1: the trace pipeline ({model})")
@@ -75,7 +75,7 @@ def demo(
         if json_out:
             views.emit_json(result)
         else:
-            views.say(f"[yellow]not measured:[/] {need}")
+            views.say(compose(("not measured:", "yellow"), f" {need}"))
             views.say(f"files in {out}; {time.monotonic() - t0:.1f}s")
         return
     step("part 2: a campaign on the local host (cgroup walls, balloon, none)")
@@ -122,7 +122,7 @@ def _show_trace(trace: dict) -> None:
 def _show_campaign(res: dict, out: Path, db: str | None) -> None:
     """The reclaim-shaped table, then every demo cell: run (state, s/it, GB/it) or skipped."""
     views.print_table(store_views.matrix_table(res["table"]))
-    t = Table(title=f"demo cells on {out}: run or skipped")
+    t = LiteralTable(title=f"demo cells on {out}: run or skipped")
     for col in ("cell", "outcome", "s/it", "GB/it", "why"):
         t.add_column(col, justify="right" if col in ("s/it", "GB/it") else "left")
     for r in res["runs"]:

@@ -10,6 +10,7 @@ import typer
 from bench.cli.options import DbOpt, HostsDirOpt, JsonOpt
 from bench.errors import BenchError, HostError
 from bench.results import fleet_views, views
+from bench.results.views import compose
 from bench.units import parse_size
 
 hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
@@ -77,7 +78,7 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
         views.print_table(fleet_views.probe_table(results))
         for r in results:
             if r["error"] and r["error"].get("hint"):
-                views.say(f"[bold]{r['host']}:[/] fix: {r['error']['hint']}")
+                views.say(compose((f"{r['host']}:", "bold"), f" fix: {r['error']['hint']}"))
         for line in fleet_views.probe_notes(results, verbose=verbose):
             views.say(line)
     if not all(r["ok"] for r in results):
@@ -99,7 +100,7 @@ def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
         views.print_table(fleet_views.deploy_table(results))
         for r in results:
             if r.get("error") and r["error"].get("output"):
-                views.say(f"[bold]{r['host']}[/] build output:\n{r['error']['output']}")
+                views.say(compose((r["host"], "bold"), f" build output:\n{r['error']['output']}"))
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
 

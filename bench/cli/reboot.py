@@ -11,6 +11,7 @@ from bench.cli.hosts import hosts_app
 from bench.cli.options import HostsDirOpt, JsonOpt
 from bench.errors import InputError
 from bench.results import views
+from bench.results.views import compose, styled
 
 HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option(
@@ -28,17 +29,17 @@ def _show(result, json_out: bool) -> None:
     if json_out:
         views.emit_json(result.as_dict())
     elif result.ok:
-        views.say(f"[green]proven[/]: {result.host} booted {result.cmdline!r} "
-                  f"(boot_id {result.after.boot_id}, MemTotal {result.after.memtotal}, "
-                  f"{result.seconds_to_ssh:.0f}s to SSH)")
+        views.say(compose(("proven", "green"), f": {result.host} booted {result.cmdline!r} "
+                          f"(boot_id {result.after.boot_id}, MemTotal {result.after.memtotal}, "
+                          f"{result.seconds_to_ssh:.0f}s to SSH)"))
     else:
-        views.say(f"[red]quarantined[/]: {result.host}: {result.reason}")
+        views.say(compose(("quarantined", "red"), f": {result.host}: {result.reason}"))
     if not result.ok:
         raise typer.Exit(1)
 
 
 def _log():
-    return lambda ev: views.say(f"[dim]{ev.line()}[/]")
+    return lambda ev: views.say(styled(ev.line(), "dim"))
 
 
 @hosts_app.command("reboot")

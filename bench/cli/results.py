@@ -12,6 +12,7 @@ import typer
 from bench.cli.options import DbOpt, JsonOpt
 from bench.errors import BenchError, InputError
 from bench.results import store_views, views
+from bench.results.views import compose
 from bench.units import format_size
 
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
@@ -67,7 +68,7 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
     else:
         for r in results:
             if r["status"] == "refused":
-                views.say(f"[red]refused[/] {r['error']}")
+                views.say(compose(("refused", "red"), f" {r['error']}"))
             else:
                 what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
                 views.say(f"{r['run_id']}: {r['status']}"
@@ -162,7 +163,7 @@ def sizing(target_seconds: Annotated[float, typer.Option(
            "no_data": "no retained capacity runs"}[r["status"]]
     print(f"target {target_seconds:g} s/iteration: {msg}")
     if r.get("caveat"):
-        views.say(f"[yellow]caveat:[/] {r['caveat']}")
+        views.say(compose(("caveat:", "yellow"), f" {r['caveat']}"))
 
 def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
            host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:

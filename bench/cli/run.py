@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.results import views
+from bench.results.views import LiteralTable, compose, styled
 
 
-def _table(results: list):
-    t = Table(title="bench run")
+def _table(results: list) -> LiteralTable:
+    t = LiteralTable(title="bench run")
     for col in ("host", "run id", "runner", "median iter (ms)", "device GB/iter", "verdict",
                 "reconnects", "seconds", "bundle / error"):
         t.add_column(col)
@@ -27,22 +28,22 @@ def _table(results: list):
         med = f.get("iteration_median_s")
         dev = f.get("device_gb_per_iteration")
         ing = r.get("ingest")
+        verdict: str | Text = "-"
         if ing:
             verdict = ("retained" if ing.get("retained") else
-                       "[yellow]rejected: " + ", ".join(ing.get("failed") or []) + "[/]")
-        else:
-            verdict = "-"
+                       styled("rejected: " + ", ".join(ing.get("failed") or []), "yellow"))
+        runner: str | Text
         if r.get("quarantined"):
-            runner = "[red]quarantined[/]"
+            runner = styled("quarantined", "red")
         elif r.get("status"):
             runner = r["status"].get("phase", "?") if r["status"].get("ok") else \
-                f"[red]{r['status'].get('phase')}[/]"
+                styled(str(r["status"].get("phase")), "red")
         else:
-            runner = f"[red]{r.get('stage')}[/]"
+            runner = styled(str(r.get("stage")), "red")
         err = r.get("error")
-        last = r.get("bundle") or "-"
+        last: str | Text = r.get("bundle") or "-"
         if err:
-            last = f"[red]{err['message']}[/]"
+            last = styled(err["message"], "red")
         t.add_row(r["host"], r["run_id"], runner, "-" if med is None else f"{med * 1e3:.3f}",
                   "-" if dev is None else f"{dev:.4f}", verdict, str(r.get("reconnects", 0)),
                   str(r.get("seconds")), last)
@@ -108,7 +109,7 @@ def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classi
         views.print_table(_table(results))
         for r in results:
             if r.error and r.error.get("hint"):
-                views.say(f"[bold]{r.host}:[/] fix: {r.error['hint']}")
+                views.say(compose((f"{r.host}:", "bold"), f" fix: {r.error['hint']}"))
     if not all(r.ok for r in results):
         raise typer.Exit(1)
 

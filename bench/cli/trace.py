@@ -12,6 +12,7 @@ import typer
 from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
 from bench.errors import InputError
 from bench.results import trace_views, views
+from bench.results.views import compose
 from bench.units import parse_size
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def trace_check(files: FilesArg, k: KOpt = None, json_out: JsonOpt = False) -> N
         views.emit_json({"suspicious_first_pass": groups, "ok": not groups})
     else:
         for line in trace_views.check_lines(groups):
-            views.say(f"[yellow]warning:[/] {line}")
+            views.say(compose(("warning:", "yellow"), f" {line}"))
         if not groups:
             views.say(f"ok: {len(files)} traces, no shared first pass")
     if groups:
@@ -249,7 +250,7 @@ def plan(
         views.emit_json(info)
     else:
         for key, value in info.items():
-            views.console.print(f"{key:>18}: {value}")
+            views.show(f"{key:>18}: {value}")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,8 @@
 """Bundles home: collect a finished run's bundle from its host into
 `<data_dir>/bundles/<host>/<run_id>/` (tarred on the host, member names checked, unpacked in a
 temp dir and renamed into place, manifest verified), its key figures, and its ingest into the
-store."""
+store. A bundle is private (bench.paths): its directories 0700 and files 0600 here, as the
+runner made them on the host, where the archive sits in a 0700 collect/ for the copy."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from bench.hosts.transport import Transport
 from bench.judge.bundle import BundleError, load, read_dir, verify
 from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
+from bench.paths import private_dir, private_tree
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
 
@@ -43,6 +45,7 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     if dest.is_dir():
         try:
             m = verify(read_dir(dest), str(dest))
+            private_tree(dest)
             return {"bundle": str(dest), "status": "present", "files": len(m["files"])}
         except BundleError:
             shutil.rmtree(dest)
@@ -53,9 +56,11 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
                         "finished writing its bundle (or no such run)",
                         f"check `runner.py status {run_id}` on the host; collect again later")
     remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
-    t.run(["mkdir", "-p", f"{host.work_dir}/collect"], timeout=30)
+    # the archive holds the bundle's private files: made in a directory only we can enter
+    t.run(["install", "-d", "-m", "700", f"{host.work_dir}/collect"], timeout=30)
     t.run(["tar", "-czf", remote_tar, "-C", f"{host.work_dir}/runs", run_id], timeout=600)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(dest.parent.parent)             # bundles/
+    private_dir(dest.parent)                    # bundles/<host>/
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{run_id}-", dir=dest.parent))
     try:
         local_tar = tmpdir / "bundle.tar.gz"
@@ -63,6 +68,7 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
         with tarfile.open(local_tar, "r:gz") as tar:
             _safe_extract(tar, tmpdir, run_id)
         m = verify(read_dir(tmpdir / run_id), f"{host.name}:{src}")
+        private_tree(tmpdir / run_id)
         (tmpdir / run_id).rename(dest)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,6 +1,8 @@
 """A trace prepared for shipping (a file, or a campaign workload's synth preset generated
 deterministically): its replay plan written content-addressed into the data
-directory (`<data_dir>/plans/<sha256>.bin`), described by a bench.plan.planinfo.PlanInfo."""
+directory (`<data_dir>/plans/<sha256>.bin`), described by a bench.plan.planinfo.PlanInfo.
+Private like everything in the data directory (bench.paths): plans/ and traces/ 0700, their
+files 0600."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 from bench.errors import InputError
-from bench.paths import default_data_dir
+from bench.paths import PRIVATE_FILE, default_data_dir, private_dir, tighten, write_private
 from bench.plan.planfile import encode, plan_from_trace
 from bench.plan.planinfo import PlanInfo
 from bench.trace.parse import parse_trace
@@ -27,13 +29,11 @@ def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | Non
                            meta={"trace": trace.name, "trace_sha256": trace_sha})
     data = encode(plan)
     sha = hashlib.sha256(data).hexdigest()
-    d = Path(data_dir or default_data_dir()) / "plans"
-    d.mkdir(parents=True, exist_ok=True)
+    d = private_dir(Path(data_dir or default_data_dir()) / "plans")
     path = d / f"{sha}.bin"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_private(path, data)
+    tighten(path, PRIVATE_FILE)
     info = PlanInfo(sha256=sha, layers=plan.layers, experts_per_layer=plan.experts_per_layer,
                     expert_bytes=plan.expert_bytes, iterations=len(plan.iterations),
                     trace=trace.name, trace_sha256=trace_sha)
@@ -45,8 +45,7 @@ def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
     deterministically into <data_dir>/traces/, a file is used as is."""
     trace = str(workload.get("trace"))
     if trace in PRESETS:
-        d = Path(data_dir) / "traces"
-        d.mkdir(parents=True, exist_ok=True)
+        d = private_dir(Path(data_dir) / "traces")
         dom = workload.get("domain")
         kw = {"domain": int(dom)} if isinstance(dom, int) or (isinstance(dom, str)
                                                               and dom.isdigit()) else {}
@@ -58,9 +57,8 @@ def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
                 name += f"-{tag}{kw[field_]}"
         path = d / f"{name}.jsonl"
         if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("\n".join(generate(preset(trace, **kw))) + "\n")
-            tmp.replace(path)
+            write_private(path, ("\n".join(generate(preset(trace, **kw))) + "\n").encode())
+        tighten(path, PRIVATE_FILE)
     else:
         path = Path(trace).expanduser()
     return plan_from_trace_file(path, data_dir=data_dir)

@@ -9,26 +9,25 @@ from collections.abc import Sequence
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
-from rich.table import Table
 from rich.text import Text
 
-from bench.results.views import dur, err_console
+from bench.results.views import LiteralTable, compose, dur, err_console, styled, visible
 
 
 def campaign_renderable(p: dict):
     """One rich renderable of a campaign snapshot (bench.execute.progress, as a dict): one row
     per host (phase, cell, run, pass and iteration as the host last reported them, elapsed,
-    ETA), an overall bar, the last verdicts, quarantined hosts and warnings."""
+    ETA), an overall bar, the last verdicts, quarantined hosts and warnings. Every name and
+    message in it is literal text (bench.results.views)."""
     ctl = p.get("controller")
-    head = Text.from_markup(
-        f"[bold]{p['campaign']}[/]  matrix {p['matrix']}  seed {p['seed']}  state "
-        f"[bold]{p['state']}[/]  controller "
-        + (f"pid {ctl['pid']} on {ctl['host']}" if ctl else "[yellow]none[/]"))
-    t = Table(expand=False)
+    head = compose((str(p["campaign"]), "bold"), f"  matrix {p['matrix']}  seed {p['seed']}  "
+                   "state ", (str(p["state"]), "bold"), "  controller ",
+                   f"pid {ctl['pid']} on {ctl['host']}" if ctl else ("none", "yellow"))
+    t = LiteralTable(expand=False)
     for col in ("host", "phase", "cell", "run", "pass", "iteration", "elapsed", "done", "ETA"):
         t.add_column(col)
     for h in p["hosts"]:
-        phase = f"[red]{h['phase']}[/]" if h["quarantined"] else h["phase"]
+        phase = styled(h["phase"], "red") if h["quarantined"] else h["phase"]
         has = h.get("passes") is not None
         t.add_row(h["host"], phase, h["cell"] or "-", h["run_id"] or "-",
                   f"{h['pass'] + 1}/{h['passes']}" if has else "-",
@@ -40,15 +39,15 @@ def campaign_renderable(p: dict):
                 f"~{dur(p['reboot_seconds'])})")
     parts: list[RenderableType] = [head, t, Group(bar, line)]
     if p["verdicts"]:
-        v = Table(title="last verdicts", show_header=False, box=None)
+        v = LiteralTable(title="last verdicts", show_header=False, box=None)
         for x in p["verdicts"]:
             color = "green" if x["verdict"] == "validated" else "yellow"
-            v.add_row(x["t"][11:19], x["run_id"], f"[{color}]{x['verdict']}[/]", x["message"])
+            v.add_row(x["t"][11:19], x["run_id"], styled(x["verdict"], color), x["message"])
         parts.append(v)
     for h, why in (p.get("quarantined") or {}).items():
-        parts.append(Text.from_markup(f"[red]quarantined[/] {h}: {why}"))
+        parts.append(compose(("quarantined", "red"), f" {h}: {why}"))
     for w in p.get("warnings") or []:
-        parts.append(Text.from_markup(f"[yellow]warning[/] {w['t'][11:19]} {w['message']}"))
+        parts.append(compose(("warning", "yellow"), f" {w['t'][11:19]} {w['message']}"))
     return Group(*parts)
 
 
@@ -77,14 +76,15 @@ def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> No
             last = j.id
             if j.kind in ("lock", "live"):    # rows updated in place, not events
                 continue
-            print(f"{j.t[:19].replace('T', ' ')} {j.kind:<10} {j.message}", flush=True)
+            print(visible(f"{j.t[:19].replace('T', ' ')} {j.kind:<10} {j.message}",
+                          lines=False), flush=True)
         if done:
             return
         _time.sleep(interval)
 
 
-def campaigns_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="campaigns")
+def campaigns_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="campaigns")
     for col in ("campaign", "matrix", "seed", "state", "created", "finished", "progress",
                 "states"):
         t.add_column(col)

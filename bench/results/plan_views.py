@@ -1,14 +1,13 @@
 """Views of matrices and campaign plans: plain fixed-width text (the dry-run plan is
-golden-tested) and the matrix list."""
+golden-tested; control characters of names and reasons shown as escapes) and the matrix
+list."""
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
 
-from rich.table import Table
-
-from bench.results.views import duration
+from bench.results.views import LiteralTable, duration, visible
 
 
 def _tags_text(tags) -> str:
@@ -17,8 +16,8 @@ def _tags_text(tags) -> str:
     return ", ".join(f"{k} in {'|'.join(v)}" for k, v in tags.items())
 
 
-def matrix_list_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="Shipped matrices (bench matrix show NAME)")
+def matrix_list_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Shipped matrices (bench matrix show NAME)")
     for col in ("name", "cells", "reps", "hosts", "description"):
         t.add_column(col, justify="right" if col in ("cells", "reps") else "left")
     for r in rows:
@@ -86,7 +85,7 @@ def matrix_text(m: dict) -> str:
             extra.append(_tags_text(p["tags"]))
         note = f"  ({'; '.join(extra)})" if extra else ""
         lines.append(f"    {p['point']:<{w}}{note}".rstrip())
-    return "\n".join(lines) + "\n"
+    return visible("\n".join(lines) + "\n")
 
 
 def plan_text(m: dict, plan: dict, expansion: dict) -> str:
@@ -132,7 +131,7 @@ def plan_text(m: dict, plan: dict, expansion: dict) -> str:
         lines.append(f"warning: {wmsg}")
     lines.append(f"total: {plan['runs']} runs, {plan['reboots']} reboots, estimate "
                  f"{duration(plan['estimate_s'])} (hosts in parallel)")
-    return "\n".join(lines) + "\n"
+    return visible("\n".join(lines) + "\n")
 
 
 def engine_matrix_text(m: dict) -> str:
@@ -167,4 +166,4 @@ def engine_matrix_text(m: dict) -> str:
     for p in m["points"]:
         prompt = p["point"].split("-")[1]
         lines.append(f"    {p['point']:<{w}}  {e['prompts'][prompt]}")
-    return "\n".join(lines) + "\n"
+    return visible("\n".join(lines) + "\n")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.table import Table
+from rich.text import Text
 
-from bench.results.views import capacity_text, gb, num, pct
+from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct
 
 
-def runs_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="Runs")
+def runs_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Runs")
     for col in ("run", "campaign", "host", "cell", "rep", "verdict", "median s", "GB/it",
                 "failed rules"):
         t.add_column(col, justify="right" if col in ("rep", "median s", "GB/it") else "left")
@@ -24,9 +24,9 @@ def runs_table(rows: Sequence[dict]) -> Table:
     return t
 
 
-def cell_result_table(res: dict) -> Table:
-    t = Table(title=f"{res['cell']}" + (f" on {res['host']}" if res.get("host") else "")
-              + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
+def cell_result_table(res: dict) -> LiteralTable:
+    t = LiteralTable(title=f"{res['cell']}" + (f" on {res['host']}" if res.get("host") else "")
+                     + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
     t.add_column("quantity")
     t.add_column("value", justify="right")
     rows = [("runs retained / rejected", f"{res['n_retained']} / {res['n_rejected']}"),
@@ -49,8 +49,8 @@ def cell_result_table(res: dict) -> Table:
     return t
 
 
-def verdict_table(run: dict) -> Table:
-    t = Table(title=f"{run['run_id']}: {'retained' if run['retained'] else 'rejected'}")
+def verdict_table(run: dict) -> LiteralTable:
+    t = LiteralTable(title=f"{run['run_id']}: {'retained' if run['retained'] else 'rejected'}")
     for col in ("rule", "v", "verdict", "reason"):
         t.add_column(col)
     for v in run.get("verdicts", []):
@@ -58,12 +58,12 @@ def verdict_table(run: dict) -> Table:
     return t
 
 
-def matrix_table(m: dict) -> Table:
+def matrix_table(m: dict) -> LiteralTable:
     kind = m["matrix"]
     if kind == "end-to-end":
         return engine_table(m)
-    t = Table(title=f"{kind} matrix" + (f" on {m['host']}" if m.get("host") else "")
-              + (f", campaign {m['campaign']}" if m.get("campaign") else ""))
+    t = LiteralTable(title=f"{kind} matrix" + (f" on {m['host']}" if m.get("host") else "")
+                     + (f", campaign {m['campaign']}" if m.get("campaign") else ""))
     if kind == "capacity":
         for col in ("C", "reclaim", "n", "med s", "spread", "GB/it", "a/C dev", "miss GB",
                     "amp"):
@@ -114,8 +114,8 @@ def matrix_table(m: dict) -> Table:
     return t
 
 
-def compare_table(c: dict) -> Table:
-    t = Table(title=f"{c['a']} vs {c['b']} (retained runs {c['n_a']} / {c['n_b']})")
+def compare_table(c: dict) -> LiteralTable:
+    t = LiteralTable(title=f"{c['a']} vs {c['b']} (retained runs {c['n_a']} / {c['n_b']})")
     for col in ("quantity", "ratio of medians", "median of pair ratios", "pairs"):
         t.add_column(col, justify="left" if col == "quantity" else "right")
     for k, label in (("time", "iteration time"), ("device", "device bytes/iteration")):
@@ -126,8 +126,8 @@ def compare_table(c: dict) -> Table:
     return t
 
 
-def recheck_table(changes: Sequence[dict]) -> Table:
-    t = Table(title=f"Retention recheck: {len(changes)} verdict(s) changed")
+def recheck_table(changes: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title=f"Retention recheck: {len(changes)} verdict(s) changed")
     for col in ("run", "rule", "was", "now", "reason"):
         t.add_column(col)
     for ch in changes:
@@ -140,27 +140,29 @@ def recheck_table(changes: Sequence[dict]) -> Table:
     return t
 
 
-def engine_table(res: dict) -> Table:
+def engine_table(res: dict) -> LiteralTable:
     """Table 3: per prompt admit and nocache median steady-decode s, the median of per-pair
     ratios [range], pairs, and whether every pair's output hashes match (loud when not)."""
-    t = Table(title="End-to-end decode: page-cache admission vs nocache"
-              + (f" on {res['host']}" if res.get("host") else "")
-              + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
-    for col in ("prompt", "admit s", "nocache s", "speedup \\[range]", "pairs", "hashes match",
+    t = LiteralTable(title="End-to-end decode: page-cache admission vs nocache"
+                     + (f" on {res['host']}" if res.get("host") else "")
+                     + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
+    for col in ("prompt", "admit s", "nocache s", "speedup [range]", "pairs", "hashes match",
                 "runs kept/rejected"):
         t.add_column(col, justify="left" if col in ("prompt", "hashes match") else "right")
     for r in res["prompts"]:
         sp = "-" if r["speedup"] is None else (
             f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
-        match = {True: "yes", False: "[bold red]NO[/] (pairs " + ", ".join(r["mismatched"]) + ")",
-                 None: "-"}[r["hashes_match"]]
+        match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
+            ("NO", "bold red"), " (pairs " + ", ".join(r["mismatched"]) + ")")
         t.add_row(r["prompt"], num(r["admit_median_s"], ".1f"),
                   num(r["nocache_median_s"], ".1f"), sp,
                   str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
                                      if r["incomplete"] else ""),
                   match, f"{r['n_retained']}/{r['n_rejected']}")
-    notes = ["speedup = median over pairs of nocache_s / admit_s (steady decode: wall time "
-             "minus the engine's cold load); not the quotient of the two medians"]
-    notes += [f"[bold red]warning:[/] {w}" for w in res.get("warnings", [])]
-    t.caption = "\n".join(notes)
+    notes: list[str | tuple[str, str]] = [
+        "speedup = median over pairs of nocache_s / admit_s (steady decode: wall time minus the "
+        "engine's cold load); not the quotient of the two medians"]
+    for w in res.get("warnings", []):
+        notes += ["\n", ("warning:", "bold red"), f" {w}"]
+    t.caption = compose(*notes, style="table.caption")
     return t

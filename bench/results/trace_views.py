@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from rich.table import Table
-
-from bench.results.views import num, pct, source_name
+from bench.results.views import LiteralTable, num, pct, source_name
 
 
-def parse_table(summaries: Sequence[dict]) -> Table:
-    t = Table(title="Parsed traces (canonical parser)")
+def parse_table(summaries: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Parsed traces (canonical parser)")
     for col in ("trace", "iterations", "normal", "spec-accept", "spec-fallback", "tokens",
                 "passes", "reads", "reads/it", "reads/token", "prefill excl."):
         t.add_column(col, justify="left" if col == "trace" else "right")
@@ -23,8 +21,8 @@ def parse_table(summaries: Sequence[dict]) -> Table:
     return t
 
 
-def stats_table(result: dict) -> Table:
-    t = Table(title="Router locality (Table 1 quantities)")
+def stats_table(result: dict) -> LiteralTable:
+    t = LiteralTable(title="Router locality (Table 1 quantities)")
     for col in ("trace", "zipf alpha", "W1", "W8", "W64", "top-8 share first/last/min/max",
                 "union cov. min-max", "pool cov."):
         t.add_column(col, justify="left" if col == "trace" else "right")
@@ -43,8 +41,8 @@ def stats_table(result: dict) -> Table:
     return t
 
 
-def sim_table(rows: Sequence[dict], title: str = "Fair-window hit rates") -> Table:
-    t = Table(title=title)
+def sim_table(rows: Sequence[dict], title: str = "Fair-window hit rates") -> LiteralTable:
+    t = LiteralTable(title=title)
     for col in ("trace", "regime", "budget", "policy", "trained on", "hits", "accesses",
                 "hit rate"):
         t.add_column(col, justify="left" if col in ("trace", "regime", "policy", "trained on")
@@ -56,8 +54,8 @@ def sim_table(rows: Sequence[dict], title: str = "Fair-window hit rates") -> Tab
     return t
 
 
-def demand_table(rows: Sequence[dict]) -> Table:
-    t = Table(title="Demand model: LRU over one global pool, measured (second) pass")
+def demand_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Demand model: LRU over one global pool, measured (second) pass")
     for col in ("trace", "capacity", "pool keys", "misses/it", "nominal miss GB/it",
                 "logical GB/it", "hit rate"):
         t.add_column(col, justify="left" if col == "trace" else "right")
@@ -68,8 +66,8 @@ def demand_table(rows: Sequence[dict]) -> Table:
     return t
 
 
-def recall_table(report: dict) -> Table:
-    t = Table(title="Next-pass prediction recall")
+def recall_table(report: dict) -> LiteralTable:
+    t = LiteralTable(title="Next-pass prediction recall")
     for col in ("plan", "provenance", "recall", "per-layer range", "precision", "hinted"):
         t.add_column(col, justify="left" if col in ("plan", "provenance") else "right")
     for name, r in (("hints", report["hints"]),

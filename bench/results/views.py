@@ -1,24 +1,104 @@
 """Human views, shared parts: the consoles, JSON out, messages, progress bars and the number
 formats every view uses. The views of each stage's results live beside it (trace_views,
 fleet_views, store_views, plan_views, campaign_views); only these modules and the CLI import
-rich."""
+rich.
+
+Text that a host, a bundle, the database, a file or the user supplies is shown as text, never
+as markup: a `str` handed to say(), to a LiteralTable (cells, headers, title, caption) or to
+compose() is literal (no rich markup, no :emoji: codes), and visible() shows every control
+character as an escape (`\\x1b`), so nothing a host wrote can move the cursor, set a title,
+hide text or open a link in the terminal. Bench's own styling goes in as rich Text:
+styled(text, style) or compose(("warning:", "yellow"), " ", message)."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Union
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
+from rich.style import StyleType
 from rich.table import Table
+from rich.text import Text
 
 from bench.units import format_size
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+# C0 and C1 controls and DEL (tab and newline apart), the Unicode marks that reorder or hide
+# text (bidi embeddings, overrides and isolates, zero-width characters, line and paragraph
+# separators, BOM), and lone surrogates (undecodable bytes of a path or an argument)
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                     "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
+_UNSAFE_LINE = re.compile(_UNSAFE.pattern[:-1] + "\t\n]")
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    o = ord(m.group())
+    if 0xDC80 <= o <= 0xDCFF:       # a byte that was not UTF-8 (surrogateescape): that byte
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def visible(text: object, *, lines: bool = True) -> str:
+    """`text` as a str whose control characters show as escapes (ESC -> `\\x1b`, U+202E ->
+    `\\u202e`, an undecodable byte 0xff -> `\\xff`); tab and newline stay unless
+    lines=False (one line of a log). Printable text, backslashes included, is unchanged."""
+    return (_UNSAFE if lines else _UNSAFE_LINE).sub(_escape_char, str(text))
+
+
+def lit(text: object) -> Text:
+    """Literal text: shown as it is (visible()), never parsed as markup."""
+    return Text(visible(text))
+
+
+def styled(text: object, style: StyleType) -> Text:
+    """Literal text in one of bench's styles."""
+    return Text(visible(text), style=style)
+
+
+Part = Union[str, Text, tuple[str, StyleType]]
+
+
+def compose(*parts: Part, style: StyleType = "") -> Text:
+    """One line of bench's styling around literal text: a str is literal, (text, style) is
+    literal text styled, a Text is kept as built."""
+    out = Text(style=style)
+    for p in parts:
+        if isinstance(p, Text):
+            out.append_text(p)
+        elif isinstance(p, tuple):
+            out.append(visible(p[0]), style=p[1])
+        else:
+            out.append(visible(p))
+    return out
+
+
+class LiteralTable(Table):
+    """A rich Table that shows every str it is given (cells, column headers, title, caption)
+    as literal text (lit()); bench's styling goes in as Text (styled(), compose())."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("title", "caption") and isinstance(value, str):
+            value = Text(visible(value), style=f"table.{name}")
+        super().__setattr__(name, value)
+
+    def add_column(self, header: RenderableType = "", footer: RenderableType = "",
+                   **kw: Any) -> None:
+        super().add_column(lit(header) if isinstance(header, str) else header,
+                           lit(footer) if isinstance(footer, str) else footer, **kw)
+
+    def add_row(self, *renderables: RenderableType | None, style: StyleType | None = None,
+                end_section: bool = False) -> None:
+        super().add_row(*(lit(r) if isinstance(r, str) else r for r in renderables),
+                        style=style, end_section=end_section)
 
 
 def emit_json(obj) -> None:
@@ -29,18 +109,26 @@ def print_table(table: Table) -> None:
     console.print(table)
 
 
-def say(message: str) -> None:
-    err_console.print(message)
+def say(message: str | Text) -> None:
+    """A message on stderr: a str is literal text (visible()), a Text keeps bench's styling."""
+    text = lit(message) if isinstance(message, str) else message
+    err_console.print(err_console.highlighter(text))
+
+
+def show(message: str | Text) -> None:
+    """say() on stdout."""
+    text = lit(message) if isinstance(message, str) else message
+    console.print(console.highlighter(text))
 
 
 @contextmanager
 def progress_bar(description: str, total: int):
     """Yields update(done, total, bytes) for long work; quiet when stderr is not a terminal."""
-    cols = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn()]
+    cols = [TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+            MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*cols, console=err_console, transient=False,
                   disable=not err_console.is_terminal) as prog:
-        task = prog.add_task(description, total=total)
+        task = prog.add_task(visible(description), total=total)
 
         def update(done: int, _total: int, done_bytes: int = 0) -> None:
             prog.update(task, completed=done)

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from bench.store.db import Store
-from bench.store.ingest import _get
+from bench.store.db import Store, get_or_create
 from bench.store.models import Bandwidth, Boot, Fingerprint, Host
 
 
 def store_bandwidth(store: Store, m: dict) -> int:
     """m: the result of bench.execute.bandwidth.measure_bandwidth. Returns the row id."""
     with store.session() as s, s.begin():
-        host = _get(s, Host, name=m["host"])
-        boot = _get(s, Boot, dict(cmdline=m["cmdline"], mem_total_bytes=m.get("mem_total_bytes"),
-                                  mglru_mask=m.get("mglru")), host_id=host.id,
-                    boot_id=m["boot_id"])
+        host = get_or_create(s, Host, name=m["host"])
+        boot = get_or_create(s, Boot, dict(cmdline=m["cmdline"],
+                                           mem_total_bytes=m.get("mem_total_bytes"),
+                                           mglru_mask=m.get("mglru")),
+                             host_id=host.id, boot_id=m["boot_id"])
         fp = m["fingerprint"]
-        fp_row = _get(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
+        fp_row = get_or_create(s, Fingerprint, {"data": fp}, host_id=host.id,
+                               digest=fp["digest"])
         row = Bandwidth(host_id=host.id, boot_ref=boot.id, fingerprint_id=fp_row.id,
                         device=m.get("device"), pool_dir=m["pool_dir"], threads=m["threads"],
                         bytes_per_pass=m["bytes_per_pass"], cold_seconds=m["cold"]["seconds"],

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bench.matrix.cells import parse_cell
-from bench.store.db import Store, StoreError, referenced
+from bench.store.db import Store, StoreError, get_or_create, referenced
 from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
 from bench.store.rows import CampaignRow, JournalRow, RunRow
 from bench.store.states import INITIAL, check_state, check_transition
@@ -33,25 +33,16 @@ def _iso(t: datetime | None) -> str | None:
 
 
 def host_row(s: Session, name: str) -> Host:
-    """The hosts row of `name`, created if missing."""
-    h = s.scalar(select(Host).where(Host.name == name))
-    if h is None:
-        h = Host(name=name)
-        s.add(h)
-        s.flush()
-    return h
+    """The hosts row of `name`, created if missing (race-free: bench.store.db.get_or_create)."""
+    return get_or_create(s, Host, name=name)
 
 
 def cell_row(s: Session, name: str) -> Cell:
-    """The cells row of a cell name, created (with its parsed axes) if missing."""
+    """The cells row of a cell name, created (with its parsed axes) if missing (race-free)."""
     c = parse_cell(name)
-    row = s.scalar(select(Cell).where(Cell.name == c.name))
-    if row is None:
-        row = Cell(name=c.name, capacity_bytes=c.capacity_bytes, mechanism=c.mechanism,
-                   reclaim=c.reclaim, mode=c.mode, hints=c.hints, delivery=c.delivery)
-        s.add(row)
-        s.flush()
-    return row
+    return get_or_create(s, Cell, dict(capacity_bytes=c.capacity_bytes, mechanism=c.mechanism,
+                                       reclaim=c.reclaim, mode=c.mode, hints=c.hints,
+                                       delivery=c.delivery), name=c.name)
 
 
 def _run(s: Session, run_id: str) -> Run:

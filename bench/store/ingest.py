@@ -4,6 +4,13 @@ part) and moved aside to a `rejected/` directory next to it, never half-written.
 re-evaluates stored runs under the current rule versions (`recheck`), rebuilding each bundle
 from its stored raw files.
 
+Concurrent ingests (several processes, one database) are safe: hosts, cells, campaigns,
+boots and fingerprints are got-or-created race-free (bench.store.db.get_or_create), and the
+first write of an ingest claims its run (the run row inserted with the bundle's digest, or a
+campaign's planned run given it where it has none), so of two ingests of one run exactly one
+stores it; the other waits for it and then reports "unchanged" (the same bundle) or refuses
+a different bundle under that run id, having written nothing.
+
 Engine runs (docs/engine.md) store no iterations and no agent summary: one engine_runs row
 (bench.judge.measured.engine_facts) and the counter deltas of the whole run (pre -> post)."""
 
@@ -21,9 +28,10 @@ from bench.errors import FormatError
 from bench.judge import measured
 from bench.judge.bundle import Bundle, BundleError, load, read_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
+from bench.paths import private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
-from bench.store.db import Store, StoreError, referenced, rowcount
+from bench.store.db import Store, StoreError, get_or_create, insert_if_absent, referenced, rowcount
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
                                 TimelineSample, Verdict, now)
@@ -31,14 +39,15 @@ from bench.store.states import check_transition
 
 
 def move_aside(path: Path) -> Path:
-    """Move a refused bundle to rejected/ next to it (a numbered name if taken)."""
-    dest_dir = path.parent / "rejected"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    """Move a refused bundle to rejected/ next to it (a numbered name if taken); rejected/
+    and the bundle in it are private like collected bundles (bench.paths)."""
+    dest_dir = private_dir(path.parent / "rejected")
     dest = dest_dir / path.name
     n = 1
     while dest.exists():
         dest, n = dest_dir / f"{path.name}.{n}", n + 1
     shutil.move(str(path), str(dest))
+    private_tree(dest)
     return dest
 
 
@@ -73,12 +82,48 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
                           f"{why} (moved to {dest})") from None
     with store.session() as s, s.begin():
         existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
-        if existing is not None and existing.bundle_digest == b.digest:
-            return {"run_id": b.run_id, "status": "unchanged", "retained": existing.retained}
         if existing is not None and existing.bundle_digest:
-            raise StoreError(f"run {b.run_id} is already stored from a different bundle",
-                             hint="run ids are unique; re-run under a new run id")
-        return _write(s, b, cell, metrics, nominal, source, existing)
+            return _stored(b, existing.bundle_digest, existing.retained)
+        host = get_or_create(s, Host, name=b.spec.get("host") or b.host.get("hostname")
+                             or "unknown")
+        cell_row = get_or_create(s, Cell, dict(
+            capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism, reclaim=cell.reclaim,
+            mode=cell.mode, hints=cell.hints, delivery=cell.delivery), name=cell.name)
+        run = _claim(s, b, existing, host.id, cell_row.id)
+        if run is None:         # another ingest stored this run first (now committed)
+            digest, retained = s.execute(select(Run.bundle_digest, Run.retained)
+                                         .where(Run.run_id == b.run_id)).one()
+            return _stored(b, digest, retained)
+        if existing is not None:    # a campaign's run: a checked move of the state machine
+            check_transition(b.run_id, run.state, "ingested")
+        return _write(s, b, cell_row, host, metrics, nominal, source, run)
+
+
+def _stored(b: Bundle, digest: str | None, retained: bool | None) -> dict:
+    """The answer for a run already stored: unchanged from this bundle, else refused."""
+    if digest == b.digest:
+        return {"run_id": b.run_id, "status": "unchanged", "retained": retained}
+    raise StoreError(f"run {b.run_id} is already stored from a different bundle",
+                     hint="run ids are unique; re-run under a new run id")
+
+
+def _claim(s: Session, b: Bundle, run: Run | None, host_id: int, cell_id: int) -> Run | None:
+    """This ingest's first write to the run, made so that only one ingest of a run gets past
+    it: a new run is inserted with the bundle's digest (run_id is unique: a concurrent
+    insert waits, then inserts nothing); a campaign's planned run gets the digest only where
+    it has none. Returns the run, re-read, or None when another ingest has claimed it."""
+    if run is None:
+        won = insert_if_absent(s, Run, run_id=b.run_id, host_id=host_id, cell_id=cell_id,
+                               state="ingested", bundle_digest=b.digest)
+    else:
+        won = rowcount(s.execute(update(Run).where(
+            Run.id == run.id, Run.bundle_digest.is_(None)).values(bundle_digest=b.digest))) == 1
+    if not won:
+        return None
+    claimed = s.scalar(select(Run).where(Run.run_id == b.run_id))
+    assert claimed is not None
+    s.refresh(claimed)          # its state as it is now, not as read before the claim
+    return claimed
 
 
 def _nominal(b: Bundle, path: Path, given: float | None, plan) -> tuple[float | None, str | None]:
@@ -91,15 +136,6 @@ def _nominal(b: Bundle, path: Path, given: float | None, plan) -> tuple[float | 
         if p.is_file():
             return nominal_from_plan(p, b.spec["capacity_bytes"]), f"demand:{p.name}"
     return None, None
-
-
-def _get(s: Session, model, defaults: dict | None = None, **key):
-    obj = s.scalar(select(model).filter_by(**key))
-    if obj is None:
-        obj = model(**key, **(defaults or {}))
-        s.add(obj)
-        s.flush()
-    return obj
 
 
 def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int, *,
@@ -126,38 +162,47 @@ def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int, *,
         return data
     fp = measured.fingerprint(stored_bundle(s, first))
     if refresh:
-        ch.fingerprint_id = _get(s, Fingerprint, {"data": fp}, host_id=host_id,
-                                 digest=fp["digest"]).id
+        ch.fingerprint_id = get_or_create(s, Fingerprint, {"data": fp}, host_id=host_id,
+                                          digest=fp["digest"]).id
     return fp
 
 
-def _write(s: Session, b: Bundle, cell, metrics: dict, nominal, source, run: Run | None) -> dict:
+def _reference(s: Session, campaign_id: str, host_id: int, fp_id: int) -> dict | None:
+    """The fingerprint a campaign's runs on a host are judged against: the first stored
+    one's. None when this run is the first (it becomes the reference, set only where none
+    is, so two first runs stored at once agree on one)."""
+    ref = reference_fingerprint(s, campaign_id, host_id)
+    if ref is not None:
+        return ref
+    ch = get_or_create(s, CampaignHost, {"fingerprint_id": fp_id}, campaign_id=campaign_id,
+                       host_id=host_id)
+    if ch.fingerprint_id is None:
+        s.execute(update(CampaignHost).where(
+            CampaignHost.campaign_id == campaign_id, CampaignHost.host_id == host_id,
+            CampaignHost.fingerprint_id.is_(None)).values(fingerprint_id=fp_id))
+        s.refresh(ch)
+    if ch.fingerprint_id is None or ch.fingerprint_id == fp_id:
+        return None
+    return referenced(s, Fingerprint, ch.fingerprint_id).data
+
+
+def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nominal, source,
+           run: Run) -> dict:
+    """Everything of a claimed run."""
     spec = b.spec
-    host = _get(s, Host, name=spec.get("host") or b.host.get("hostname") or "unknown")
-    cell_row = _get(s, Cell, dict(capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism,
-                                  reclaim=cell.reclaim, mode=cell.mode, hints=cell.hints,
-                                  delivery=cell.delivery), name=cell.name)
     fp = measured.fingerprint(b)
-    fp_row = _get(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
-    boot = _get(s, Boot, dict(cmdline=b.host.get("cmdline", ""),
-                              mem_total_bytes=b.host.get("mem_total_bytes"),
-                              mglru_mask=b.host.get("mglru")),
-                host_id=host.id, boot_id=b.host.get("boot_id") or "unknown")
+    fp_row = get_or_create(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
+    boot = get_or_create(s, Boot, dict(cmdline=b.host.get("cmdline", ""),
+                                       mem_total_bytes=b.host.get("mem_total_bytes"),
+                                       mglru_mask=b.host.get("mglru")),
+                         host_id=host.id, boot_id=b.host.get("boot_id") or "unknown")
     campaign_id = spec.get("campaign")
     ref = None
     if campaign_id:
-        _get(s, Campaign, {"matrix": None, "state": "running"}, id=campaign_id)
-        ref = reference_fingerprint(s, campaign_id, host.id)
-        if ref is None:
-            ch = _get(s, CampaignHost, campaign_id=campaign_id, host_id=host.id)
-            ch.fingerprint_id = fp_row.id
+        get_or_create(s, Campaign, {"matrix": None, "state": "running"}, id=campaign_id)
+        ref = _reference(s, campaign_id, host.id, fp_row.id)
     verdict = judge(b, ref)
     verdicts, keep = verdict.verdicts, verdict.retained
-    if run is None:             # a run made outside any campaign starts here
-        run = Run(run_id=b.run_id)
-        s.add(run)
-    else:                       # a campaign's run: a checked move of the state machine
-        check_transition(b.run_id, run.state, "ingested")
     run.campaign_id, run.host_id, run.cell_id = campaign_id, host.id, cell_row.id
     run.boot_ref, run.fingerprint_id = boot.id, fp_row.id
     run.position, run.repetition = spec.get("position"), spec.get("repetition")
@@ -274,8 +319,8 @@ def _refresh_fingerprint(s: Session, run: Run, fp: dict) -> None:
     if run.fingerprint_id is not None and \
             referenced(s, Fingerprint, run.fingerprint_id).digest == fp["digest"]:
         return
-    run.fingerprint_id = _get(s, Fingerprint, {"data": fp}, host_id=run.host_id,
-                              digest=fp["digest"]).id
+    run.fingerprint_id = get_or_create(s, Fingerprint, {"data": fp}, host_id=run.host_id,
+                                       digest=fp["digest"]).id
 
 
 def set_nominal(store: Store, cell: str, nominal_miss_bytes: float, source: str = "given") -> int:

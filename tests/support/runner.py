@@ -104,6 +104,15 @@ def wait_phase(bundle: Path, phases, timeout=60.0) -> dict:
     raise AssertionError(f"phase {phases} not reached in {timeout} s")
 
 
+def assert_private(bundle: Path) -> None:
+    """A run bundle is private to the runner's user: directories 0700, files 0600."""
+    modes = {str(p.relative_to(bundle)): p.lstat().st_mode & 0o7777
+             for p in [bundle, *bundle.rglob("*")]}
+    bad = {rel: oct(m) for rel, m in modes.items()
+           if m != (0o700 if (bundle / rel).is_dir() else 0o600)}
+    assert bad == {}, bad
+
+
 def verify_manifest(bundle: Path) -> dict:
     m = json.loads((bundle / "manifest.json").read_text())
     assert m["complete"] is True

@@ -20,6 +20,7 @@ from bench.hosts.inventory import Host, render_host_toml
 from bench.store.campaigns import journal_rows, run_rows, transition
 from bench.store.db import open_store
 from bench.store.states import TRANSITIONS
+from tests.support.runner import assert_private
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
 
@@ -90,6 +91,25 @@ def test_a_campaign_on_the_local_transport_goes_through_legal_moves_only(local_c
         # each run entered running once and was collected, ingested (by the store) and judged
         assert [m[1] for m in moves].count("running") == 1, moves
     assert [e.kind for e in events].count("state") >= 4 * 5
+    _assert_private_files(s, rids)
+
+
+def _assert_private_files(s: Settings, rids: list[str]) -> None:
+    """What the run left is private to the user that ran it: the data dir bench made, its
+    plans, traces and collected bundles, the database; the runner's bundles on the host."""
+    def mode(p: Path) -> int:
+        return p.stat().st_mode & 0o7777
+    data = Path(s.data_dir)
+    assert {mode(d) for d in (data, data / "plans", data / "traces", data / "bundles",
+                              data / "bundles" / "local")} == {0o700}
+    assert {mode(f) for d in ("plans", "traces") for f in (data / d).iterdir()} == {0o600}
+    db = Path(s.db_url.removeprefix("sqlite:///"))
+    assert mode(db) == 0o600
+    work = db.parent / "work"
+    for rid in rids:
+        assert_private(data / "bundles" / "local" / rid)
+        assert_private(work / "runs" / rid)
+    assert mode(work / "collect") == 0o700
 
 
 def test_the_store_refuses_the_executors_illegal_move_and_the_campaign_goes_on(local_campaign):

@@ -19,7 +19,7 @@ import pytest
 
 from bench.matrix import engine
 from tests.support import paths
-from tests.support.runner import RUNNER, read_json, start, verify_manifest, wait
+from tests.support.runner import RUNNER, assert_private, read_json, start, verify_manifest, wait
 
 REPO = paths.REPO
 ENGINE = REPO / "tests" / "fixtures" / "engine" / "engine.py"
@@ -156,6 +156,9 @@ def test_a_pair_runs_is_ingested_and_passes_every_gate(pool_and_prompts, work_di
         assert read_json(b / "mglru.json")["requested"] is None
         assert read_json(b / "capacity.json")["mechanism"] == "none"
         assert "output token ids:" in (b / "engine.stdout").read_text()
+        assert_private(b)
+        # the engine keeps the umask runners always gave it; the bundle is private anyway
+        assert "umask 0022" in (b / "engine.stderr").read_text()
         bundles.append(b)
     store = open_store(f"sqlite:///{tmp_path}/e2e.db")
     try:

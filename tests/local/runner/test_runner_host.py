@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runner import (PYTHON, RUNNER, make_spec, measured_device_bytes, read_json,
-                                  runner, start, timeline, verify_manifest, wait, wait_phase,
-                                  write_spec)
+from tests.support.runner import (PYTHON, RUNNER, assert_private, make_spec,
+                                  measured_device_bytes, read_json, runner, start, timeline,
+                                  verify_manifest, wait, wait_phase, write_spec)
 
 # a warm pass may read a stray metadata block (journal superblock, an inode): not experts
 WARM_SLACK = 256 << 10
@@ -59,6 +59,7 @@ def check_common(bundle: Path, st: dict, passes=2):
                       "capacity_applied", "warmup", "measuring", "collecting", "done"]
     assert BUNDLE_FILES <= {p.name for p in bundle.iterdir()}
     m = verify_manifest(bundle)
+    assert_private(bundle)      # kmsg.txt included: as restricted as dmesg may be
     for d in ("pre", "post", "pass0-start", "pass0-end", "pass1-start", "pass1-end"):
         assert f"snapshots/{d}/proc_diskstats" in m["files"], d
     drop = read_json(bundle / "drop.json")

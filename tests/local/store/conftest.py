@@ -74,18 +74,30 @@ def pg_server():
 _counter = iter(range(1_000_000))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request, tmp_path):
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/bench.db"
-        return
-    srv = request.getfixturevalue("pg_server")
+def _new_pg_database(srv) -> str:
     import psycopg
     name = f"bench_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(host=srv["sock"], port=srv["port"], user="postgres",
                          dbname="postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    yield f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
+    return f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/bench.db"
+        return
+    yield _new_pg_database(request.getfixturevalue("pg_server"))
+
+
+@pytest.fixture
+def fresh_db(db_url, request, tmp_path):
+    """new() -> the URL of another empty database of db_url's kind."""
+    if db_url.startswith("sqlite"):
+        return lambda: f"sqlite:///{tmp_path}/fresh-{next(_counter)}.db"
+    srv = request.getfixturevalue("pg_server")
+    return lambda: _new_pg_database(srv)
 
 
 @pytest.fixture

@@ -1,0 +1,87 @@
+"""Hostile names and messages that came in with bundles (host, campaign, a kernel log line that
+becomes a verdict's reason) stored in a real database, then every reading command through the
+CLI: no crash, the text shows literally, nothing a terminal would act on gets out. Before
+bench.results.views made them literal, a campaign named `[/]x` made `bench campaigns`, `bench
+runs` and `bench watch` fail with a MarkupError until the database was edited."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.cli import main
+from bench.results import views
+from bench.results.views import visible
+from bench.store.ingest import ingest_bundle
+from tests.support import hostile
+
+NAMES = ["[/]x", "[link=file:///etc/passwd]x[/link]", "h\x1b]0;pwned\x07[bold]y", "a\\",
+         ":smile:\u202e\x9b1m"]
+
+
+@pytest.fixture
+def hostile_db(store, db_url, bundles):
+    for i, s in enumerate(NAMES):
+        def edit(p, s=s):
+            p["kmsg.txt"] = f"Buffer I/O error on dev vda {s}\n"
+            p["status.json"]["reason"] = s
+        ingest_bundle(store, bundles(f"r{i}", "64m-cgroup-mglru", campaign=s, host=s,
+                                     position=i, edit=edit if i % 2 else None))
+    return db_url
+
+
+@pytest.fixture(autouse=True)
+def wide_consoles(monkeypatch):
+    """Wide enough that no table folds a name (then it must show in one piece)."""
+    for con in (views.console, views.err_console):
+        monkeypatch.setattr(con, "width", 1000)
+
+
+def _run(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def _check(text: str, names=NAMES) -> None:
+    assert not hostile.UNSAFE & set(text), repr(text[:3000])
+    for s in names:
+        assert visible(s) in text, (s, text[:3000])
+
+
+@pytest.mark.parametrize("argv", [
+    ["campaigns"], ["runs"], ["runs", "--rejected"],
+    ["results", "--cell", "64m-cgroup-mglru", "-v"],
+    ["results", "--matrix", "reclaim"],
+])
+def test_reading_commands_show_stored_hostile_text_literally(hostile_db, capsys, argv):
+    rc, text = _run(capsys, *argv, "--db", hostile_db)
+    assert rc == 0, text
+    if argv[0] in ("campaigns", "runs") and "--rejected" not in argv:
+        _check(text)
+    elif argv[0] == "results" and "-v" in argv:
+        _check(text, NAMES[1::2])           # the kernel log lines, in the verdicts' reasons
+    else:
+        _check(text, [])
+    json_rc, json_text = _run(capsys, *argv, "--db", hostile_db, "--json")
+    assert json_rc == 0 and json.loads(json_text) is not None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_watch_once_and_per_campaign_results(hostile_db, capsys, name):
+    rc, text = _run(capsys, "watch", name, "--once", "--db", hostile_db)
+    assert rc == 0, text
+    _check(text, [name])
+    rc, text = _run(capsys, "results", "--cell", "64m-cgroup-mglru", "--campaign", name,
+                    "--host", name, "--db", hostile_db)
+    assert rc == 0, text
+    _check(text, [name])
+
+
+def test_errors_quoting_hostile_text_are_literal(hostile_db, capsys):
+    """The error printer: a refused ingest names the bundle path, a missing campaign its id."""
+    rc, text = _run(capsys, "watch", "nope[/]\x1b[2J", "--once", "--db", hostile_db)
+    assert rc != 0
+    _check(text, [])
+    assert "error:" in text
