@@ -72,14 +72,14 @@ from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
 from bench.matrix.engine import EngineConfig, EngineTable, config_of
 from bench.matrix.schema import AXES
 from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
-from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, MIB, NAME_RE
+from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
 from bench.matrix.schema import PLACEMENTS as PLACEMENTS
 from bench.matrix.schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
 from bench.matrix.schema import RELATIVE_CAPACITY as _REL
 from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
                                  Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
                                  Workload, bad, collect, doc, matches, parse_capacity)
-from bench.units import format_size
+from bench.units import MB, format_size
 
 
 class MatrixError(InputError):
@@ -95,20 +95,22 @@ class Capacity:
     value: float        # bytes (abs) or fraction
 
     def resolve(self, pool_bytes: int | None, mem_total: int | None) -> tuple[int | None, str]:
-        """Bytes rounded down to a MiB, or (None, why not)."""
+        """Bytes: an absolute capacity exactly, a relative one rounded down to a whole decimal
+        MB (so its cell name stays short and exact: 0.133mem of 1536Mi -> 214M); or (None,
+        why not)."""
         if self.kind == "abs":
-            raw = int(self.value)
-        elif self.kind == "pool":
+            return int(self.value), ""
+        if self.kind == "pool":
             if pool_bytes is None:
                 return None, "pool size unknown (set workload.pool)"
-            raw = int(self.value * pool_bytes)
+            raw = self.value * pool_bytes
         else:
             if mem_total is None:
                 return None, f"{self.text} needs the host's memory.total in its inventory file"
-            raw = int(self.value * mem_total)
-        b = raw // MIB * MIB
+            raw = self.value * mem_total
+        b = int(raw) // MB * MB
         if b <= 0:
-            return None, f"{self.text} resolves to less than 1 MiB"
+            return None, f"{self.text} resolves to less than 1M (10^6 bytes)"
         return b, ""
 
 
@@ -329,7 +331,7 @@ def _scale_cells(cells: Any, scaled: Callable[[Any, str], Any]) -> None:
                 x["capacity"] = scaled(x["capacity"], f"cells.{key}[{i}].capacity")
             if key == "extra" and isinstance(x.get("cell"), str):
                 try:
-                    cell = parse_cell(x["cell"].lower())
+                    cell = parse_cell(x["cell"])
                 except InputError:
                     continue            # the scaled matrix's validation names it
                 del x["cell"]
