@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from bench.results.views import gib, size_text
+from bench.results.views import mem_gb, size_text
 
 
 def hosts_table(hosts: Sequence[dict]) -> Table:
@@ -50,8 +50,8 @@ def probe_table(results: Sequence[dict]) -> Table:
             f" on {','.join(dev['leaves'])}" if dev["leaves"] != [dev["name"]] else "")
         agent = f.get("agent")
         t.add_row(r["host"], str(f.get("kernel", "-")), str(f.get("arch", "-")),
-                  str(f.get("page_size", "-")), gib(f.get("mem_total_bytes")),
-                  gib(f.get("mem_available_bytes")), gib(f.get("swap_total_bytes")),
+                  str(f.get("page_size", "-")), mem_gb(f.get("mem_total_bytes")),
+                  mem_gb(f.get("mem_available_bytes")), mem_gb(f.get("swap_total_bytes")),
                   f.get("mglru") or "absent",
                   (f.get("cgroup") or {}).get("backend", "-"),
                   "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",

@@ -112,9 +112,11 @@ def test_plan_recall_demand_pool(capsys, tmp_path):
     assert rc == 0 and json.loads(out)["hints"]["recall"] == 1.0
     rc, out, _ = run(capsys, "trace", "recall", t, "--hints", tmp_path / "p.hints.bin", "--json")
     assert json.loads(out)["hints"]["provenance"]["file"] == str(tmp_path / "p.hints.bin")
-    rc, out, _ = run(capsys, "demand", t, "--capacity", "1M,64K", "--json")
+    # tiny's experts are 64 KiB: 1Mi holds 16 of them, 1M (10^6 bytes) only 15
+    rc, out, _ = run(capsys, "demand", t, "--capacity", "1Mi,64Ki,1m", "--json")
     rows = json.loads(out)
-    assert rc == 0 and [r["capacity_experts"] for r in rows] == [16, 1]
+    assert rc == 0 and [r["capacity_experts"] for r in rows] == [16, 1, 15]
+    assert [r["capacity"] for r in rows] == ["1Mi", "64Ki", "1M"]
     assert rows[0]["nominal_miss_gb_per_iteration"] <= rows[1]["nominal_miss_gb_per_iteration"]
     rc, _, err = run(capsys, "demand", t, "--capacity", "lots")
     assert rc == 2 and "is not a size" in err
