@@ -128,3 +128,18 @@ def test_plan_recall_demand_pool(capsys, tmp_path):
     rc, _, err = run(capsys, "pool", "make", tmp_path / "pool", "--layers", 2, "--experts", 3,
                      "--expert-bytes", 8192)
     assert rc == 1 and "refusing to overwrite" in err
+
+
+@pytest.mark.parametrize("cell", ["64G-balloon-mglru", "64g-balloon-mglru", "64Gi-cgroup-mglru",
+                                  "E2E-prose-admit"])
+def test_bench_run_accepts_cell_names_in_any_case(capsys, tmp_path, cell):
+    """The cell parses (any case): bench run goes on to the next check, the host."""
+    rc, _, err = run(capsys, "run", cell, "--host", "nosuch", "--trace", tmp_path / "t.jsonl",
+                     "--hosts-dir", tmp_path)
+    assert rc == 2 and "unknown host(s): nosuch" in err and "cell" not in err
+
+
+def test_bench_run_refuses_another_spelling_naming_the_canonical_one(capsys, tmp_path):
+    rc, _, err = run(capsys, "run", "64000M-balloon-mglru", "--host", "nosuch", "--trace",
+                     tmp_path / "t.jsonl", "--hosts-dir", tmp_path)
+    assert rc == 2 and "that cell is written 64G-balloon-mglru" in err
