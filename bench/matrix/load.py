@@ -18,15 +18,17 @@ Schema (see the shipped files for commented examples):
     reference = "paper §5, Fig. 3"   # optional, free text
     repetitions = 3                  # runs per cell and host (>= 1)
     memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
+    # sizes: K/M/G/T decimal as the paper writes capacities (64G = 64 x 10^9 bytes), Ki/Mi/Gi/Ti
+    # binary (6Gi), bare integers bytes; case-insensitive (bench.units)
     mglru_at_boot = false            # optional: MGLRU set at boot (bench.lru_gen=), not at run time
     [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
-                batch = 1, pool = "1347G" (optional size; needed for `pool` capacities when the
+                batch = 1, pool = "1447G" (optional size; needed for `pool` capacities when the
                 trace is a file), passes = 2, fixed_set_bytes = N (optional); for a synth
                 preset also layers, experts, expert_bytes, tokens (the preset's geometry changed)
     [order]     randomize = true, interleave_reps = true
     [hosts]     tags = "any" | { machine = ["A", "B"] }, placement = "each" | "one"
     [estimate]  run_seconds = 900, reboot_seconds = 600
-    [protocol]  cgroup_headroom = "6G" (memory.max = C + this; the paper's Algorithm 1),
+    [protocol]  cgroup_headroom = "6Gi" (memory.max = C + this; the paper's Algorithm 1),
                 balloon_max = "2G" (optional cap on what a balloon may lock)
     [cells]     capacities = ["64G", "0.044pool", "0.5mem"], mechanisms = [...], reclaims = [...],
                 modes = ["pagecache"], prefetch = ["none", "oracle-advice", ...],
@@ -34,9 +36,11 @@ Schema (see the shipped files for commented examples):
     [[cells.extra]]  cell = "448G-cgroup-mglru"  (or capacity/mechanism/reclaim/mode/prefetch),
                      optional tags, placement, repetitions
 
-Capacities: absolute (`64G`, binary units as cgroups take them), relative to the pool
-(`0.044pool`: that fraction of the workload's pool bytes) or to the host's memory (`0.5mem`: of
-its inventory memory.total); they resolve per host in bench.matrix.expand.
+Capacities: absolute (`64G` = 64 x 10^9 bytes as the paper writes C, `64Gi` binary; exact
+bytes, canonical text), relative to the pool (`0.044pool`: that fraction of the workload's pool
+bytes) or to the host's memory (`0.5mem`: of its inventory memory.total), rounded down to a
+whole decimal MB; they resolve per host in bench.matrix.expand. Cell names in [[cells.extra]]
+are read in any case.
 
 Scales: a `[scale.NAME]` table re-sizes the same matrix for smaller hosts (`bench schedule
 --scale lab`): `capacities = { "64G" = "0.133mem", ... }` maps every absolute capacity the
@@ -483,7 +487,7 @@ def _cell_rules(v: View, ctx: dict) -> Iterator[Problem]:
             if p.capacity.kind == "pool":
                 yield Problem(("workload", "pool"), f"missing: capacity {p.capacity.text} is "
                               "relative to the pool and the trace is a file",
-                              hint='give the pool size, e.g. pool = "1347G"')
+                              hint='give the pool size, e.g. pool = "1447G" (the K3 pool, 1.45 TB)')
                 break
 
 
