@@ -23,7 +23,12 @@ DEFAULT_HEADROOM = 6 << 30
 CELL_FIELDS = ("capacity_bytes", "mechanism", "reclaim", "mode", "prefetch", "delivery")
 ENGINE_CELL = re.compile(r"e2e-([a-z0-9_]{1,32})-(admit|nocache)")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+# sizes as bench writes them (bench/units.py): K/M/G/T decimal, Ki/Mi/Gi/Ti binary, bytes bare
+_DECIMAL = (("T", 10 ** 12), ("G", 10 ** 9), ("M", 10 ** 6), ("K", 10 ** 3))
+_BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+_MULT = {k.lower(): v for k, v in _DECIMAL + _BINARY}
+# sizes as the kernel's memparse reads them (mem=): K/M/G/T binary
+_KERNEL_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def valid_run_id(rid: object) -> bool:
@@ -31,23 +36,34 @@ def valid_run_id(rid: object) -> bool:
 
 
 def parse_size(text: object) -> int | None:
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)\s*", str(text).lower())
-    return int(m.group(1)) * _MULT[m.group(2)] if m else None
+    """A whole size as bench writes it ('64G' = 64 x 10^9, '64Gi' = 64 x 2^30, '4096');
+    case-insensitive; None when it is not one."""
+    m = re.fullmatch(r"\s*(\d+)\s*((?:[kmgt]i?)?)\s*", str(text).lower())
+    return int(m.group(1)) * _MULT.get(m.group(2), 1) if m else None
 
 
 def format_size(n: int) -> str:
-    for suffix in ("t", "g", "m", "k"):
-        if n and n % _MULT[suffix] == 0:
-            return f"{n // _MULT[suffix]}{suffix}"
+    """The canonical text of n bytes (bench.units.format_size): the largest decimal unit that
+    divides exactly, else the largest binary one, else the bytes."""
+    for suffix, unit in _DECIMAL + _BINARY:
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
     return str(n)
 
 
+def parse_kernel_size(text: object) -> int | None:
+    """A size as the kernel's memparse reads it (mem= on the command line): K/M/G/T binary."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)\s*", str(text).lower())
+    return int(m.group(1)) * _KERNEL_MULT[m.group(2)] if m else None
+
+
 def parse_cell(name: object) -> dict[str, Any]:
-    """Cell name -> fields; same grammar as bench/cells.py (kept in step by a test)."""
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]{1,96}", name):
+    """Cell name -> fields; same grammar as bench/matrix/cells.py (kept in step by a test):
+    case-insensitive, the canonical spelling but for case."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,96}", name):
         raise SpecError(f"bad cell name {name!r}")
-    parts = name.split("-")
-    if len(parts) < 3 or not re.fullmatch(r"[0-9]+[kmgt]?", parts[0]):
+    parts = name.lower().split("-")
+    if len(parts) < 3 or not re.fullmatch(r"[0-9]+(?:[kmgt]i?)?", parts[0]):
         raise SpecError(f"bad cell name {name!r}: want "
                         "{C}-{mechanism}-{reclaim}[-mode][-hints-delivery]")
     cap, mech, reclaim, rest = parse_size(parts[0]), parts[1], parts[2], parts[3:]
@@ -67,7 +83,7 @@ def parse_cell(name: object) -> dict[str, Any]:
         raise SpecError(f"cell {name!r}: bad mode/prefetch part {'-'.join(rest)!r}")
     canon = "-".join([format_size(cap), mech, reclaim] + ([mode] if mode != "pagecache" else [])
                      + rest)
-    if canon != name:
+    if canon.lower() != name.lower():
         raise SpecError(f"cell {name!r} is not in canonical form (write {canon})")
     return {"capacity_bytes": cap, "mechanism": mech, "reclaim": reclaim, "mode": mode,
             "prefetch": rest[0] if rest else "none", "delivery": rest[1] if rest else None}
@@ -75,7 +91,7 @@ def parse_cell(name: object) -> dict[str, Any]:
 
 def parse_engine_cell(name: object) -> dict[str, Any]:
     """Engine cell name -> fields; same grammar as bench/cells.py (kept in step by a test)."""
-    m = ENGINE_CELL.fullmatch(name) if isinstance(name, str) else None
+    m = ENGINE_CELL.fullmatch(name.lower()) if isinstance(name, str) else None
     if not m:
         raise SpecError(f"bad engine cell name {name!r}: want e2e-{{prompt}}-{{admit|nocache}}")
     return {"capacity_bytes": 0, "mechanism": "none", "reclaim": "host",
@@ -213,8 +229,9 @@ def _check_settings(r: dict[str, Any], spec: dict[str, Any], cell: dict[str, Any
     eb = _expect_boot(spec)
     r["expect_boot"] = eb
     if cell["mechanism"] == "memboot":
-        if not eb.get("mem") or parse_size(eb["mem"]) is None:
-            raise SpecError("a memboot cell needs expect_boot.mem (e.g. \"93G\")")
+        if not eb.get("mem") or parse_kernel_size(eb["mem"]) is None:
+            raise SpecError("a memboot cell needs expect_boot.mem, the mem= on the kernel "
+                            "command line (e.g. \"102000000000\")")
     if eb.get("lru_gen") not in (None, "on", "off"):
         raise SpecError(f"expect_boot.lru_gen {eb.get('lru_gen')!r} is not on, off or null")
     if not isinstance(spec.get("mglru_runtime_toggle", False), bool):

@@ -35,7 +35,8 @@ def demo(
     no_trace: Annotated[bool, typer.Option("--no-trace", help="Skip the trace pipeline; only "
                                            "the measured campaign.")] = False,
     max_lock: Annotated[str, typer.Option("--max-lock", help="Largest balloon (mlocked "
-                                          "memory) a cell may hold; larger ones are skipped.")]
+                                          "memory) a cell may hold; larger ones are skipped "
+                                          "(2G = 2 x 10^9 bytes).")]
     = "2G",
     db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
                                               "else the local SQLite).")] = None,

@@ -46,7 +46,8 @@ def _log():
 def hosts_reboot(
     host: HostArg,
     mem: Annotated[Optional[str], typer.Option(
-        help="mem= for the next boot (93G), or none.")] = None,
+        help="mem= for the next boot, as bench writes sizes (93G = 93 x 10^9 bytes, 102Gi "
+             "binary; written on the command line as exact bytes), or none.")] = None,
     lru_gen: Annotated[Optional[str], typer.Option(
         help="MGLRU at boot: on or off (applied early at boot by bench.lru_gen=).")] = None,
     up_timeout: TimeoutOpt = None,

@@ -110,7 +110,7 @@ def rules(json_out: JsonOpt = False) -> None:
             print(f"{r['rule']} v{r['version']}: {r['doc']}")
 
 def results(cell: Annotated[Optional[str], typer.Option(
-                "--cell", help="One cell, e.g. 64G-balloon-mglru.")] = None,
+                "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).")] = None,
             matrix: Annotated[Optional[str], typer.Option(
                 "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
                                  "(engine pairs: Table 3)")] = None,
@@ -154,8 +154,8 @@ def sizing(target_seconds: Annotated[float, typer.Option(
     if json_out:
         return views.emit_json(r)
     cap = r.get("capacity_bytes")
-    msg = {"interpolated": f"about {format_size(cap) if cap % (1 << 20) == 0 else cap} "
-                           f"({cap / 1e9:.2f} GB), interpolated" if cap else "",
+    about = format_size(cap // 10 ** 6 * 10 ** 6 if cap and cap >= 10 ** 6 else cap or 0)
+    msg = {"interpolated": f"about {about} ({cap / 1e9:.2f} GB), interpolated" if cap else "",
            "measured": f"{format_size(cap) if cap else '-'} (measured point)",
            "below_range": f"at most {format_size(cap) if cap else '-'} (the smallest measured "
                           "capacity already meets it)",

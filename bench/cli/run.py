@@ -15,6 +15,7 @@ from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.results import views
 from bench.results.views import LiteralTable, compose, styled
+from bench.units import kernel_size, parse_size
 
 
 def _table(results: list) -> LiteralTable:
@@ -50,7 +51,8 @@ def _table(results: list) -> LiteralTable:
     return t
 
 
-def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classic.")],
+def run(cell: Annotated[str, typer.Argument(
+            help="Cell name, e.g. 64G-balloon-mglru (case-insensitive).")],
         host: Annotated[str, typer.Option("--host", help="Host name(s), comma separated.")],
         trace: Annotated[Path, typer.Option("--trace", help="Trace JSONL the plan is made "
                                             "from.")],
@@ -63,7 +65,8 @@ def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classi
             "--run-id", help="Run id (default r<UTC time>-<random>); with several hosts "
             "each host's run id is <ID>-<host>.")] = None,
         mem: Annotated[Optional[str], typer.Option(
-            "--mem", help="memboot cells: the mem= the host booted with.")] = None,
+            "--mem", help="memboot cells: the mem= the host booted with, as bench writes "
+            "sizes (93G = 93 x 10^9 bytes; bench reboots write mem= as exact bytes).")] = None,
         db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default "
                                                   "$BENCH_DB, else the local SQLite).")] = None,
         no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
@@ -95,7 +98,9 @@ def run(cell: Annotated[str, typer.Argument(help="Cell name, e.g. 1g-none-classi
         raise InputError("--host is empty", "name at least one host of the inventory")
     hosts = select(load_inventory(hosts_dir), names)
     rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-    options = RunOptions(threads=threads, passes=passes, mem=mem)
+    # the kernel command line holds what bench wrote there: the exact bytes (bench.units)
+    options = RunOptions(threads=threads, passes=passes,
+                         mem=None if mem is None else kernel_size(parse_size(mem, "--mem")))
     ddir = data_dir or default_data_dir()
     from bench.execute.single import host_run_ids
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed

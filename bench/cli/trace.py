@@ -176,7 +176,8 @@ def sim(
 
 def demand(
     files: FilesArg,
-    capacity: Annotated[str, typer.Option(help="Comma list of capacities C (64G = 64 GiB).")],
+    capacity: Annotated[str, typer.Option(help="Comma list of capacities C (64G = 64 x 10^9 "
+                                                 "bytes; 64Gi binary).")],
     expert_bytes: Annotated[Optional[int], typer.Option(
         help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,

@@ -12,10 +12,13 @@ the local host through the real executor: a synthetic trace of 8 layers x 32 exp
 256 MiB pool, made under --out), cgroup walls at 1/4 and 1/2 of the pool (they bite: the pool
 does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small C
 would lock nearly the whole machine: balloon cells run only where that lock is at most
-`max_lock` (default 2G) and are skipped with the reason otherwise; one balloon cell sits at
-C = MemAvailable - max_lock/2 so that one does run. Cells the host cannot run are listed as
-skipped with the reason: memboot (the local host never reboots), MGLRU where the kernel has no
-/sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
+`max_lock` (default 2G = 2 x 10^9 bytes) and are skipped with the reason otherwise; one balloon
+cell sits at C = MemAvailable - max_lock/2 so that one does run, rounded down to a whole 100 MB
+so that its name stays the same from one demo to the next while MemAvailable drifts
+(`14800M-balloon-classic`). Capacities relative to the pool resolve to whole decimal MB (1/4 of
+the 256 MiB pool is `67M`): every cell name is canonical (bench.units). Cells the host cannot
+run are listed as skipped with the reason: memboot (the local host never reboots), MGLRU where
+the kernel has no /sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
 
 Why its own matrix, written to <out>/matrix.toml, rather than the shipped `smoke`: smoke's
 capacities are fractions of the host's memory (3-6 GiB here) on the 8 MiB `tiny` pool, so no
@@ -23,7 +26,7 @@ cgroup wall bites and its balloons would lock 18-21 GiB of a shared machine; the
 runs needs a capacity computed from this machine's MemAvailable, which no matrix can express.
 The file is a plain matrix: `bench schedule --matrix <out>/matrix.toml --hosts local
 --hosts-dir <out>/hosts` runs it again. Its [protocol] sets the cgroup headroom to 16 MiB (the
-agent's own anonymous memory is a few MiB; the default 6 GiB would hide a 64 MiB wall) and
+agent's own anonymous memory is a few MiB; the default 6 GiB would hide a 67 MB wall) and
 balloon_max to max_lock, which the runner enforces at run time (MemAvailable moves).
 """
 
@@ -56,7 +59,7 @@ from bench.store.db import open_store
 from bench.trace.locality import locality
 from bench.trace.parse import parse_trace, suspicious_first_passes
 from bench.trace.synth import generate, preset
-from bench.units import format_size, parse_size
+from bench.units import MB, format_size, parse_size
 
 DOMAINS = ("prose", "code", "math", "chat")
 # The paper's capacity sweep (Table 2) on the 1.45 TB K3 pool, as fractions of the pool so
@@ -66,9 +69,8 @@ PAPER_CAPACITIES = ("448G", "256G", "128G", "64G")
 
 
 def sweep_capacities(pool_bytes: int) -> list[int]:
-    """The paper's capacities scaled to this pool, rounded down to whole MiB."""
-    mib = 1 << 20
-    return [max(mib, int(parse_size(c) / PAPER_POOL_BYTES * pool_bytes) // mib * mib)
+    """The paper's capacities (decimal GB) scaled to this pool, rounded down to whole MB."""
+    return [max(MB, int(parse_size(c) / PAPER_POOL_BYTES * pool_bytes) // MB * MB)
             for c in PAPER_CAPACITIES]
 
 Step = Callable[[str], None]
@@ -135,14 +137,16 @@ DEMO_TRACE = {"layers": 8, "experts_per_layer": 32, "expert_bytes": MIB, "tokens
 DEMO_POOL = (DEMO_TRACE["layers"] * DEMO_TRACE["experts_per_layer"]
              * DEMO_TRACE["expert_bytes"])                               # 256 MiB
 CGROUP_HEADROOM = 16 * MIB
+BALLOON_GRAIN = 100 * MB        # the demo's balloon capacity is a whole 100 MB: a stable name
 HOST = "local"
 
 MATRIX_TEMPLATE = """\
-# Written by `bench demo` for this machine (MemAvailable {avail_mib} MiB at {when}).
-# Cgroup walls at 1/4 and 1/2 of the {pool_mib} MiB pool, `none`, balloons at the same
+# Written by `bench demo` for this machine (MemAvailable {avail} at {when}).
+# Cgroup walls at 1/4 and 1/2 of the {pool} pool, `none`, balloons at the same
 # capacities (each locks MemAvailable - C: skipped above --max-lock {max_lock}) and one at
-# C = MemAvailable - {lock_mib} MiB that locks about {lock_mib} MiB; a memboot and an MGLRU cell
-# that this host may not be able to run (then listed as skipped with the reason).
+# C = {balloon} (MemAvailable - {lock}, rounded down to 100M) that locks about {lock}; a
+# memboot and an MGLRU cell that this host may not be able to run (then listed as skipped with
+# the reason). Sizes: 1M = 10^6 bytes, 1Mi = 2^20.
 name = "demo"
 description = "bench demo: cgroup walls, balloon and none on a 256 MiB pool, local host"
 reference = "bench demo"
@@ -151,7 +155,7 @@ repetitions = 1
 [workload]
 trace = "{trace}"
 batch = 1
-pool = "{pool_mib}M"
+pool = "{pool}"
 passes = 2
 
 [order]
@@ -167,8 +171,8 @@ run_seconds = 20
 reboot_seconds = 120
 
 [protocol]
-cgroup_headroom = "{headroom_mib}M"
-balloon_max = "{max_lock_mib}M"
+cgroup_headroom = "{headroom}"
+balloon_max = "{max_lock}"
 
 [cells]
 capacities = ["0.25pool", "0.5pool"]
@@ -176,7 +180,7 @@ mechanisms = ["cgroup", "balloon"]
 reclaims = ["classic"]
 
 [[cells.extra]]
-capacity = "{balloon_mib}M"
+capacity = "{balloon}"
 mechanism = "balloon"
 reclaim = "classic"
 
@@ -256,13 +260,22 @@ def write_hosts(out: Path) -> Path:
     return d
 
 
+def balloon_capacity(avail: int, max_lock: int) -> int:
+    """C of the demo's balloon cell: MemAvailable - max_lock/2, rounded down to a whole 100 MB
+    (to a whole MB when the extra lock that adds would pass max_lock), at least 1 MB."""
+    lock = max(MB, max_lock // 2)
+    grain = BALLOON_GRAIN if lock + BALLOON_GRAIN <= max_lock else MB
+    return max(MB, (avail - lock) // grain * grain)
+
+
 def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
-    lock = max(MIB, max_lock // 2 // MIB * MIB)
+    balloon = balloon_capacity(avail, max_lock)
     return MATRIX_TEMPLATE.format(
-        avail_mib=avail // MIB, when=time.strftime("%Y-%m-%d %H:%M:%S"),
-        pool_mib=DEMO_POOL // MIB, max_lock=format_size(max_lock), lock_mib=lock // MIB,
-        headroom_mib=CGROUP_HEADROOM // MIB, max_lock_mib=max_lock // MIB,
-        trace=str(trace.resolve()), balloon_mib=max(MIB, avail - lock) // MIB)
+        avail=format_size(avail // MB * MB), when=time.strftime("%Y-%m-%d %H:%M:%S"),
+        pool=format_size(DEMO_POOL), max_lock=format_size(max_lock),
+        lock=format_size(max(MB, max_lock // 2) // MB * MB),
+        headroom=format_size(CGROUP_HEADROOM), trace=str(trace.resolve()),
+        balloon=format_size(balloon))
 
 
 def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:
@@ -276,11 +289,11 @@ def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:
     if cell.mechanism == "balloon":
         lock = avail - cell.capacity_bytes
         if lock <= 0:
-            return (f"MemAvailable {format_size(avail // MIB * MIB)} is already at or below C: "
+            return (f"MemAvailable {format_size(avail // MB * MB)} is already at or below C: "
                     "a balloon has nothing to lock")
         if lock > max_lock:
-            need = -(-lock // (1 << 30))
-            return (f"the balloon would lock {lock / (1 << 30):.1f} GiB (MemAvailable - C), above "
+            need = -(-lock // 10 ** 9)
+            return (f"the balloon would lock {lock / 1e9:.1f} GB (MemAvailable - C), above "
                     f"--max-lock {format_size(max_lock)}; pass --max-lock {need}G to run it")
     return None
 
@@ -309,7 +322,7 @@ class DemoCampaign:
 
 
 def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | None = None,
-                     max_lock: int = 2 << 30, seed: int = 0, threads: int = 2,
+                     max_lock: int = 2 * 10 ** 9, seed: int = 0, threads: int = 2,
                      step: Step = lambda _msg: None) -> tuple[DemoCampaign, Settings]:
     """Trace, inventory, matrix, host facts, the plan with this host's skips, and the campaign
     created in the store. Returns (DemoCampaign, campaign Settings)."""

@@ -4,7 +4,11 @@ builders (kexec, grub-reboot, a command). bench.hosts.reboot does the I/O with t
 
 Conventions
 -----------
-* `mem`: a kernel size string (`768M`, `64G`) or None = no `mem=` on the next boot.
+* `mem`: the wished memory limit as bench writes sizes (bench.units: `93G` = 93 x 10^9 bytes,
+  `102Gi` = 102 x 2^30, or bytes) or None = no `mem=` on the next boot. The kernel's memparse
+  reads `mem=102G` as 102 GiB, so bench writes `mem=` as the exact bytes (`normalize_mem`:
+  `93G` -> `mem=93000000000`) and compares what /proc/cmdline shows as bytes (`parse_mem`, the
+  kernel's reading), whatever spelling the command line uses.
 * `lru_gen`: "on" | "off" | None. The kernel has no boot switch for MGLRU; bench's convention is
   the parameter `bench.lru_gen=on|off`, applied early at boot by the host (the lab guests' init
   does it, bench/lab/guest/rcS; on real hosts a unit installed by bench). None = the kernel's
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from bench.errors import InputError, SafetyError
 from bench.hosts.inventory import Host
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen, parse_meminfo
+from bench.units import format_size, kernel_size, parse_kernel_size, parse_size
 
 LRU_PARAM = "bench.lru_gen"
 LRU_VALUES = ("on", "off")
@@ -36,30 +41,42 @@ LRU_ENABLED = "/sys/kernel/mm/lru_gen/enabled"
 MIB = 1 << 20
 GIB = 1 << 30
 
-_MEM_RE = re.compile(r"^([1-9][0-9]*)([KMGT]?)$", re.IGNORECASE)
-_MEM_MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
 
 # pure: values ------------------------------------------------------------------------------------
 
 def parse_mem(mem: str) -> int:
-    """A `mem=` value as the kernel's memparse reads it ('768M' -> bytes). Integers with an
-    optional K/M/G/T suffix only: no decimals, no 'iB' (the kernel would misread those)."""
-    m = _MEM_RE.match(str(mem).strip())
-    if not m:
-        raise InputError(f"mem={mem!r} is not a kernel size",
-                         hint="write a whole number with an optional K, M, G or T: 768M, 64G; "
-                              "or 'none' for no mem=")
-    return int(m.group(1)) * _MEM_MULT[m.group(2).upper()]
+    """A `mem=` value as the kernel's memparse reads it (what /proc/cmdline shows: `102G` is
+    102 GiB, `102000000000` bytes). Integers with an optional K/M/G/T suffix only."""
+    b = parse_kernel_size(mem, "mem=")
+    if b <= 0:
+        raise InputError(f"mem={mem!r} must be positive")
+    return b
 
 
-def normalize_mem(mem: str | None) -> str | None:
-    """'none'/''/None -> None; else the value, validated, with an upper-case suffix."""
+def normalize_mem(mem: str | int | None) -> str | None:
+    """A wished mem= (a bench size: `93G` = 93 x 10^9 bytes, `102Gi`, bytes) -> the text bench
+    writes on the kernel command line: the exact bytes (`93000000000`); 'none'/''/None -> None.
+    Idempotent (bytes read the same as a bench size and as a kernel size)."""
     if mem is None or str(mem).strip().lower() in ("", "none"):
         return None
-    parse_mem(mem)
-    s = str(mem).strip()
-    return s[:-1] + s[-1].upper() if s[-1].isalpha() else s
+    try:
+        b = parse_size(mem, "mem=")
+    except InputError:
+        raise InputError(f"mem={mem!r} is not a size",
+                         hint="write it as bench writes sizes: 93G (93 x 10^9 bytes), 102Gi "
+                              "(102 x 2^30) or bytes; or 'none' for no mem=") from None
+    if b <= 0:
+        raise InputError(f"mem={mem!r} must be positive")
+    return kernel_size(b)
+
+
+def mem_text(mem: str | None) -> str:
+    """A kernel mem= text for people: `102000000000` -> `102000000000 (102G)`."""
+    if mem is None:
+        return "no mem="
+    b = parse_mem(mem)
+    canon = format_size(b)
+    return f"mem={mem}" if canon == mem else f"mem={mem} ({canon})"
 
 
 def normalize_lru(lru_gen: str | None) -> str | None:
@@ -225,17 +242,16 @@ def evaluate_gate(before: Observation, after: Observation, mem: str | None,
     checks.append(Check("boot_id changed", after.boot_id != before.boot_id,
                         f"{before.boot_id} -> {after.boot_id}"))
     seen_mem = cmdline_param(after.args, "mem")
-    checks.append(Check("cmdline mem=", seen_mem == mem,
-                        f"wanted {'mem=' + mem if mem else 'no mem='}, /proc/cmdline has "
-                        f"{'mem=' + seen_mem if seen_mem else 'no mem='}"))
+    checks.append(Check("cmdline mem=", _same_mem(seen_mem, mem),
+                        f"wanted {mem_text(mem)}, /proc/cmdline has {_seen_text(seen_mem)}"))
     seen_lru = cmdline_param(after.args, LRU_PARAM)
     checks.append(Check(f"cmdline {LRU_PARAM}=", seen_lru == lru_gen,
                         f"wanted {lru_gen or '(absent)'}, found {seen_lru or '(absent)'}"))
     if mem is not None:
         lo, hi = memtotal_range(parse_mem(mem), arch, full_memtotal)
         checks.append(Check("MemTotal in range", lo <= after.memtotal <= hi,
-                            f"{after.memtotal} bytes, expected [{lo}, {hi}] for mem={mem} "
-                            f"on {arch}"))
+                            f"{after.memtotal} bytes, expected [{lo}, {hi}] for "
+                            f"{mem_text(mem)} on {arch}"))
     elif cmdline_param(before.args, "mem") is not None:
         checks.append(Check("MemTotal grew", after.memtotal > before.memtotal,
                             f"{before.memtotal} -> {after.memtotal} bytes (mem= dropped)"))
@@ -252,6 +268,23 @@ def evaluate_gate(before: Observation, after: Observation, mem: str | None,
                                 f"wanted main bit {'on' if want else 'off'}, "
                                 f"mask {after.lru_mask:#06x}"))
     return Gate(all(c.ok for c in checks), tuple(checks))
+
+
+def _same_mem(seen: str | None, want: str | None) -> bool:
+    """Whether the command line's mem= (kernel text) is the wished one, compared as bytes."""
+    if seen is None or want is None:
+        return seen is None and want is None
+    try:
+        return parse_mem(seen) == parse_mem(want)
+    except InputError:
+        return False
+
+
+def _seen_text(seen: str | None) -> str:
+    try:
+        return mem_text(seen)
+    except InputError:
+        return f"mem={seen} (not a kernel size)"
 
 
 # pure: safety ------------------------------------------------------------------------------------
@@ -278,15 +311,17 @@ def check_reboot_allowed(host: Host, mem: str | None, *, local_boot_id: str | No
         want = parse_mem(mem)
         floor = host.mem_floor
         if floor is None:
-            raise SafetyError(f"{name}: no memory floor in the inventory; refusing mem={mem}",
+            raise SafetyError(f"{name}: no memory floor in the inventory; refusing "
+                              f"{mem_text(mem)}",
                               hint="set [memory] floor = \"...\" (lowest mem= that is safe)")
         if want < floor:
-            raise SafetyError(f"{name}: mem={mem} ({want} bytes) is below the host's floor "
-                              f"({floor} bytes); refusing",
+            raise SafetyError(f"{name}: {mem_text(mem)} is below the host's floor "
+                              f"{format_size(floor)} ({floor} bytes); refusing",
                               hint="pick a mem= at or above [memory] floor")
         total = host.mem_total
         if total is not None and want > 2 * total:
-            raise SafetyError(f"{name}: mem={mem} is far above the host's memory ({total} bytes)")
+            raise SafetyError(f"{name}: {mem_text(mem)} is far above the host's memory "
+                              f"({format_size(total)}, {total} bytes)")
 
 
 # pure: one-shot command builders -----------------------------------------------------------------

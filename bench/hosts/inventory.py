@@ -15,7 +15,9 @@ commented example):
     [tags]                      # free-form str -> str (machine = "A", nvme = "gen5" ...)
     [ssh]                       # optional: identity_file, proxy_jump, known_hosts, config,
                                 #   connect_timeout, banner_timeout, auth_timeout
-    [memory]                    # total (size), floor (lowest safe mem=, size)
+    [memory]                    # total (size), floor (lowest safe mem=, size); sizes as bench
+                                #   writes them: "480G" = 480 x 10^9 bytes (the paper's 480 GB
+                                #   machines), "448Gi" binary (as MemTotal counts), or bytes
     [reboot]                    # allowed, method (grub-reboot | kexec | command | none),
                                 #   grub_entry, kexec_kernel, kexec_initrd, command (argv),
                                 #   down_timeout, up_timeout (seconds), power_cycle (argv,
@@ -36,6 +38,7 @@ from bench.errors import InventoryError
 from bench.hosts.schema import (  # noqa: F401 - the allowed values, re-exported from their old home
     NAME_RE, REBOOT_METHODS, TRANSPORTS, HostFile, HostFileError)
 from bench.matrix.schema import SchemaError, collect
+from bench.units import format_size
 
 
 @dataclass(frozen=True)
@@ -201,9 +204,9 @@ def render_host_toml(h: Host) -> str:
     if h.mem_total or h.mem_floor:
         lines.append("[memory]")
         if h.mem_total:
-            lines.append(f"total = {h.mem_total}")
+            lines.append(f"total = {q(format_size(h.mem_total))}")
         if h.mem_floor:
-            lines.append(f"floor = {h.mem_floor}")
+            lines.append(f"floor = {q(format_size(h.mem_floor))}")
         lines.append("")
     lines.append("[reboot]")
     for k, v in asdict(h.reboot).items():

@@ -56,8 +56,11 @@ class SSHTable(Table):
 
 class MemoryTable(Table):
     """The host's memory, as bench may shape it."""
-    total: Size | None = doc("the host's memory (0.5mem capacities are fractions of it)", None)
-    floor: Size | None = doc("the lowest mem= bench will ever boot the host with", None)
+    total: Size | None = doc("the host's memory (0.5mem capacities are fractions of it): "
+                             "\"480G\" (480 x 10^9 bytes, the paper's GB) or \"448Gi\" (binary, "
+                             "as MemTotal counts)", None)
+    floor: Size | None = doc("the lowest mem= bench will ever boot the host with (a size, "
+                             "like total; bench writes mem= as exact bytes)", None)
 
     @staticmethod
     def rules(v: View, ctx: dict) -> Iterator[Problem]:

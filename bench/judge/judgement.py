@@ -13,7 +13,7 @@ from bench.errors import BenchError
 from bench.judge import measured, retention
 from bench.judge.bundle import Bundle, BundleError
 from bench.judge.retention import Verdict
-from bench.matrix.cells import Cell, parse_cell
+from bench.matrix.cells import Cell, legacy_cell, parse_cell
 
 METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
                   "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
@@ -23,11 +23,17 @@ METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iterat
 
 def bundle_cell(b: Bundle, where: str) -> Cell:
     """The bundle's cell, refused (BundleError naming spec.json) when its name does not parse
-    or the spec's own mechanism, reclaim or capacity contradict it."""
-    try:
-        cell = parse_cell(b.spec.get("cell", ""))
-    except BenchError as exc:
-        raise BundleError(where, "spec.json", f"cell: {exc.message}") from None
+    or the spec's own mechanism, reclaim or capacity contradict it. A bundle written before
+    capacities were decimal names its cell in lower case with binary units (`64g-...` for
+    64 GiB): its spec's capacity_bytes says so, and the cell is the canonical one of those bytes
+    (`64Gi-...`), as migration 0004 renamed the stored cells."""
+    name = b.spec.get("cell", "")
+    cell = legacy_cell(name)
+    if cell is None or cell.capacity_bytes != b.spec.get("capacity_bytes"):
+        try:
+            cell = parse_cell(name)
+        except BenchError as exc:
+            raise BundleError(where, "spec.json", f"cell: {exc.message}") from None
     for attr in ("mechanism", "reclaim", "capacity_bytes"):
         if attr in b.spec and b.spec[attr] != getattr(cell, attr):
             raise BundleError(where, "spec.json", f"{attr} {b.spec[attr]!r} contradicts "

@@ -18,12 +18,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.errors import InputError
 from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
 from bench.judge.counters import find
 from bench.judge.measured import (delta, engine_facts, fingerprint, fingerprint_diff,
                                   measured_records, mglru_state, snap)
-from bench.units import parse_size
+from bench.units import format_size, parse_kernel_size
 
 MiB = 1 << 20
 VMLCK_TOLERANCE = 0.99          # VmLck must reach 99% of the request (page rounding)
@@ -197,10 +198,12 @@ def mglru_as_requested(b, ctx):
     return True, f"MGLRU {'on' if want else 'off'} at loop entry and end"
 
 
-@rule("boot_matches", 1)
+@rule("boot_matches", 2)
 def boot_matches(b, ctx):
     """Same boot throughout (and the new one when the controller rebooted), mem= as expected,
-    MemTotal in range for memboot cells."""
+    MemTotal in range for memboot cells. mem= values are kernel text (memparse: K/M/G/T are
+    binary there; bench writes exact bytes) and compare as bytes (version 2; version 1
+    compared the text)."""
     exp = b.spec.get("expect_boot") or {}
     ids = {p: (b.snapshots.get(p, {}).get("proc_sys_kernel_random_boot_id") or "").strip()
            for p in ("pre", "post")}
@@ -210,16 +213,36 @@ def boot_matches(b, ctx):
     if exp.get("boot_id") and exp["boot_id"] != host_id:
         return False, f"boot_id {host_id} is not the expected new boot {exp['boot_id']}"
     mem = cmdline_param(parse_cmdline(b.host.get("cmdline", "")), "mem")
-    if (exp.get("mem") or None) != mem:
-        return False, f"mem= on the cmdline is {mem!r}, expected {exp.get('mem')!r}"
+    want = exp.get("mem") or None
+    if _mem_key(want) != _mem_key(mem):
+        return False, f"mem= on the cmdline is {mem!r}, expected {want!r}"
     total = b.host.get("mem_total_bytes")
+    cap = _mem_bytes(mem)
     if b.spec.get("mechanism") == "memboot":
-        if not mem:
-            return False, "memboot cell without mem= on the cmdline"
-        cap = parse_size(mem.upper(), "mem=")
+        if not cap:
+            return False, f"memboot cell without a usable mem= on the cmdline ({mem!r})"
         if total is None or not MEMBOOT_MIN_FRACTION * cap <= total <= cap:
             return False, f"MemTotal {total} outside [{MEMBOOT_MIN_FRACTION:g} x, 1 x] mem={mem}"
-    return True, f"boot {host_id[:8] if host_id else '?'} throughout, mem={mem or 'none'}"
+    shown = mem or "none"
+    if cap is not None and format_size(cap) != mem:
+        shown += f" ({format_size(cap)})"
+    return True, f"boot {host_id[:8] if host_id else '?'} throughout, mem={shown}"
+
+
+def _mem_bytes(mem: str | None) -> int | None:
+    """A mem= value as the kernel reads it; None for none or an unreadable value."""
+    if not mem:
+        return None
+    try:
+        return parse_kernel_size(mem, "mem=")
+    except InputError:
+        return None
+
+
+def _mem_key(mem: str | None) -> int | str | None:
+    """What two mem= values are compared by: their bytes, else (unreadable) their text."""
+    b = _mem_bytes(mem)
+    return mem if b is None else b
 
 
 @rule("caches_dropped", 1)

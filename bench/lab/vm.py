@@ -36,7 +36,7 @@ from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.lab.vm_image import build_image, cache_dir, lab_key, run_cmd, say
 
 GUEST_MEM_MIB = 1536
-MEM_FLOOR = "512M"
+MEM_FLOOR = 512 << 20          # 512Mi: the lowest mem= a guest is booted with (inventory floor)
 POOL_DISK_BYTES = 4 << 30
 NAMES = "abcdefghij"
 BASE_APPEND = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4"
@@ -170,7 +170,7 @@ def _write_inventory(g: dict, hosts_dir: Path) -> Path:
              tags={"lab": "vm", "machine": g["name"][-1].upper(), "accel": "tcg"},
              ssh=SSHOptions(identity_file=g["identity_file"], known_hosts=g["known_hosts"],
                             connect_timeout=10.0, banner_timeout=30.0, auth_timeout=30.0),
-             mem_total=g["mem_mib"] << 20, mem_floor=512 << 20,
+             mem_total=g["mem_mib"] << 20, mem_floor=MEM_FLOOR,
              reboot=RebootSpec(allowed=True, method="kexec", down_timeout=120.0,
                                up_timeout=300.0,
                                power_cycle=(sys.executable, "-m", "bench.lab.vm",

@@ -1,16 +1,26 @@
 """Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]` (DESIGN.md).
 
-Lower case; the mode is omitted when it is `pagecache`, the prefetch when it is `none`.
-Examples: 64G-balloon-mglru, 93G-memboot-mglru, 256G-cgroup-mglru-pinned,
-256G-cgroup-mglru-pilot-advice. `parse_cell` and `Cell.name` are exact inverses; a bad name is
-an InputError listing the valid choices. Pure.
+The mode is omitted when it is `pagecache`, the prefetch when it is `none`. C is a size in the
+paper's decimal units with binary `Ki`/`Mi`/`Gi`/`Ti` where the capacity is binary (bench.units):
+`64G` is 64 x 10^9 bytes, `64Gi` 64 x 2^30. Input is case-insensitive everywhere (`64g-BALLOON-
+mglru` is the cell `64G-balloon-mglru`); the canonical name, used in output and storage, writes
+C as bench.units.format_size does (the unit letter upper case, `i` lower case) and the rest in
+lower case. Examples: 64G-balloon-mglru, 93G-memboot-mglru, 256G-cgroup-mglru-pinned,
+256G-cgroup-mglru-pilot-advice, 64Gi-cgroup-mglru. `parse_cell` and `Cell.name` are exact
+inverses (parse_cell(c.name) == c, and parse_cell(n).name == n for a canonical n); another
+spelling of the same capacity (`64000M`, `64GB`) is refused naming the canonical one; a bad name
+is an InputError listing the valid choices. Pure.
+
+Names stored before capacities were decimal were all lower case and read K/M/G/T as binary
+(`64g-...` was 64 GiB); migration 0004 renamed them (`64Gi-...`). `legacy_cell` reads such
+a name the old way, for bundles written before then.
 
 End-to-end engine cells (bench.matrix.engine, docs/engine.md) are a second kind:
 `e2e-{prompt}-{policy}` with policy `admit` (page-cache admission: mode pagecache) or `nocache`
-(mode nocache), e.g. e2e-prose-admit. They run at ample capacity with no capacity mechanism and
-leave reclaim as the host runs it: capacity_bytes 0, mechanism none, reclaim `host`
-(ENGINE_RECLAIM); `prompt` holds the prompt label. Replay cells never start with a letter, so the
-two grammars cannot collide.
+(mode nocache), e.g. e2e-prose-admit (lower case; read case-insensitively too). They run at
+ample capacity with no capacity mechanism and leave reclaim as the host runs it:
+capacity_bytes 0, mechanism none, reclaim `host` (ENGINE_RECLAIM); `prompt` holds the prompt
+label. Replay cells never start with a letter, so the two grammars cannot collide.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from bench.errors import InputError
-from bench.units import format_size, parse_size
+from bench.units import format_size, parse_kernel_size, parse_size
 
 # the allowed values, spelled once as Literal types (schemas and the type checker read those)
 Mechanism = Literal["cgroup", "balloon", "memboot", "none"]
@@ -30,7 +40,8 @@ MECHANISMS: tuple[str, ...] = get_args(Mechanism)
 RECLAIMS: tuple[str, ...] = get_args(Reclaim)
 MODES: tuple[str, ...] = get_args(Mode)
 DELIVERIES = ("advice", "block")
-_CAPACITY = re.compile(r"^[0-9]+[kmgt]?$")
+_CAPACITY = re.compile(r"^[0-9]+(?:[kmgt]i?)?$", re.IGNORECASE)
+_LEGACY_CAPACITY = re.compile(r"^[0-9]+[kmgt]?$")
 _LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
 ENGINE_PREFIX = "e2e"
 ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
@@ -103,7 +114,7 @@ class Cell:
             parts.append(self.mode)
         if self.hints is not None:
             parts.append(self.prefetch)         # {hints}-{delivery}
-        return "-".join(parts).lower()
+        return "-".join(parts)
 
 
 def engine_cell(prompt: str, policy: str) -> Cell:
@@ -117,7 +128,8 @@ def engine_cell(prompt: str, policy: str) -> Cell:
 def _fail(name: str, why: str) -> InputError:
     return InputError(
         f"bad cell name {name!r}: {why}",
-        hint="write {C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}] with C like 64G; "
+        hint="write {C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}] with C like 64G "
+             "(decimal, 64 x 10^9 bytes) or 64Gi (binary); "
              f"mechanisms: {', '.join(MECHANISMS)}; reclaim: {', '.join(RECLAIMS)}; "
              f"modes: {', '.join(MODES[1:])} (pagecache is omitted); deliveries: "
              f"{', '.join(DELIVERIES)}; or an engine cell {ENGINE_PREFIX}-{{prompt}}-"
@@ -125,9 +137,13 @@ def _fail(name: str, why: str) -> InputError:
 
 
 def parse_cell(name: str) -> Cell:
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_-]{1,96}", name):
-        raise _fail(str(name), "only lower-case letters, digits, '_' and '-' are allowed")
+    """The cell of a name, read case-insensitively (module doc); refuses a name that is not
+    the canonical spelling but for case."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,96}", name):
+        raise _fail(str(name), "only letters, digits, '_' and '-' are allowed")
     parts = name.split("-")
+    cap = parts[0]
+    parts = [p.lower() for p in parts]
     if parts[0] == ENGINE_PREFIX:
         if len(parts) != 3 or not _LABEL.match(parts[1]) or parts[2] not in POLICY_MODES:
             raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}} with a "
@@ -136,9 +152,9 @@ def parse_cell(name: str) -> Cell:
         return engine_cell(parts[1], parts[2])
     if len(parts) < 3:
         raise _fail(name, "it needs at least capacity, mechanism and reclaim")
-    cap, mech, reclaim, rest = parts[0], parts[1], parts[2], parts[3:]
+    mech, reclaim, rest = parts[1], parts[2], parts[3:]
     if not _CAPACITY.match(cap):
-        raise _fail(name, f"capacity {cap!r} is not a size like 64g or 768m")
+        raise _fail(name, f"capacity {cap!r} is not a size like 64G, 768M or 64Gi")
     if mech not in MECHANISMS:
         raise _fail(name, f"unknown mechanism {mech!r}")
     if reclaim not in RECLAIMS:
@@ -155,7 +171,22 @@ def parse_cell(name: str) -> Cell:
         hints, delivery = rest
         if delivery not in DELIVERIES:
             raise _fail(name, f"unknown delivery {delivery!r}")
-    cell = Cell(parse_size(cap.upper(), "cell capacity"), mech, reclaim, mode, hints, delivery)
-    if cell.name != name:
+    cell = Cell(parse_size(cap, "cell capacity"), mech, reclaim, mode, hints, delivery)
+    if cell.name.lower() != name.lower():
         raise _fail(name, f"not in canonical form (that cell is written {cell.name})")
     return cell
+
+
+def legacy_cell(name: str) -> Cell | None:
+    """The cell a name meant before capacities were decimal: an all-lower-case replay cell
+    name whose K/M/G/T were binary (`64g-balloon-mglru` -> 64Gi-balloon-mglru, 64 x 2^30
+    bytes); None for a name that is not one (upper case, an engine cell, a bad name)."""
+    if not isinstance(name, str) or name != name.lower():
+        return None
+    cap, _, rest = name.partition("-")
+    if not _LEGACY_CAPACITY.match(cap):
+        return None
+    try:
+        return parse_cell(f"{format_size(parse_kernel_size(cap))}-{rest}")
+    except InputError:
+        return None

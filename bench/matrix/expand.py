@@ -2,16 +2,18 @@
 bench.matrix.schedule, plus the cells skipped on some host, each with its reason (never
 silently dropped). Pure.
 
-Capacities resolve per host here, rounded down to a whole MiB so that cell names stay exact
-(`768M`). Skipped, with the reason: a capacity above the host's memory, a relative capacity the
-host cannot resolve, a memboot or boot-time MGLRU cell on a host that may not reboot, a memboot
-whose mem= falls below the host's floor or above its memory, a cell that resolves to the same
-name as an earlier one on that host.
+Capacities resolve per host here: absolute ones to their exact bytes, relative ones rounded
+down to a whole decimal MB so that cell names stay short and exact (`214M`). Skipped, with the
+reason: a capacity above the host's memory, a relative capacity the host cannot resolve, a
+memboot or boot-time MGLRU cell on a host that may not reboot, a memboot whose mem= falls below
+the host's floor or above its memory, a cell that resolves to the same name as an earlier one
+on that host.
 
 Boot config of a cell (what only a reboot changes): `memboot` boots with mem = C +
 memboot_overhead (the kernel's own reservations, firmware and the non-file working set; the
-paper's 93G point was a mem= boot with 102G visible), rounded down to a MiB; every other
-mechanism keeps the default (no mem=). MGLRU is a runtime toggle unless `mglru_at_boot = true`,
+paper's 93G point was a mem= boot with 102G visible), in exact bytes: a reboot writes them on
+the kernel command line as digits (bench.hosts.bootplan); every other mechanism keeps the
+default (no mem=). MGLRU is a runtime toggle unless `mglru_at_boot = true`,
 in which case the boot carries bench.lru_gen=on|off. Placement `each`: every eligible host
 (tags match) runs every cell (cross-machine reproduction); `one`: all repetitions of a cell run
 on one eligible host, chosen by the scheduler to balance load.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from bench.matrix.load import MIB, Matrix, Point
+from bench.matrix.load import Matrix, Point
 from bench.units import format_size
 
 # boot configs and run requests (shared with bench.matrix.schedule) ---------------------------
@@ -124,7 +126,7 @@ def resolve(m: Matrix, p: Point, host) -> tuple[Candidate | None, str]:
     cell = p.cell(cap)
     mem = None
     if p.mechanism == "memboot":
-        mem = (cap + m.memboot_overhead) // MIB * MIB
+        mem = cap + m.memboot_overhead
         if not host.reboot.allowed:
             return None, "memboot needs a mem= boot and the host's reboot.allowed is false"
         if host.mem_floor is not None and mem < host.mem_floor:

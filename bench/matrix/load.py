@@ -18,15 +18,17 @@ Schema (see the shipped files for commented examples):
     reference = "paper §5, Fig. 3"   # optional, free text
     repetitions = 3                  # runs per cell and host (>= 1)
     memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
+    # sizes: K/M/G/T decimal as the paper writes capacities (64G = 64 x 10^9 bytes), Ki/Mi/Gi/Ti
+    # binary (6Gi), bare integers bytes; case-insensitive (bench.units)
     mglru_at_boot = false            # optional: MGLRU set at boot (bench.lru_gen=), not at run time
     [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
-                batch = 1, pool = "1347G" (optional size; needed for `pool` capacities when the
+                batch = 1, pool = "1447G" (optional size; needed for `pool` capacities when the
                 trace is a file), passes = 2, fixed_set_bytes = N (optional); for a synth
                 preset also layers, experts, expert_bytes, tokens (the preset's geometry changed)
     [order]     randomize = true, interleave_reps = true
     [hosts]     tags = "any" | { machine = ["A", "B"] }, placement = "each" | "one"
     [estimate]  run_seconds = 900, reboot_seconds = 600
-    [protocol]  cgroup_headroom = "6G" (memory.max = C + this; the paper's Algorithm 1),
+    [protocol]  cgroup_headroom = "6Gi" (memory.max = C + this; the paper's Algorithm 1),
                 balloon_max = "2G" (optional cap on what a balloon may lock)
     [cells]     capacities = ["64G", "0.044pool", "0.5mem"], mechanisms = [...], reclaims = [...],
                 modes = ["pagecache"], prefetch = ["none", "oracle-advice", ...],
@@ -34,9 +36,11 @@ Schema (see the shipped files for commented examples):
     [[cells.extra]]  cell = "448G-cgroup-mglru"  (or capacity/mechanism/reclaim/mode/prefetch),
                      optional tags, placement, repetitions
 
-Capacities: absolute (`64G`, binary units as cgroups take them), relative to the pool
-(`0.044pool`: that fraction of the workload's pool bytes) or to the host's memory (`0.5mem`: of
-its inventory memory.total); they resolve per host in bench.matrix.expand.
+Capacities: absolute (`64G` = 64 x 10^9 bytes as the paper writes C, `64Gi` binary; exact
+bytes, canonical text), relative to the pool (`0.044pool`: that fraction of the workload's pool
+bytes) or to the host's memory (`0.5mem`: of its inventory memory.total), rounded down to a
+whole decimal MB; they resolve per host in bench.matrix.expand. Cell names in [[cells.extra]]
+are read in any case.
 
 Scales: a `[scale.NAME]` table re-sizes the same matrix for smaller hosts (`bench schedule
 --scale lab`): `capacities = { "64G" = "0.133mem", ... }` maps every absolute capacity the
@@ -72,14 +76,14 @@ from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
 from bench.matrix.engine import EngineConfig, EngineTable, config_of
 from bench.matrix.schema import AXES
 from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
-from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, MIB, NAME_RE
+from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
 from bench.matrix.schema import PLACEMENTS as PLACEMENTS
 from bench.matrix.schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
 from bench.matrix.schema import RELATIVE_CAPACITY as _REL
 from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
                                  Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
                                  Workload, bad, collect, doc, matches, parse_capacity)
-from bench.units import format_size
+from bench.units import MB, format_size
 
 
 class MatrixError(InputError):
@@ -95,20 +99,22 @@ class Capacity:
     value: float        # bytes (abs) or fraction
 
     def resolve(self, pool_bytes: int | None, mem_total: int | None) -> tuple[int | None, str]:
-        """Bytes rounded down to a MiB, or (None, why not)."""
+        """Bytes: an absolute capacity exactly, a relative one rounded down to a whole decimal
+        MB (so its cell name stays short and exact: 0.133mem of 1536Mi -> 214M); or (None,
+        why not)."""
         if self.kind == "abs":
-            raw = int(self.value)
-        elif self.kind == "pool":
+            return int(self.value), ""
+        if self.kind == "pool":
             if pool_bytes is None:
                 return None, "pool size unknown (set workload.pool)"
-            raw = int(self.value * pool_bytes)
+            raw = self.value * pool_bytes
         else:
             if mem_total is None:
                 return None, f"{self.text} needs the host's memory.total in its inventory file"
-            raw = int(self.value * mem_total)
-        b = raw // MIB * MIB
+            raw = self.value * mem_total
+        b = int(raw) // MB * MB
         if b <= 0:
-            return None, f"{self.text} resolves to less than 1 MiB"
+            return None, f"{self.text} resolves to less than 1M (10^6 bytes)"
         return b, ""
 
 
@@ -329,7 +335,7 @@ def _scale_cells(cells: Any, scaled: Callable[[Any, str], Any]) -> None:
                 x["capacity"] = scaled(x["capacity"], f"cells.{key}[{i}].capacity")
             if key == "extra" and isinstance(x.get("cell"), str):
                 try:
-                    cell = parse_cell(x["cell"].lower())
+                    cell = parse_cell(x["cell"])
                 except InputError:
                     continue            # the scaled matrix's validation names it
                 del x["cell"]
@@ -481,7 +487,7 @@ def _cell_rules(v: View, ctx: dict) -> Iterator[Problem]:
             if p.capacity.kind == "pool":
                 yield Problem(("workload", "pool"), f"missing: capacity {p.capacity.text} is "
                               "relative to the pool and the trace is a file",
-                              hint='give the pool size, e.g. pool = "1347G"')
+                              hint='give the pool size, e.g. pool = "1447G" (the K3 pool, 1.45 TB)')
                 break
 
 

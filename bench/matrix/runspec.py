@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from bench.errors import InputError, SafetyError
 from bench.matrix.cells import Cell, parse_cell
 from bench.plan.planinfo import PlanInfo
-from bench.units import format_size, parse_size
+from bench.units import format_size, parse_kernel_size
 from bench.version import controller_version as current_controller_version
 
 RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -45,7 +45,9 @@ class RunOptions:
     campaign: str | None = None
     position: int = 0
     repetition: int = 0
-    mem: str | None = None              # expect_boot.mem: the mem= the host was booted with
+    mem: str | None = None              # expect_boot.mem: the mem= the host was booted with,
+    #                                     as the kernel command line has it (bench writes exact
+    #                                     bytes; memparse reads K/M/G/T there as binary)
     boot_id: str | None = None          # expect_boot.boot_id (after a reboot for this run)
     lru_gen: str | None = None          # expect_boot.lru_gen: on | off | None
     mglru_runtime_toggle: bool = True
@@ -89,22 +91,24 @@ def check_cell_on_host(cell: Cell, host, facts: dict | None, options: RunOptions
             hint=f"choose a capacity at most {format_size(mem)} for {host.name} (or write it as "
                  "a fraction of the pool in a matrix)")
     if options.mem is not None:
-        m = parse_size(options.mem, "mem=")
+        m = parse_kernel_size(options.mem, "mem=")
+        shown = f"mem={options.mem}" + ("" if format_size(m) == options.mem
+                                        else f" ({format_size(m)})")
         if cell.mechanism != "memboot":
-            raise InputError(f"mem={options.mem} is given but cell {cell.name} is not a memboot "
+            raise InputError(f"{shown} is given but cell {cell.name} is not a memboot "
                              "cell", hint="only memboot cells boot with mem=; drop the option")
         if host.mem_floor is not None and m < host.mem_floor:
-            raise SafetyError(f"{host.name}: mem={options.mem} is below the host's floor "
+            raise SafetyError(f"{host.name}: {shown} is below the host's floor "
                               f"{format_size(host.mem_floor)} (inventory memory.floor)",
                               hint=f"use mem={format_size(host.mem_floor)} or more, or lower "
                                    f"memory.floor in {host.source or 'the inventory'} if that "
                                    "is really safe")
         if host.mem_total is not None and m > host.mem_total:
-            raise SafetyError(f"{host.name}: mem={options.mem} is above the host's memory "
+            raise SafetyError(f"{host.name}: {shown} is above the host's memory "
                               f"({format_size(host.mem_total)}, inventory memory.total)",
                               hint="choose a mem= below the installed memory")
         if cell.capacity_bytes > m:
-            raise SafetyError(f"cell {cell.name}: capacity is above mem={options.mem}",
+            raise SafetyError(f"cell {cell.name}: capacity is above {shown}",
                               hint="a memboot cell's capacity is its mem= value or less")
     if cell.mechanism == "memboot" and options.mem is None:
         raise InputError(f"cell {cell.name} is a memboot cell but no expect_boot mem= is given",

@@ -8,7 +8,8 @@ Literal types, so the JSON Schema shows enums).
 
 Validation reports every problem of a document at once:
 - pydantic checks the shape, the types (strict: a TOML string is never an integer), the allowed
-  values and the per-value rules (sizes through bench.units.parse_size, capacities, cell names,
+  values and the per-value rules (sizes through bench.units.parse_size: decimal K/M/G/T as the
+  paper writes capacities, binary Ki/Mi/Gi/Ti; capacities, cell names,
   placeholders...) and collects all of them;
 - then the cross-field rules (a table's `rules`) run on what did validate (a `View`): a rule
   whose inputs failed is skipped, not reported a second time.
@@ -33,9 +34,8 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from bench.errors import InputError
 from bench.matrix.cells import (DELIVERIES, MECHANISMS, RECLAIMS, Cell, Mechanism, Mode, Reclaim,
                                 parse_cell)
-from bench.units import format_size, parse_size
+from bench.units import MB, format_size, parse_size
 
-MIB = 1 << 20
 Placement = Literal["each", "one"]
 PLACEMENTS: tuple[str, ...] = get_args(Placement)
 PRESET_GEOMETRY = {  # (layers, experts_per_layer, expert_bytes) of bench.trace.synth.PRESETS
@@ -43,8 +43,8 @@ PRESET_GEOMETRY = {  # (layers, experts_per_layer, expert_bytes) of bench.trace.
     "dsv3": (58, 256, 44_040_192), "tiny": (4, 32, 65_536),
 }
 PRESET_POOLS = {k: a * b * c for k, (a, b, c) in PRESET_GEOMETRY.items()}
-DEFAULT_MEMBOOT_OVERHEAD = 9 << 30
-DEFAULT_CGROUP_HEADROOM = 6 << 30
+DEFAULT_MEMBOOT_OVERHEAD = 9 * 10 ** 9     # 9G: the paper's mem= boot showed 102 GB for C = 93 GB
+DEFAULT_CGROUP_HEADROOM = 6 << 30          # 6Gi: Algorithm 1's scope headroom, binary as written
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 RELATIVE_CAPACITY = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(pool|mem)\s*$")
 Loc = tuple[str | int, ...]
@@ -307,22 +307,25 @@ class Documented:
 
 def _size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise bad(f"must be a size (a string like \"64G\" or an integer), got {_got(value)}")
+        raise bad(f"must be a size (a string like \"64G\" or \"6Gi\", or an integer of bytes), "
+                  f"got {_got(value)}")
     try:
         return parse_size(value, "")
     except InputError as exc:
         raise bad(exc.message.strip(), hint=exc.hint) from None
 
 
-_SIZE_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*[KMGTkmgt]?([iI]?[bB])?\s*$"
+_SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]+)?|\.[0-9]+)\s*([KMGTkmgt][iI]?)?\s*[bB]?\s*$"
 Size = Annotated[int, PlainValidator(_size), WithJsonSchema({
     "anyOf": [{"type": "string", "pattern": _SIZE_PATTERN}, {"type": "integer", "minimum": 0}],
-    "description": "bytes, or binary units as cgroups take them: 64G, 768M, 4096"})]
+    "description": "decimal units as the paper writes capacities (64G = 64 x 10^9 bytes, 768M), "
+                   "binary Ki/Mi/Gi/Ti (6Gi = 6 x 2^30), or bytes (4096); case-insensitive"})]
 
 
 def parse_capacity(text: Any) -> tuple[str, str, float]:
-    """(text, kind, value) of a capacity: ("64G", "abs", bytes rounded down to a MiB),
-    ("0.044pool", "pool", 0.044), ("0.5mem", "mem", 0.5); else an InputError."""
+    """(text, kind, value) of a capacity: ("64G", "abs", its exact bytes; the text canonical,
+    bench.units.format_size), ("0.044pool", "pool", 0.044), ("0.5mem", "mem", 0.5); else an
+    InputError."""
     if not isinstance(text, str):
         raise InputError(f"must be a string like \"64G\", \"0.044pool\" or \"0.5mem\", "
                          f"got {_got(text)}")
@@ -337,11 +340,12 @@ def parse_capacity(text: Any) -> tuple[str, str, float]:
         b = parse_size(text, "capacity")
     except InputError:
         raise InputError(f"{text!r} is not a capacity",
-                         "write an absolute size (64G, 768M; binary units), a fraction of the "
-                         "pool (0.044pool) or of the host's memory (0.5mem)") from None
-    if b < MIB:
-        raise InputError(f"{text!r} is below 1 MiB")
-    return format_size(b // MIB * MIB), "abs", b // MIB * MIB
+                         "write an absolute size (64G = 64 x 10^9 bytes, 768M; 64Gi for binary), "
+                         "a fraction of the pool (0.044pool) or of the host's memory (0.5mem)"
+                         ) from None
+    if b < MB:
+        raise InputError(f"{text!r} is below 1M (10^6 bytes)")
+    return format_size(b), "abs", b
 
 
 def _capacity(value: Any) -> str:
@@ -353,9 +357,9 @@ def _capacity(value: Any) -> str:
 
 CapacityText = Annotated[str, PlainValidator(_capacity), WithJsonSchema({
     "type": "string", "pattern": r"^\s*([0-9]+(\.[0-9]+)?|\.[0-9]+)\s*"
-                                 r"([KMGTkmgt]?([iI]?[bB])?|pool|mem)\s*$",
-    "description": "absolute (64G), a fraction of the workload's pool (0.044pool) or of the "
-                   "host's memory.total (0.5mem)"})]
+                                 r"(([KMGTkmgt][iI]?)?\s*[bB]?|pool|mem)\s*$",
+    "description": "absolute (64G = 64 x 10^9 bytes; 64Gi binary), a fraction of the "
+                   "workload's pool (0.044pool) or of the host's memory.total (0.5mem)"})]
 
 
 def _prefetch(text: str) -> str:
@@ -448,7 +452,7 @@ def _passes(n: int) -> int:
 
 def _cell_name(text: str) -> str:
     try:
-        return parse_cell(text.lower()).name
+        return parse_cell(text).name
     except InputError as exc:
         raise bad(exc.message, hint=exc.hint) from None
 
@@ -509,12 +513,13 @@ class Estimate(Table):
 
 class Protocol(Table):
     """The measurement protocol (the paper's Algorithm 1)."""
-    cgroup_headroom: Size = doc("memory.max = C + this", DEFAULT_CGROUP_HEADROOM, shown="6G")
+    cgroup_headroom: Size = doc("memory.max = C + this (Algorithm 1: 6Gi, binary)",
+                                DEFAULT_CGROUP_HEADROOM, shown="6Gi")
     balloon_max: Size | None = doc("cap on what a balloon may lock", None)
 
 
 class _Axes(Table):
-    capacity: CapacityText | None = doc("64G, 0.044pool or 0.5mem", None)
+    capacity: CapacityText | None = doc("64G (decimal; 64Gi binary), 0.044pool or 0.5mem", None)
     mechanism: Mechanism | None = doc("how the capacity is imposed", None)
     reclaim: Reclaim | None = doc("MGLRU or the classic LRU", None)
     mode: Mode | None = doc("what the replay does with the page cache", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.judge.measured import settings_fingerprint
-from bench.results.views import LiteralTable, compose, gib, size_text, styled
+from bench.results.views import LiteralTable, compose, mem_gb, size_text, styled
 
 
 def hosts_table(hosts: Sequence[dict]) -> LiteralTable:
@@ -43,7 +43,7 @@ def settings_brief(settings: dict | None) -> str:
     parts.append(f"thp {(settings.get('thp') or {}).get('enabled') or '-'}")
     parts.append(f"swappiness {(settings.get('vm') or {}).get('swappiness')}")
     nodes = (settings.get("numa") or {}).get("nodes") or {}
-    parts.append("numa " + (" ".join(f"{n}:{gib(b)}" for n, b in nodes.items()) or "-"))
+    parts.append("numa " + (" ".join(f"{n}:{mem_gb(b)}" for n, b in nodes.items()) or "-"))
     govs = (settings.get("cpufreq") or {}).get("governors") or {}
     parts.append("gov " + (",".join(govs) or "-"))
     return ", ".join(parts)
@@ -80,8 +80,8 @@ def probe_table(results: Sequence[dict]) -> LiteralTable:
             f" on {','.join(dev['leaves'])}" if dev["leaves"] != [dev["name"]] else "")
         agent = f.get("agent")
         row = [r["host"], str(f.get("kernel", "-")), str(f.get("arch", "-")),
-               str(f.get("page_size", "-")), gib(f.get("mem_total_bytes")),
-               gib(f.get("mem_available_bytes")), gib(f.get("swap_total_bytes")),
+               str(f.get("page_size", "-")), mem_gb(f.get("mem_total_bytes")),
+               mem_gb(f.get("mem_available_bytes")), mem_gb(f.get("swap_total_bytes")),
                f.get("mglru") or "absent", (f.get("cgroup") or {}).get("backend", "-"),
                "yes" if f.get("systemd_pid1") else "no", devs, f.get("python3") or "-",
                agent["source_sha256"][:12] if agent else "-", settings_brief(f.get("settings"))]

@@ -70,7 +70,7 @@ def matrix_text(m: dict) -> str:
         f"  estimate     {duration(m['estimate']['run_seconds'])} per run, "
         f"{duration(m['estimate']['reboot_seconds'])} per reboot",
         "  protocol     cgroup memory.max = C + "
-        + str((m.get("protocol") or {}).get("cgroup_headroom") or "6G")
+        + str((m.get("protocol") or {}).get("cgroup_headroom") or "6Gi")
         + (f"; balloons lock at most {m['protocol']['balloon_max']}"
            if (m.get("protocol") or {}).get("balloon_max") else ""),
         f"  cells ({len(m['points'])}):"]

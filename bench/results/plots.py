@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 
 from bench.errors import InputError
 from bench.judge.stats import a_over_c
+from bench.units import format_size
 
 
 def draw(kind: str, m: dict, out: Path) -> None:
@@ -27,11 +28,11 @@ def _capacity(plt, m):
     for reclaim in sorted({r["reclaim"] for r in m["rows"]}):
         rows = sorted((r for r in m["rows"] if r["reclaim"] == reclaim),
                       key=lambda r: r["capacity_bytes"])
-        gb = [r["capacity_bytes"] / 2**30 for r in rows]
+        gb = [r["capacity_bytes"] / 1e9 for r in rows]
         left.plot(gb, [r["median_s"] for r in rows], "o-", label=f"median ({reclaim})")
         for r in rows:
-            left.plot([r["capacity_bytes"] / 2**30] * 2, [r["min_s"], r["max_s"]], "k-", alpha=.3)
-            right.plot([r["capacity_bytes"] / 2**30] * len(r["device_gb_runs"]),
+            left.plot([r["capacity_bytes"] / 1e9] * 2, [r["min_s"], r["max_s"]], "k-", alpha=.3)
+            right.plot([r["capacity_bytes"] / 1e9] * len(r["device_gb_runs"]),
                        r["device_gb_runs"], "o", alpha=.3, color="C0")
         right.plot(gb, [r["device_gb_per_iteration"] for r in rows], "o-", label="device")
         if any(r["nominal_miss_gb_per_iteration"] for r in rows):
@@ -39,8 +40,8 @@ def _capacity(plt, m):
                        label="nominal miss")
         ref = a_over_c([(r["capacity_bytes"], r["device_gb_per_iteration"]) for r in rows])
         right.plot(gb, [ref[r["capacity_bytes"]][0] for r in rows], ":", label="a/C")
-    left.set(xlabel="capacity C (GiB)", ylabel="s / iteration", title="iteration time")
-    right.set(xlabel="capacity C (GiB)", ylabel="GB / iteration", xscale="log", yscale="log",
+    left.set(xlabel="capacity C (GB)", ylabel="s / iteration", title="iteration time")
+    right.set(xlabel="capacity C (GB)", ylabel="GB / iteration", xscale="log", yscale="log",
               title="device traffic")
     left.legend()
     right.legend()
@@ -49,7 +50,7 @@ def _capacity(plt, m):
 
 def _reclaim(plt, m):
     fig, ax = plt.subplots(figsize=(8, 4))
-    labels = [f"{r['capacity_bytes'] / 2**30:g}G {r['mechanism']}" for r in m["rows"]]
+    labels = [f"{format_size(r['capacity_bytes'])} {r['mechanism']}" for r in m["rows"]]
     xs = range(len(labels))
     for off, key in ((-0.2, "mglru"), (0.2, "classic")):
         ax.bar([x + off for x in xs], [(r.get(key) or {}).get("device_gb_per_iteration") or 0
@@ -64,7 +65,7 @@ def _reclaim(plt, m):
 def _equal(plt, m):
     fig, ax = plt.subplots(figsize=(8, 4))
     modes = [k for k in m["modes"] if any(r.get(k) for r in m["rows"])]
-    labels = [f"{r['capacity_bytes'] / 2**30:g}G" for r in m["rows"]]
+    labels = [format_size(r["capacity_bytes"]) for r in m["rows"]]
     w = 0.8 / max(len(modes), 1)
     for i, k in enumerate(modes):
         ax.bar([x + i * w for x in range(len(labels))],

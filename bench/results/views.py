@@ -160,8 +160,9 @@ def capacity_text(n: int) -> str:
     return format_size(n)
 
 
-def gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / (1 << 30):.1f}G"
+def mem_gb(n: int | None) -> str:
+    """Host memory in the paper's decimal GB, as capacities are written: '502.9G'."""
+    return "-" if n is None else f"{n / 1e9:.1f}G"
 
 
 def source_name(source: str) -> str:

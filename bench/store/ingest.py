@@ -28,6 +28,7 @@ from bench.errors import FormatError
 from bench.judge import measured
 from bench.judge.bundle import Bundle, BundleError, load, read_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
+from bench.matrix.cells import parse_cell
 from bench.paths import private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
@@ -324,9 +325,10 @@ def _refresh_fingerprint(s: Session, run: Run, fp: dict) -> None:
 
 
 def set_nominal(store: Store, cell: str, nominal_miss_bytes: float, source: str = "given") -> int:
-    """Let a caller supply the demand model's figure for every stored run of a cell."""
+    """Let a caller supply the demand model's figure for every stored run of a cell (its name
+    read case-insensitively, like every cell name bench takes)."""
     with store.session() as s, s.begin():
-        cell_id = s.scalar(select(Cell.id).where(Cell.name == cell))
+        cell_id = s.scalar(select(Cell.id).where(Cell.name == parse_cell(cell).name))
         res = s.execute(update(Run).where(Run.cell_id == cell_id).values(
             nominal_miss_bytes_per_iteration=nominal_miss_bytes, nominal_source=source))
         return rowcount(res)

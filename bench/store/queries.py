@@ -33,7 +33,7 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
            [getattr(Cell, c) for c in CELL_COLS]
     q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
     if cell:
-        q = q.where(Cell.name == parse_cell(cell.lower()).name)
+        q = q.where(Cell.name == parse_cell(cell).name)
     if host:
         q = q.where(Host.name == host)
     if campaign:
@@ -113,7 +113,7 @@ def _gb(x):
 
 
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, verbose=False) -> dict:
-    name = parse_cell(cell.lower()).name
+    name = parse_cell(cell).name
     scope = load_runs(store, host=host, campaign=campaign)
     runs = [r for r in scope if r["cell"] == name]
     if not runs:
@@ -149,7 +149,7 @@ def cross_check_warnings(name: str, scope: list[dict]) -> list[str]:
     if near:
         return []
     return [f"low-capacity balloon result with no cgroup or memboot cross-check near "
-            f"{format_size(c.capacity_bytes)}: add cell {format_size(c.capacity_bytes).lower()}"
+            f"{format_size(c.capacity_bytes)}: add cell {format_size(c.capacity_bytes)}"
             f"-cgroup-{c.reclaim} (balloon pressure can inflate traffic about 2x)"]
 
 
@@ -286,7 +286,7 @@ def engine_results(store: Store, *, host=None, campaign=None) -> dict:
 
 
 def compare(store: Store, a: str, b: str, *, host=None, campaign=None) -> dict:
-    ca, cb = parse_cell(a.lower()), parse_cell(b.lower())
+    ca, cb = parse_cell(a), parse_cell(b)
     runs = load_runs(store, host=host, campaign=campaign)
     ra = [r for r in runs if r["cell"] == ca.name and r["retained"]]
     rb = [r for r in runs if r["cell"] == cb.name and r["retained"]]

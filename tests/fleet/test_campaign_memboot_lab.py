@@ -9,8 +9,9 @@ machine is never rebooted). The reboot really happens: the host goes away, comes
 a new boot_id and `mem=` in /proc/cmdline. MemTotal cannot follow in a network namespace and
 /proc/meminfo is not faked, so the gate fails honestly:
 
-1. default boot -> memboot (mem=2G): "MemTotal in range" fails; the host is quarantined with
-   the gate's reason after its default-boot runs; the memboot run stays pending.
+1. default boot -> memboot (mem=2G, written mem=2000000000): "MemTotal in range" fails; the
+   host is quarantined with the gate's reason after its default-boot runs; the memboot run
+   stays pending.
 2. a second campaign finds the host still booted with mem=2G (a quarantined host is not
    restored): its first run needs the default boot, the gate's "MemTotal grew" fails before
    any run starts there; placement-one runs are handed over and run once on the other host,
@@ -123,7 +124,8 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         reason = res.quarantined[X]
         assert reason.startswith(f"{X}: proven reboot failed: MemTotal in range: "), reason
         gate = reason.split("proven reboot failed: ", 1)[1]
-        assert f"{mem_total()} bytes" in reason and "for mem=2G" in reason, reason
+        # the kernel got the exact bytes (it would read mem=2G as 2 GiB); the reason says both
+        assert f"{mem_total()} bytes" in reason and "for mem=2000000000 (2G)" in reason, reason
         assert list(res.quarantined) == [X]
         q = [j for j in js if j.kind == "quarantine"]
         assert [(j.data["host"], j.data["reason"]) for j in q] == [(X, reason)]
@@ -144,10 +146,10 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         # the reboot really happened, to the lab host only
         lab.reload()
         hx = lab.host(X)
-        assert hx.boot_id not in (boot0, me) and "mem=2G" in hx.cmdline.split(), hx
+        assert hx.boot_id not in (boot0, me) and "mem=2000000000" in hx.cmdline.split(), hx
         assert local_boot_id() == me
         assert {h["name"]: h["sshd"] for h in lab.status()["hosts"]} == {X: True, Y: True}
-        assert "mem=2G" in (Path(hx.dir) / "reboot.log").read_text()
+        assert "mem=2000000000" in (Path(hx.dir) / "reboot.log").read_text()
         boot1 = hx.boot_id
 
         # 2. X still booted with mem=2G: back to the default boot fails before any run
@@ -184,7 +186,7 @@ def test_failed_proven_reboot_quarantines_parks_and_hands_over(clean_pools, lab_
         assert [(j.data["host"], j.data["ok"]) for j in reboots] == [(X, False)]
         lab.reload()
         hx = lab.host(X)
-        assert hx.boot_id not in (boot1, me) and "mem=2G" not in hx.cmdline.split(), hx
+        assert hx.boot_id not in (boot1, me) and "mem=2000000000" not in hx.cmdline.split(), hx
         print(f"\nmemboot: gate failed into mem=2G ({secs_a:.1f}s campaign), back to default "
               f"({secs_b:.1f}s campaign): moved {len(moved)}, parked {len(parked)}")
     finally:

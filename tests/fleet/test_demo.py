@@ -18,7 +18,7 @@ from bench.store.campaigns import campaign_list, campaign_row, run_rows
 from bench.store.db import open_store
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 1 << 30
+G = 10 ** 9
 
 
 def _env(tmp_path: Path) -> dict:
@@ -58,15 +58,16 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
 
     cells = {c for c in rows}
     cg = {c for c in cells if c.endswith("-cgroup-classic")}
-    assert cg == {"64m-cgroup-classic", "128m-cgroup-classic"}, cells
-    assert "256m-none-classic" in cells
-    for c in cg | {"256m-none-classic"}:
+    # 1/4 and 1/2 of the 256 MiB pool, in whole decimal MB (canonical names)
+    assert cg == {"67M-cgroup-classic", "134M-cgroup-classic"}, cells
+    assert "268M-none-classic" in cells
+    for c in cg | {"268M-none-classic"}:
         assert rows[c].state == "validated" and rows[c].retained, rows[c]
         assert measured[c]["device_bytes"] is not None, measured[c]
         assert measured[c]["device_bytes_per_iteration"] is not None
-    # the walls bite: the 64M wall reads from the device in the measured pass, `none` hardly
-    assert measured["64m-cgroup-classic"]["device_bytes_per_iteration"] > \
-        measured["256m-none-classic"]["device_bytes_per_iteration"]
+    # the walls bite: the 67M wall reads from the device in the measured pass, `none` hardly
+    assert measured["67M-cgroup-classic"]["device_bytes_per_iteration"] > \
+        measured["268M-none-classic"]["device_bytes_per_iteration"]
     # pool, work dir and bundles live under --out
     assert (out / "pool" / "pool.json").is_file() and (out / "work" / "runs").is_dir()
     bundles = out / "data" / "bundles" / "local"
@@ -74,20 +75,22 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     balloons = [c for c in cells if "-balloon-" in c]
     if balloons:
         [b] = balloons
+        from bench.matrix.cells import parse_cell
+        assert parse_cell(b).capacity_bytes % 10 ** 8 == 0, b     # a whole 100 MB: stable
         assert rows[b].state == "validated", rows[b]
         cap = json.loads((bundles / rows[b].run_id / "capacity.json").read_text())
         assert cap["vmlck_verified"] is True and cap["vmlck_bytes"] >= cap["requested_bytes"]
-        assert cap["requested_bytes"] <= 2 * GIB
+        assert cap["requested_bytes"] <= 2 * G
     else:   # MemAvailable moved below the demo's balloon: then it is listed with the reason
         assert "--max-lock" in text
     # the small-C balloons are skipped with the lock cap and the flag; memboot and MGLRU too
-    for c in ("64m-balloon-classic", "128m-balloon-classic"):
+    for c in ("67M-balloon-classic", "134M-balloon-classic"):
         line = next(x for x in text.splitlines() if c in x)
         assert "skipped" in line and "--max-lock 2G" in line and "pass --max-lock" in line
-    line = next(x for x in text.splitlines() if "64m-memboot-classic" in x)
+    line = next(x for x in text.splitlines() if "67M-memboot-classic" in x)
     assert "skipped" in line and "reboot.allowed is false" in line
     if not Path("/sys/kernel/mm/lru_gen").exists():
-        line = next(x for x in text.splitlines() if "64m-cgroup-mglru" in x)
+        line = next(x for x in text.splitlines() if "67M-cgroup-mglru" in x)
         assert "skipped" in line and "no MGLRU" in line
     print(f"demo: {len(rows)} runs, {secs:.1f}s")
 

@@ -27,7 +27,7 @@ from bench.trace.synth import generate, preset
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools")]
 NAMES = ["lab-netns-1", "lab-netns-2"]
 EXPERT_BYTES = 1 << 20          # pool: 4 layers x 32 experts x 1 MiB = 128 MiB per host
-CELL = "1g-none-classic"
+CELL = "1g-none-classic"        # any case: bench stores it as 1G-none-classic (10^9 bytes)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_bad_input_touches_no_host(lab, lab_inventory, work, capsys):
     before = {n: files_under(lab, n) for n in NAMES}
     # capacity above MemTotal (known from the read-only probe: lab hosts have no memory.total)
     with pytest.raises(SafetyError) as e:
-        run_hosts(hosts, "64g-none-classic", work["plan"], work["plan_path"], "bad1",
+        run_hosts(hosts, "64G-none-classic", work["plan"], work["plan_path"], "bad1",
                   data_dir=work["data"], db_url=work["db"])
     assert "above the host's memory" in e.value.message and e.value.hint
     # a cell name with shell metacharacters: exit 2, one clear line
@@ -63,10 +63,11 @@ def test_bad_input_touches_no_host(lab, lab_inventory, work, capsys):
     assert rc == 2 and "bad cell name" in err and "fix:" in err
     assert not Path("/tmp/bench-pwned").exists()
     # mem= below the host's floor (the inventory states one)
-    floored = [replace(h, mem_total=16 << 30, mem_floor=4 << 30) for h in hosts]
+    floored = [replace(h, mem_total=16 * 10 ** 9, mem_floor=4 * 10 ** 9) for h in hosts]
     with pytest.raises(SafetyError) as e:
-        run_hosts(floored, "2g-memboot-classic", work["plan"], work["plan_path"], "bad2",
-                  options=RunOptions(mem="2G"), data_dir=work["data"], db_url=work["db"])
+        run_hosts(floored, "2G-memboot-classic", work["plan"], work["plan_path"], "bad2",
+                  options=RunOptions(mem="2000000000"), data_dir=work["data"],
+                  db_url=work["db"])
     assert "below the host's floor" in e.value.message and "mem=4G" in e.value.hint
     assert {n: files_under(lab, n) for n in NAMES} == before
 
@@ -97,6 +98,7 @@ def test_bench_run_two_hosts_in_parallel_collect_ingest_bandwidth(lab, lab_inven
         assert r["ingest"]["status"] == "ingested"
         spec = json.loads((bundle / "spec.json").read_text())
         assert spec["host"] == name and spec["plan"] == work["plan"].remote_path
+        assert spec["cell"] == "1G-none-classic" and spec["capacity_bytes"] == 10 ** 9
         assert spec["agent"]["source_sha256"]
         assert r["pool"]["ok"] and r["deploy"] in ("deployed", "current")
     store = open_store(work["db"])

@@ -19,9 +19,9 @@ from bench.store.db import open_store  # noqa: E402
 from bench.store.models import Campaign, Run, Verdict  # noqa: E402
 
 N = 10_000
-CELLS = [f"{c}g-{m}-{r}" for c in (64, 93, 128, 256, 448) for m in ("balloon", "cgroup", "memboot")
-         for r in ("mglru", "classic")] + ["256g-cgroup-mglru-pinned", "256g-cgroup-mglru-hybrid",
-                                           "256g-cgroup-mglru-oracle-advice"]
+CELLS = [f"{c}G-{m}-{r}" for c in (64, 93, 128, 256, 448) for m in ("balloon", "cgroup", "memboot")
+         for r in ("mglru", "classic")] + ["256G-cgroup-mglru-pinned", "256G-cgroup-mglru-hybrid",
+                                           "256G-cgroup-mglru-oracle-advice"]
 
 
 def populate(url):
@@ -68,8 +68,8 @@ if __name__ == "__main__":
         out = {}
         for label, argv in (("matrix reclaim", ("results", "--matrix", "reclaim")),
                             ("matrix capacity", ("results", "--matrix", "capacity")),
-                            ("cell", ("results", "--cell", "64g-balloon-mglru")),
-                            ("cell -v", ("results", "--cell", "64g-balloon-mglru", "-v"))):
+                            ("cell", ("results", "--cell", "64G-balloon-mglru")),
+                            ("cell -v", ("results", "--cell", "64G-balloon-mglru", "-v"))):
             with contextlib.redirect_stdout(io.StringIO()):
                 out[label] = min(timed(url, *argv) for _ in range(3))
         for label, t in out.items():

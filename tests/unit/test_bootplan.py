@@ -17,8 +17,10 @@ from tests.support import paths
 
 ROOT = paths.REPO
 DEFAULT = "root=/dev/vda rw console=ttyS0 panic=10 loglevel=4 bench.name=lab-a"
-# seen in the lab: MemTotal of a 1536 MiB guest without mem= and with mem=768M
+# seen in the lab: MemTotal of a 1536 MiB guest without mem= and with mem=768M (the kernel
+# reads that as 768 MiB: bench writes the same boot as mem=805306368, its wish "768Mi")
 FULL_MT, MEM768_MT = 1532182528, 741183488
+MEM768 = "768Mi"
 
 
 def obs(boot_id="b0", cmdline=DEFAULT, memtotal=FULL_MT, lru=0x0, arch="x86_64"):
@@ -28,8 +30,10 @@ def obs(boot_id="b0", cmdline=DEFAULT, memtotal=FULL_MT, lru=0x0, arch="x86_64")
 # mem= values ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text,value", [("768M", 768 * MIB), ("768m", 768 * MIB),
-                                        ("64G", 64 * GIB), ("4096", 4096), ("1T", 1 << 40)])
-def test_parse_mem(text, value):
+                                        ("64G", 64 * GIB), ("4096", 4096), ("1T", 1 << 40),
+                                        ("102000000000", 102 * 10 ** 9)])
+def test_parse_mem_reads_the_command_line_as_the_kernel_does(text, value):
+    """/proc/cmdline's mem= is the kernel's memparse text: K/M/G/T are binary there."""
     assert parse_mem(text) == value
 
 
@@ -39,8 +43,14 @@ def test_parse_mem_refuses_what_the_kernel_would_misread(bad):
         parse_mem(bad)
 
 
-def test_normalize():
-    assert normalize_mem("768m") == "768M"
+def test_normalize_writes_the_wish_as_exact_bytes():
+    """A wish is a bench size (decimal G, binary Gi); the kernel gets its exact bytes, which
+    memparse reads back as the same number."""
+    assert normalize_mem("93G") == "93000000000" and parse_mem("93000000000") == 93 * 10 ** 9
+    assert normalize_mem("102g") == "102000000000"
+    assert normalize_mem("768Mi") == "805306368" == str(parse_mem("768M"))
+    assert normalize_mem(normalize_mem("1.5G")) == "1500000000"      # idempotent
+    assert normalize_mem(4096) == "4096"
     assert normalize_mem("none") is None and normalize_mem(None) is None
     assert normalize_lru("ON") == "on" and normalize_lru(None) is None
     with pytest.raises(InputError):
@@ -51,18 +61,19 @@ def test_normalize():
 
 def test_next_cmdline_adds_wishes_and_panic():
     assert next_cmdline(DEFAULT, "768M", "off") == (
-        "root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a mem=768M "
+        "root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a mem=768000000 "
         "bench.lru_gen=off panic=10")
 
 
 def test_next_cmdline_replaces_old_values_and_loader_args():
     cur = ("BOOT_IMAGE=/vmlinuz-6.8.0 root=UUID=ab ro mem=512M quiet bench.lru_gen=on "
            "panic=0 mem=1G initrd=\\initrd.img")
-    assert next_cmdline(cur, "64G", None) == "root=UUID=ab ro quiet mem=64G panic=10"
+    assert next_cmdline(cur, "64G", None) == "root=UUID=ab ro quiet mem=64000000000 panic=10"
+    assert next_cmdline(cur, "64Gi", None) == "root=UUID=ab ro quiet mem=68719476736 panic=10"
 
 
 def test_next_cmdline_none_restores_default():
-    cur = next_cmdline(DEFAULT, "768M", "off")
+    cur = next_cmdline(DEFAULT, MEM768, "off")
     assert next_cmdline(cur, None, None) == (
         "root=/dev/vda rw console=ttyS0 loglevel=4 bench.name=lab-a panic=10")
 
@@ -70,12 +81,14 @@ def test_next_cmdline_none_restores_default():
 def test_next_cmdline_keeps_quoted_values_quoted():
     cur = 'root=/dev/sda1 dyndbg="file foo.c +p" mem=1G'
     assert next_cmdline(cur, "2G", "on") == (
-        'root=/dev/sda1 dyndbg="file foo.c +p" mem=2G bench.lru_gen=on panic=10')
+        'root=/dev/sda1 dyndbg="file foo.c +p" mem=2000000000 bench.lru_gen=on panic=10')
 
 
 def test_next_cmdline_refuses_bad_values():
     with pytest.raises(InputError):
-        next_cmdline(DEFAULT, "1.5G", None)
+        next_cmdline(DEFAULT, "1.5K5", None)
+    with pytest.raises(InputError):
+        next_cmdline(DEFAULT, "0.5", None)          # not a whole number of bytes
     with pytest.raises(InputError):
         next_cmdline(DEFAULT, None, "yes")
 
@@ -83,7 +96,7 @@ def test_next_cmdline_refuses_bad_values():
 # MemTotal range ------------------------------------------------------------------------------
 
 def test_range_holds_the_lab_measurement():
-    lo, hi = memtotal_range(parse_mem("768M"), "x86_64")
+    lo, hi = memtotal_range(parse_mem(normalize_mem(MEM768)), "x86_64")
     assert lo <= MEM768_MT <= hi
     assert hi == 768 * MIB
 
@@ -114,12 +127,13 @@ def test_range_unknown_arch():
 
 # gate ----------------------------------------------------------------------------------------
 
-AFTER = obs("b1", next_cmdline(DEFAULT, "768M", "off"), MEM768_MT, 0x0)
+AFTER = obs("b1", next_cmdline(DEFAULT, MEM768, "off"), MEM768_MT, 0x0)
 
 
 def test_gate_passes_on_the_lab_boot():
-    g = evaluate_gate(obs(), AFTER, "768M", "off", full_memtotal=FULL_MT)
+    g = evaluate_gate(obs(), AFTER, MEM768, "off", full_memtotal=FULL_MT)
     assert g.ok, g.reason
+    assert "mem=805306368" in AFTER.cmdline
     assert {c.name for c in g.checks} == {"boot_id changed", "cmdline mem=",
                                           "cmdline bench.lru_gen=", "MemTotal in range", "MGLRU"}
 
@@ -132,9 +146,20 @@ def test_gate_passes_on_the_lab_boot():
     (obs("b1", AFTER.cmdline, MEM768_MT, lru=None), "MGLRU"),           # kernel w/o MGLRU
 ])
 def test_gate_fails_with_a_named_reason(after, why):
-    g = evaluate_gate(obs(), after, "768M", "off")
+    g = evaluate_gate(obs(), after, MEM768, "off")
     assert not g.ok
     assert why in g.reason
+
+
+def test_gate_compares_mem_as_the_kernel_read_it():
+    """A command line written mem=768M (the kernel's 768 MiB) proves a wish of 768Mi, not one
+    of 768M (768 x 10^9 bytes): the gate compares bytes, not spellings."""
+    binary = obs("b1", DEFAULT.replace("panic=10", "mem=768M bench.lru_gen=off panic=10"),
+                 MEM768_MT, 0x0)
+    assert evaluate_gate(obs(), binary, MEM768, "off").ok
+    g = evaluate_gate(obs(), binary, "768M", "off")
+    assert not g.ok and "cmdline mem=" in g.reason
+    assert "wanted mem=768000000 (768M), /proc/cmdline has mem=768M (768Mi)" in g.reason
 
 
 def test_gate_lru_on_checks_only_the_main_bit():
@@ -180,6 +205,7 @@ def test_safety_allows_the_lab_host():
     (replace(LAB, reboot=RebootSpec(allowed=False, method="kexec")), {},
      "not marked rebootable"),
     (LAB, {"mem": "256M"}, "below the host's floor"),
+    (LAB, {"mem": "512M"}, "below the host's floor 512Mi"),     # 512 x 10^6 < 512 MiB
     (replace(LAB, mem_floor=None), {}, "no memory floor"),
     (LAB, {"is_local": True}, "controller's own machine"),
     (replace(LAB, transport="local"), {}, "controller's own machine"),
@@ -195,6 +221,9 @@ def test_safety_on_inventory_files():
     a = load_host_file(ROOT / "hosts" / "gh200-a.toml")
     with pytest.raises(SafetyError, match="below the host's floor"):
         allowed(a, mem="64G")
+    with pytest.raises(SafetyError, match="below the host's floor 96G"):
+        allowed(a, mem="93G")           # the paper's memboot boots C + 9G, not C
+    allowed(a, mem="102G")
     allowed(a, mem="128G")
     with pytest.raises(SafetyError, match="not marked rebootable"):
         allowed(load_host_file(ROOT / "hosts" / "local.toml"))

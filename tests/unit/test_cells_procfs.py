@@ -17,28 +17,55 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "procfs" / "debian12-x8
 
 @pytest.mark.parametrize("name", ["64G-balloon-mglru", "64G-cgroup-classic", "93G-memboot-mglru",
                                   "256G-cgroup-mglru-pinned", "256G-cgroup-mglru-pilot-advice",
-                                  "448G-none-mglru", "768M-cgroup-classic-hybrid-oracle-block"])
+                                  "448G-none-mglru", "768M-cgroup-classic-hybrid-oracle-block",
+                                  "64Gi-cgroup-mglru", "1000001-none-classic"])
 def test_paper_cell_names_round_trip(name):
-    assert parse_cell(name.lower()).name == name.lower()
+    assert parse_cell(name).name == name
 
 
-def test_fields():
+@pytest.mark.parametrize("spelling", ["64G-balloon-mglru", "64g-balloon-mglru",
+                                      "64G-BALLOON-MGLRU", "64g-Balloon-mglru"])
+def test_input_is_case_insensitive_and_output_canonical(spelling):
+    """One cell, whatever the case: the unit letter upper case on output, the rest lower."""
+    c = parse_cell(spelling)
+    assert c.name == "64G-balloon-mglru" and c.capacity_bytes == 64 * 10 ** 9
+
+
+def test_fields_decimal_and_binary_capacities():
     c = parse_cell("256g-cgroup-mglru-pilot-advice")
     assert (c.capacity_bytes, c.mechanism, c.reclaim, c.mode, c.prefetch) == (
-        256 << 30, "cgroup", "mglru", "pagecache", "pilot-advice")
+        256 * 10 ** 9, "cgroup", "mglru", "pagecache", "pilot-advice")
+    assert c.name == "256G-cgroup-mglru-pilot-advice"
+    b = parse_cell("64gi-cgroup-mglru")
+    assert (b.capacity_bytes, b.name) == (64 << 30, "64Gi-cgroup-mglru")
+    assert parse_cell("768m-cgroup-classic").capacity_bytes == 768 * 10 ** 6
+
+
+def test_legacy_names_read_their_binary_capacity():
+    """Names stored before capacities were decimal: lower case, K/M/G/T binary."""
+    from bench.matrix.cells import legacy_cell
+    assert legacy_cell("64g-balloon-mglru") == parse_cell("64Gi-balloon-mglru")
+    assert legacy_cell("204m-cgroup-mglru").name == "204Mi-cgroup-mglru"
+    assert legacy_cell("1000m-cgroup-mglru").capacity_bytes == 1000 << 20
+    assert legacy_cell("4k-none-classic") == parse_cell("4Ki-none-classic")
+    for name in ("64G-balloon-mglru", "e2e-prose-admit", "64gi-cgroup-mglru", "bad"):
+        assert legacy_cell(name) is None
 
 
 @pytest.mark.parametrize("name, words", [
     ("64g-balloon", "at least capacity"),
     ("64x-balloon-mglru", "not a size"),
+    ("64GB-balloon-mglru", "not a size"),
     ("64g-ballon-mglru", "unknown mechanism 'ballon'"),
     ("64g-balloon-lru", "unknown reclaim"),
     ("64g-balloon-mglru-pagecache", "by omitting it"),
     ("64g-balloon-mglru-pilot", "unexpected 'pilot'"),
     ("64g-balloon-mglru-pilot-eager", "unknown delivery"),
-    ("64g-balloon-mglru;rm -rf /", "only lower-case"),
-    ("$(reboot)-cgroup-mglru", "only lower-case"),
-    ("1024m-cgroup-mglru", "canonical form (that cell is written 1g-cgroup-mglru)"),
+    ("64g-balloon-mglru;rm -rf /", "only letters, digits"),
+    ("$(reboot)-cgroup-mglru", "only letters, digits"),
+    ("1000m-cgroup-mglru", "canonical form (that cell is written 1G-cgroup-mglru)"),
+    ("1024mi-cgroup-mglru", "canonical form (that cell is written 1Gi-cgroup-mglru)"),
+    ("64000000000-cgroup-mglru", "canonical form (that cell is written 64G-cgroup-mglru)"),
 ])
 def test_bad_names_list_the_choices(name, words):
     with pytest.raises(InputError) as exc:
@@ -47,14 +74,32 @@ def test_bad_names_list_the_choices(name, words):
     assert "mechanisms: cgroup, balloon, memboot, none" in exc.value.hint
 
 
-@given(st.integers(1, 4096), st.sampled_from(["M", "G"]), st.sampled_from(MECHANISMS),
-       st.sampled_from(RECLAIMS), st.sampled_from(MODES),
-       st.one_of(st.none(), st.tuples(st.sampled_from(["oracle", "pilot", "prev_token"]),
-                                      st.sampled_from(DELIVERIES))))
-def test_format_then_parse_is_identity(n, unit, mech, reclaim, mode, pf):
-    cell = Cell(n << (20 if unit == "M" else 30), mech, reclaim, mode,
-                *(pf if pf else (None, None)))
+PREFETCH = st.one_of(st.none(), st.tuples(st.sampled_from(["oracle", "pilot", "prev_token"]),
+                                          st.sampled_from(DELIVERIES)))
+
+
+@given(st.one_of(st.integers(1, 10 ** 13),
+                 st.builds(lambda n, u: n * u, st.integers(1, 4096),
+                           st.sampled_from([10 ** 3, 10 ** 6, 10 ** 9, 10 ** 12, 1 << 10,
+                                            1 << 20, 1 << 30, 1 << 40]))),
+       st.sampled_from(MECHANISMS), st.sampled_from(RECLAIMS), st.sampled_from(MODES), PREFETCH)
+def test_format_then_parse_is_identity(capacity, mech, reclaim, mode, pf):
+    cell = Cell(capacity, mech, reclaim, mode, *(pf if pf else (None, None)))
     assert parse_cell(cell.name) == cell
+    assert parse_cell(cell.name.lower()) == cell == parse_cell(cell.name.upper())
+    assert parse_cell(cell.name).name == cell.name
+
+
+@given(st.from_regex(r"[0-9]{1,5}([kKmMgGtT][iI]?)?-(cgroup|balloon|memboot|none)-"
+                     r"(mglru|classic)(-(pinned|hybrid|nocache|random))?", fullmatch=True))
+def test_parse_then_format_is_identity_on_names_that_parse(name):
+    """Every name that parses is the canonical name of its cell but for case."""
+    try:
+        cell = parse_cell(name)
+    except InputError as exc:
+        assert "canonical form" in exc.message or "positive" in exc.message
+        return
+    assert cell.name.lower() == name.lower() and parse_cell(cell.name) == cell
 
 
 def test_captured_proc_files_parse():

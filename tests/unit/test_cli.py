@@ -120,9 +120,11 @@ def test_plan_recall_demand_pool(capsys, tmp_path):
     assert rc == 0 and json.loads(out)["hints"]["recall"] == 1.0
     rc, out, _ = run(capsys, "trace", "recall", t, "--hints", tmp_path / "p.hints.bin", "--json")
     assert json.loads(out)["hints"]["provenance"]["file"] == str(tmp_path / "p.hints.bin")
-    rc, out, _ = run(capsys, "demand", t, "--capacity", "1M,64K", "--json")
+    # tiny's experts are 64 KiB: 1Mi holds 16 of them, 1M (10^6 bytes) only 15
+    rc, out, _ = run(capsys, "demand", t, "--capacity", "1Mi,64Ki,1m", "--json")
     rows = json.loads(out)
-    assert rc == 0 and [r["capacity_experts"] for r in rows] == [16, 1]
+    assert rc == 0 and [r["capacity_experts"] for r in rows] == [16, 1, 15]
+    assert [r["capacity"] for r in rows] == ["1Mi", "64Ki", "1M"]
     assert rows[0]["nominal_miss_gb_per_iteration"] <= rows[1]["nominal_miss_gb_per_iteration"]
     rc, _, err = run(capsys, "demand", t, "--capacity", "lots")
     assert rc == 2 and "is not a size" in err
@@ -134,3 +136,18 @@ def test_plan_recall_demand_pool(capsys, tmp_path):
     rc, _, err = run(capsys, "pool", "make", tmp_path / "pool", "--layers", 2, "--experts", 3,
                      "--expert-bytes", 8192)
     assert rc == 1 and "refusing to overwrite" in err
+
+
+@pytest.mark.parametrize("cell", ["64G-balloon-mglru", "64g-balloon-mglru", "64Gi-cgroup-mglru",
+                                  "E2E-prose-admit"])
+def test_bench_run_accepts_cell_names_in_any_case(capsys, tmp_path, cell):
+    """The cell parses (any case): bench run goes on to the next check, the host."""
+    rc, _, err = run(capsys, "run", cell, "--host", "nosuch", "--trace", tmp_path / "t.jsonl",
+                     "--hosts-dir", tmp_path)
+    assert rc == 2 and "unknown host(s): nosuch" in err and "cell" not in err
+
+
+def test_bench_run_refuses_another_spelling_naming_the_canonical_one(capsys, tmp_path):
+    rc, _, err = run(capsys, "run", "64000M-balloon-mglru", "--host", "nosuch", "--trace",
+                     tmp_path / "t.jsonl", "--hosts-dir", tmp_path)
+    assert rc == 2 and "that cell is written 64G-balloon-mglru" in err

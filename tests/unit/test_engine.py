@@ -241,10 +241,15 @@ def test_engine_cell_names_are_exact_inverses(prompt, policy):
 
 
 @pytest.mark.parametrize("bad", ["e2e-prose", "e2e-prose-pagecache", "e2e--admit",
-                                 "e2e-a-b-admit", "e2e-prose-admit-x", "E2e-prose-admit"])
+                                 "e2e-a-b-admit", "e2e-prose-admit-x", "e2e-pro$e-admit"])
 def test_bad_engine_cell_names(bad):
     with pytest.raises(InputError):
         parse_cell(bad)
+
+
+def test_engine_cell_names_are_read_case_insensitively_and_written_lower_case():
+    assert parse_cell("E2E-Prose-ADMIT") == engine_cell("prose", "admit")
+    assert parse_cell("E2e-prose-nocache").name == "e2e-prose-nocache"
 
 
 # the matrix --------------------------------------------------------------------------------------

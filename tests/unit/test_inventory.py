@@ -38,10 +38,23 @@ def test_shipped_inventory_validates():
     assert {"gh200-a", "gh200-b", "local"} <= set(inv)
     a = inv["gh200-a"]
     assert a.transport == "ssh" and a.reboot.allowed and a.reboot.method == "grub-reboot"
-    assert a.mem_total == 480 << 30 and a.mem_floor == 96 << 30
+    # the paper's 480 GB machines, in its decimal units
+    assert a.mem_total == 480 * 10 ** 9 and a.mem_floor == 96 * 10 ** 9
     assert a.expect == {"arch": "aarch64", "page_size": 65536, "kernel": "6.8"}
     assert inv["gh200-b"].tags["machine"] == "B"
     assert inv["local"].transport == "local" and not inv["local"].reboot.allowed
+
+
+def test_memory_sizes_decimal_or_binary_and_written_back_canonical(tmp_path):
+    """memory.total: "480G" is 480 x 10^9 bytes as the paper writes it, "448Gi" binary as
+    MemTotal counts; an inventory bench writes (labs, demo) says the same in canonical text."""
+    from bench.hosts.inventory import render_host_toml
+    h = load_host_file(write(tmp_path, GOOD.replace('total = "480G"', 'total = "448gi"')))
+    assert (h.mem_total, h.mem_floor) == (448 << 30, 96 * 10 ** 9)
+    text = render_host_toml(h)
+    assert 'total = "448Gi"' in text and 'floor = "96G"' in text
+    again = load_host_file(write(tmp_path, text))
+    assert (again.mem_total, again.mem_floor) == (h.mem_total, h.mem_floor)
 
 
 def test_good_file(tmp_path):

@@ -10,11 +10,11 @@ from bench.cli import main
 from bench.errors import InputError
 from bench.hosts.inventory import Host, RebootSpec
 from bench.matrix.expand import BootConfig, expand
-from bench.matrix.load import (MIB, MatrixError, list_matrices, load_matrix, parse_matrix,
-                               shipped_names)
+from bench.matrix.load import MatrixError, list_matrices, load_matrix, parse_matrix, shipped_names
+from bench.units import MB, GiB, MiB
 
 ROOT = Path(__file__).resolve().parents[2]
-G = 1 << 30
+G = 10 ** 9             # capacities are in the paper's decimal units (bench.units)
 
 
 def host(name, mem="480G", floor="96G", reboot=True, **tags):
@@ -50,8 +50,10 @@ def test_seven_matrices_are_shipped_and_valid():
 def test_capacity_matrix_is_the_papers_sweep():
     m = load_matrix("capacity")
     exp = expand(m, GH)
-    assert cells_of(exp) == ["128g-balloon-mglru", "256g-balloon-mglru", "448g-balloon-mglru",
-                             "64g-balloon-mglru"]
+    assert cells_of(exp) == ["128G-balloon-mglru", "256G-balloon-mglru", "448G-balloon-mglru",
+                             "64G-balloon-mglru"]
+    # the paper's GB: 448G is 448 x 10^9 bytes and fits the 480 GB machine (448 GiB would not)
+    assert max(c.capacity.value for c in m.points) == 448 * G < GH[0].mem_total
     assert m.repetitions == 3 and m.randomize and m.interleave
     assert {c.host for r in exp.requests for c in r.candidates} == {"gh200-a"}
 
@@ -59,45 +61,65 @@ def test_capacity_matrix_is_the_papers_sweep():
 def test_reclaim_matrix_runs_every_cell_on_a_and_b_with_the_93g_memboot():
     m = load_matrix("reclaim")
     exp = expand(m, GH)
-    want = ["339g-memboot-mglru", "448g-balloon-mglru", "448g-cgroup-mglru",
-            "64g-balloon-classic", "64g-balloon-mglru", "64g-cgroup-classic", "64g-cgroup-mglru",
-            "93g-balloon-classic", "93g-balloon-mglru", "93g-memboot-classic",
-            "93g-memboot-mglru"]
+    want = ["339G-memboot-mglru", "448G-balloon-mglru", "448G-cgroup-mglru",
+            "64G-balloon-classic", "64G-balloon-mglru", "64G-cgroup-classic", "64G-cgroup-mglru",
+            "93G-balloon-classic", "93G-balloon-mglru", "93G-memboot-classic",
+            "93G-memboot-mglru"]
     assert cells_of(exp, "gh200-a") == want and cells_of(exp, "gh200-b") == want
     boots = {c.cell: c.boot for r in exp.requests for c in r.candidates}
-    assert boots["93g-memboot-mglru"] == BootConfig(102 * G)        # 102G visible, ~93G effective
-    assert boots["64g-balloon-mglru"] == BootConfig()
+    assert boots["93G-memboot-mglru"] == BootConfig(102 * G)        # 102G visible, ~93G effective
+    assert boots["93G-memboot-mglru"].label == "mem=102G"
+    assert boots["339G-memboot-mglru"] == BootConfig(348 * G)
+    assert boots["64G-balloon-mglru"] == BootConfig()
+    assert m.protocol["cgroup_headroom"] == 6 * GiB                # Algorithm 1: C + 6 GiB
     assert len(exp.requests) == 2 * 11 * 3 and not exp.skipped
 
 
 def test_equal_memory_prefetch_admission_smoke_values():
     assert cells_of(expand(load_matrix("equal-memory"), GH)) == [
-        "128g-cgroup-mglru", "128g-cgroup-mglru-hybrid", "128g-cgroup-mglru-pinned",
-        "256g-cgroup-mglru", "256g-cgroup-mglru-hybrid", "256g-cgroup-mglru-pinned",
-        "256g-cgroup-mglru-random"]
+        "128G-cgroup-mglru", "128G-cgroup-mglru-hybrid", "128G-cgroup-mglru-pinned",
+        "256G-cgroup-mglru", "256G-cgroup-mglru-hybrid", "256G-cgroup-mglru-pinned",
+        "256G-cgroup-mglru-random"]
     assert load_matrix("equal-memory").repetitions == 2
     assert cells_of(expand(load_matrix("prefetch"), GH)) == [
-        "256g-cgroup-mglru", "256g-cgroup-mglru-oracle-advice", "256g-cgroup-mglru-oracle-block",
-        "256g-cgroup-mglru-pilot-advice", "256g-cgroup-mglru-pilot-block"]
+        "256G-cgroup-mglru", "256G-cgroup-mglru-oracle-advice", "256G-cgroup-mglru-oracle-block",
+        "256G-cgroup-mglru-pilot-advice", "256G-cgroup-mglru-pilot-block"]
     adm = load_matrix("admission")
-    assert cells_of(expand(adm, GH)) == ["448g-none-mglru", "448g-none-mglru-nocache"]
+    assert cells_of(expand(adm, GH)) == ["448G-none-mglru", "448G-none-mglru-nocache"]
     assert adm.workload["fixed_set_bytes"] == 11_200_000_000
     smoke = load_matrix("smoke")
     exp = expand(smoke, [host("lab-a", mem="3G", floor=None, reboot=False)])
-    assert cells_of(exp) == ["1536m-none-classic", "384m-balloon-classic",
-                             "384m-cgroup-classic", "768m-balloon-classic",
-                             "768m-cgroup-classic"]
+    assert cells_of(exp) == ["1500M-none-classic", "375M-balloon-classic",
+                             "375M-cgroup-classic", "750M-balloon-classic",
+                             "750M-cgroup-classic"]
+    # a binary host memory resolves to whole decimal MB: 1/8 of 1536Mi is 201.3 MB -> 201M
+    exp = expand(smoke, [host("lab-a", mem="1536Mi", floor=None, reboot=False)])
+    assert cells_of(exp) == ["201M-balloon-classic", "201M-cgroup-classic",
+                             "402M-balloon-classic", "402M-cgroup-classic",
+                             "805M-none-classic"]
     assert all(c.boot.is_default for r in exp.requests for c in r.candidates)
 
 
-def test_relative_capacities_resolve_per_host_rounded_down_to_mib():
+def test_relative_capacities_resolve_per_host_rounded_down_to_whole_mb():
     m = parse_matrix(doc(cells={"capacities": ["0.044pool", "0.3mem"], "mechanisms": ["cgroup"],
                                 "reclaims": ["classic"]}), "t.toml")
     pool = 92 * 896 * 17_550_000
     exp = expand(m, [host("h", mem="1000G")])
     caps = cells_of(exp)
-    assert f"{int(0.044 * pool) // MIB}m-cgroup-classic" in caps
-    assert "300g-cgroup-classic" in caps                     # 0.3 x 1000G
+    assert f"{int(0.044 * pool) // MB}M-cgroup-classic" in caps
+    assert "300G-cgroup-classic" in caps                     # 0.3 x 1000G
+
+
+def test_absolute_capacities_keep_their_exact_bytes_and_binary_ones_say_so():
+    m = parse_matrix(doc(cells={"capacities": ["64g", "64Gi", "1.5G", "1000001"],
+                                "mechanisms": ["cgroup"], "reclaims": ["classic"]}), "t.toml")
+    assert [p.capacity.text for p in m.points] == ["64G", "64Gi", "1500M", "1000001"]
+    assert [p.capacity.value for p in m.points] == [64 * G, 64 * GiB, 1_500_000_000, 1_000_001]
+    assert cells_of(expand(m, [host("h")])) == ["1000001-cgroup-classic", "1500M-cgroup-classic",
+                                                "64G-cgroup-classic", "64Gi-cgroup-classic"]
+    with pytest.raises(MatrixError, match="below 1M"):
+        parse_matrix(doc(cells={"capacities": ["4096"], "mechanisms": ["cgroup"],
+                                "reclaims": ["classic"]}), "t.toml")
 
 
 def test_skips_are_listed_with_reasons_not_dropped():
@@ -111,7 +133,7 @@ def test_skips_are_listed_with_reasons_not_dropped():
     assert "above the host's memory" in why[("512G-memboot-mglru", "big")]
     assert "reboot.allowed is false" in why[("0.5mem-memboot-mglru", "norb")]
     assert "memory.total" in why[("0.5mem-memboot-mglru", "nomem")]
-    assert cells_of(exp, "big") == ["240g-memboot-mglru"]
+    assert cells_of(exp, "big") == ["240G-memboot-mglru"]
     assert {c.boot for r in exp.requests for c in r.candidates
             if c.host == "big"} == {BootConfig(249 * G)}
 
@@ -121,7 +143,7 @@ def test_same_cell_twice_on_a_host_is_skipped():
                                 "reclaims": ["mglru"]}), "t.toml")
     exp = expand(m, [host("h")])
     assert [s.reason for s in exp.skipped] == [
-        "resolves to 240g-cgroup-mglru, the same cell as 240G-cgroup-mglru on this host"]
+        "resolves to 240G-cgroup-mglru, the same cell as 240G-cgroup-mglru on this host"]
 
 
 def test_mglru_at_boot_and_memboot_overhead_make_boot_configs():
@@ -129,8 +151,8 @@ def test_mglru_at_boot_and_memboot_overhead_make_boot_configs():
                          cells={"capacities": ["100G"], "mechanisms": ["memboot", "cgroup"],
                                 "reclaims": ["mglru", "classic"]}), "t.toml")
     boots = {c.cell: c.boot for r in expand(m, [host("h")]).requests for c in r.candidates}
-    assert boots["100g-memboot-classic"] == BootConfig(110 * G, "off")
-    assert boots["100g-cgroup-mglru"] == BootConfig(None, "on")
+    assert boots["100G-memboot-classic"] == BootConfig(110 * G, "off")
+    assert boots["100G-cgroup-mglru"] == BootConfig(None, "on")
 
 
 def test_tags_and_missing_machines_are_warned():
@@ -192,8 +214,8 @@ def test_cli_matrix_list_and_show(capsys):
 
 # scales and protocol -----------------------------------------------------------------------------
 
-LAB = [host("lab-a", mem="1536M", floor="512M", machine="A", lab="vm"),
-       host("lab-b", mem="1536M", floor="512M", machine="B", lab="vm")]
+LAB = [host("lab-a", mem="1536Mi", floor="512Mi", machine="A", lab="vm"),
+       host("lab-b", mem="1536Mi", floor="512Mi", machine="B", lab="vm")]
 
 
 def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
@@ -203,22 +225,28 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
     assert [(p.mechanism, p.reclaim) for p in full.points] == \
         [(p.mechanism, p.reclaim) for p in lab.points]
     assert [p.capacity.text for p in lab.points][:2] == ["0.133mem", "0.133mem"]
-    assert lab.protocol["cgroup_headroom"] == 16 * MIB and full.protocol["cgroup_headroom"] == 6 * G
-    assert lab.repetitions == 1 and lab.memboot_overhead == 256 * MIB
-    # the re-sized preset: 4 x 96 x 2 MiB, and the pool sits between the deepest cell and
+    assert lab.protocol["cgroup_headroom"] == 16 * MiB
+    assert full.protocol["cgroup_headroom"] == 6 * GiB
+    assert lab.repetitions == 1 and lab.memboot_overhead == 256 * MB
+    # the re-sized preset: 4 x 96 x 1 MiB, and the pool sits between the deepest cell and
     # the ample extras, as in the paper
-    assert lab.pool_bytes == 4 * 96 * MIB
+    assert lab.pool_bytes == 4 * 96 * MiB
     exp = expand(lab, LAB)
     assert not exp.skipped, exp.skipped
     a = cells_of(exp, "lab-a")
     assert a == cells_of(exp, "lab-b") and len(a) == 11
-    assert "204m-balloon-mglru" in a and "297m-memboot-classic" in a
-    caps = sorted({int(c.split("m-")[0]) for c in a})
-    assert caps[0] * MIB < lab.pool_bytes < caps[-1] * MIB     # deep cells below, ample above
+    # relative capacities resolve to whole decimal MB: 0.133 x 1536Mi = 214.2 MB -> 214M
+    assert a == ["214M-balloon-classic", "214M-balloon-mglru", "214M-cgroup-classic",
+                 "214M-cgroup-mglru", "312M-balloon-classic", "312M-balloon-mglru",
+                 "312M-memboot-classic", "312M-memboot-mglru", "724M-memboot-mglru",
+                 "966M-balloon-mglru", "966M-cgroup-mglru"]
+    caps = sorted({int(c.split("M-")[0]) for c in a})
+    assert caps[0] * MB < lab.pool_bytes < caps[-1] * MB       # deep cells below, ample above
     assert lab.workload["trace"] == "k3"                        # the same trace family, smaller
-    # a lab-scale memboot stays above the guests' 512M floor
+    # a lab-scale memboot stays above the guests' 512Mi floor and below their 1536Mi
     boots = {c.boot.mem for r in exp.requests for c in r.candidates if c.boot.mem}
-    assert boots and min(boots) >= 512 * MIB
+    assert boots == {568 * MB, 980 * MB}
+    assert min(boots) >= 512 * MiB and max(boots) <= 1536 * MiB
     # the production matrix on lab hosts: every cell skipped with its reason, nothing run
     assert not expand(full, LAB).requests
 
@@ -235,8 +263,8 @@ def test_reclaim_lab_workload_fills_the_deepest_cgroup_wall():
                                      expert_bytes=w["expert_bytes"], tokens=w["tokens"])))
     a = accesses(tr)
     distinct = len(set(zip(a.layer.tolist(), a.expert.tolist()))) * w["expert_bytes"]
-    deepest = min(c for c in (p.capacity.value * 1536 * MIB for p in lab.points
-                              if p.mechanism == "cgroup"))
+    deepest = min(int(p.capacity.value * 1536 * MiB) // MB * MB for p in lab.points
+                  if p.mechanism == "cgroup")
     assert distinct > deepest + lab.protocol["cgroup_headroom"], (distinct, deepest)
 
 
@@ -263,8 +291,10 @@ def test_unknown_scale_and_bad_scale_keys(tmp_path):
 
 
 def test_workload_resize_only_for_presets_and_pool_follows_it():
+    m = parse_matrix(doc(workload={"trace": "tiny", "layers": 2, "expert_bytes": "1Mi"}), "m")
+    assert m.pool_bytes == 2 * 32 * MiB
     m = parse_matrix(doc(workload={"trace": "tiny", "layers": 2, "expert_bytes": "1M"}), "m")
-    assert m.pool_bytes == 2 * 32 * MIB
+    assert m.pool_bytes == 2 * 32 * MB
     with pytest.raises(MatrixError, match=r"workload\.layers.*only a synth preset"):
         parse_matrix(doc(workload={"trace": "/data/k3.jsonl", "pool": "1T", "layers": 2}), "m")
 
@@ -278,8 +308,9 @@ def test_preset_geometry_matches_the_synth_presets():
 
 def test_protocol_reaches_the_run_options():
     from bench.matrix.load import DEFAULT_CGROUP_HEADROOM
-    m = parse_matrix(doc(protocol={"cgroup_headroom": "32M", "balloon_max": "1G"}), "m")
-    assert m.protocol == {"cgroup_headroom": 32 * MIB, "balloon_max": G}
+    m = parse_matrix(doc(protocol={"cgroup_headroom": "32Mi", "balloon_max": "1G"}), "m")
+    assert m.protocol == {"cgroup_headroom": 32 * MiB, "balloon_max": G}
+    assert DEFAULT_CGROUP_HEADROOM == 6 * GiB             # Algorithm 1's 6 GiB, binary
     assert parse_matrix(doc(), "m").protocol == {"cgroup_headroom": DEFAULT_CGROUP_HEADROOM,
                                                  "balloon_max": None}
     with pytest.raises(MatrixError, match=r"protocol\.headroom.*unknown key"):

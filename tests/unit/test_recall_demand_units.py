@@ -1,6 +1,8 @@
 """Prediction recall, the demand model, and size units."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.errors import InputError
 from bench.plan.planfile import HINT, Plan, oracle_hints, plan_from_trace, previous_token_hints
@@ -65,18 +67,44 @@ def test_demand_counts_misses_of_the_measured_pass():
         demand(p, [0])
 
 
-@pytest.mark.parametrize("text, value", [("64G", 64 << 30), ("768M", 768 << 20), ("4096", 4096),
-                                         ("1.5G", 3 << 29), ("2GiB", 2 << 30), ("1t", 1 << 40)])
-def test_parse_size(text, value):
+@pytest.mark.parametrize("text, value", [
+    ("64G", 64 * 10 ** 9), ("768M", 768 * 10 ** 6), ("1K", 1000), ("1T", 10 ** 12),
+    ("64Gi", 64 << 30), ("768Mi", 768 << 20), ("6Gi", 6 << 30), ("1Ti", 1 << 40),
+    ("64g", 64 * 10 ** 9), ("64gi", 64 << 30), ("64GB", 64 * 10 ** 9), ("2GiB", 2 << 30),
+    ("4096", 4096), ("1.5G", 1_500_000_000), ("1.5Gi", 3 << 29), (".5K", 500), (7, 7)])
+def test_parse_size_decimal_units_binary_with_i(text, value):
+    """K/M/G/T are decimal as the paper writes capacities; Ki/Mi/Gi/Ti binary; bytes bare."""
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "G", "64X", "-1G", "1.3K"])
+@pytest.mark.parametrize("text", ["", "G", "64X", "-1G", "1.3K5", "0.5", "1.0001K", "64iG",
+                                  "64 G i", "64Gib5", -1])
 def test_parse_size_rejects(text):
     with pytest.raises(InputError):
         parse_size(text)
 
 
-def test_format_size_inverts_parse():
-    for s in ("64G", "768M", "3K", "100"):
-        assert format_size(parse_size(s)) == s
+@pytest.mark.parametrize("n, text", [
+    (64 * 10 ** 9, "64G"), (768 * 10 ** 6, "768M"), (3000, "3K"), (100, "100"), (0, "0"),
+    (64 << 30, "64Gi"), (6 << 30, "6Gi"), (256 << 20, "256Mi"), (4096, "4Ki"),
+    (2048000, "2048K"), (1_000_001, "1000001"), (448 * 10 ** 9, "448G"), (10 ** 12, "1T")])
+def test_format_size_prefers_the_largest_decimal_unit_then_binary(n, text):
+    assert format_size(n) == text
+    assert parse_size(text) == n
+
+
+@given(st.integers(0, 10 ** 15))
+def test_format_then_parse_is_identity(n):
+    assert parse_size(format_size(n)) == n
+    assert parse_size(format_size(n).lower()) == n
+
+
+def test_kernel_sizes_are_binary_and_bench_writes_bytes():
+    """The kernel's memparse reads mem=102G as 102 GiB; bench hands it exact bytes."""
+    from bench.units import kernel_size, parse_kernel_size
+    assert parse_kernel_size("102G") == 102 << 30 and parse_kernel_size("768m") == 768 << 20
+    assert kernel_size(parse_size("102G")) == "102000000000"
+    assert parse_kernel_size(kernel_size(parse_size("102G"))) == 102 * 10 ** 9
+    for bad in ("1.5G", "64Gi", "64GB", "64 G"):
+        with pytest.raises(InputError):
+            parse_kernel_size(bad)

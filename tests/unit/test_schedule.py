@@ -182,7 +182,7 @@ def _small_lab(tmp_path):
     for n in ("lab-a", "lab-b"):
         (d / f"{n}.toml").write_text(
             f'name = "{n}"\naddress = "10.0.0.{len(n)}"\ntransport = "ssh"\n[tags]\nlab = "vm"\n'
-            '[memory]\ntotal = "3G"\nfloor = "1G"\n[reboot]\nallowed = true\nmethod = "kexec"\n')
+            '[memory]\ntotal = "3Gi"\nfloor = "1Gi"\n[reboot]\nallowed = true\nmethod = "kexec"\n')
     return d
 
 

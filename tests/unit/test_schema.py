@@ -91,7 +91,7 @@ def test_a_host_file_reports_every_problem_at_once(tmp_path):
     # method" for the misspelt method, no "floor above total" for the floor that is no size
     assert "no method" not in e.value.message and "above" not in e.value.message
     # the fix line names the key it belongs to
-    assert "key 'memory.floor': write it as a number" in e.value.hint
+    assert "key 'memory.floor': write a number with an optional decimal unit" in e.value.hint
 
 
 def test_cross_field_rules_of_a_host_file_are_collected_too(tmp_path):
@@ -444,7 +444,7 @@ def test_the_json_schema_shows_allowed_values_as_enums_and_describes_every_key()
     assert d["Cells"]["properties"]["modes"]["items"]["enum"] == list(MODES)
     assert d["HostsTable"]["properties"]["placement"]["enum"] == list(PLACEMENTS)
     assert mat["properties"]["memboot_overhead"]["default"] == "9G"
-    assert d["Protocol"]["properties"]["cgroup_headroom"]["default"] == "6G"
+    assert d["Protocol"]["properties"]["cgroup_headroom"]["default"] == "6Gi"
     for s in (inv, mat):
         for table in [s] + list(s["$defs"].values()):
             for key, prop in table.get("properties", {}).items():

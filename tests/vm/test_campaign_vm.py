@@ -2,7 +2,7 @@
 lab-a,lab-b` runs unattended on the two qemu guests, with real kexec reboots for the memboot
 cells (the proven-reboot gate: boot_id, /proc/cmdline, MemTotal), MGLRU toggled on and off at
 run time, balloon and cgroup v2 cells, every bundle ingested and judged, each guest restored to
-its default boot at the end; then `bench results --cell 204m-balloon-mglru` shows the retained
+its default boot at the end; then `bench results --cell 214M-balloon-mglru` shows the retained
 runs with amplification and kswapd scan/steal.
 
 The lab scale (bench/data/matrices/reclaim.toml [scale.lab]): 11 cells per guest, one
@@ -91,7 +91,7 @@ def test_reclaim_campaign_completes_unattended_with_real_reboots(campaign, lab_h
         mine = [r.data for r in reboots if r.get("host") == host]
         into = [r for r in mine if not r.get("restore")]
         # the lower bound: one reboot per distinct memboot boot config, each proven
-        assert sorted(r["boot"]["mem"] for r in into) == ["553M", "947M"], mine
+        assert sorted(r["boot"]["mem"] for r in into) == ["568M", "980M"], mine
         assert all(r["ok"] for r in mine), mine
         assert [r for r in mine if r.get("restore")], f"{host} was not restored: {mine}"
         # restored: the default command line (no mem=) and the full memory again
@@ -121,14 +121,15 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
         want = r["cell"].split("-")[2] == "mglru"
         assert r["mglru_loop_entry"] is want and r["mglru_end"] is want, r
         if r["mechanism"] == "memboot":
-            mem = {"297m": 553, "691m": 947}[r["cell"].split("-")[0]] * MIB
+            # mem = C + 256M, in exact bytes (relative capacities resolve to whole MB)
+            mem = {"312M": 568, "724M": 980}[r["cell"].split("-")[0]] * 10 ** 6
             # the guest really ran with mem=: MemTotal a little below the mem= it booted
             assert r["mem_total_bytes"] is not None and mem * 0.75 < r["mem_total_bytes"] <= mem, r
         else:
             assert r["mem_total_bytes"] > 1200 * MIB, r
     # the deep balloon and cgroup cells are what the acceptance reads: retained on both hosts
-    for cell in ("204m-balloon-mglru", "204m-balloon-classic", "204m-cgroup-mglru",
-                 "204m-cgroup-classic"):
+    for cell in ("214M-balloon-mglru", "214M-balloon-classic", "214M-cgroup-mglru",
+                 "214M-cgroup-classic"):
         kept = [r for r in by_cell[cell] if r["retained"]]
         assert {r["host"] for r in kept} == set(HOSTS), (cell, rejected)
 
@@ -136,18 +137,18 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
 def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(campaign, capsys):
     from bench.cli import main
     capsys.readouterr()
-    assert main(["results", "--cell", "204m-balloon-mglru", "--db", campaign["db"],
+    assert main(["results", "--cell", "214M-balloon-mglru", "--db", campaign["db"],
                  "--campaign", campaign["cid"], "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     with capsys.disabled():     # the figures belong in the CI log
-        print("204m-balloon-mglru: " + json.dumps({k: res[k] for k in (
+        print("214M-balloon-mglru: " + json.dumps({k: res[k] for k in (
             "n_retained", "median_s", "device_gb_per_iteration", "nominal_miss_gb_per_iteration",
             "amplification", "scan_steal", "locked_fraction", "mglru")}))
     assert res["n_retained"] == 2 and res["mglru"] == "on"
     assert res["amplification"] is not None and res["amplification"] > 0
     assert res["scan_steal"] is not None and res["scan_steal"] >= 1.0
     assert 0.5 < res["locked_fraction"] < 1.0
-    assert main(["results", "--cell", "204m-balloon-mglru", "--db", campaign["db"],
+    assert main(["results", "--cell", "214M-balloon-mglru", "--db", campaign["db"],
                  "--campaign", campaign["cid"]]) == 0
     out = capsys.readouterr().out
-    assert "204m-balloon-mglru" in out
+    assert "214M-balloon-mglru" in out

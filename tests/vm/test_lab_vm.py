@@ -79,12 +79,13 @@ def test_runtime_mglru_toggle_is_recorded_as_runtime(lab, lab_hosts, connect):
 
 
 def test_reboot_with_mem_and_lru_then_restore(lab, lab_hosts, connect):
-    """lab-a: mem=768M + bench.lru_gen=off; lab-b at the same time: bench.lru_gen=on. Then
+    """lab-a: mem=768Mi (written mem=805306368: the kernel reads mem=768M as MiB, bench
+    writes exact bytes) + bench.lru_gen=off; lab-b at the same time: bench.lru_gen=on. Then
     both restored to the default command line."""
     a, b = lab_hosts["lab-a"], lab_hosts["lab-b"]
     ta, tb = connect(a), connect(b)
     with ThreadPoolExecutor(2) as ex:
-        fa = ex.submit(reboot_host, ta, a, "768M", "off", _log("lab-a"), **TIMEOUTS)
+        fa = ex.submit(reboot_host, ta, a, "768Mi", "off", _log("lab-a"), **TIMEOUTS)
         fb = ex.submit(reboot_host, tb, b, None, "on", _log("lab-b"), **TIMEOUTS)
         ra, rb = fa.result(), fb.result()
     for r in (ra, rb):
@@ -93,7 +94,7 @@ def test_reboot_with_mem_and_lru_then_restore(lab, lab_hosts, connect):
     assert ra.ok, ra.reason
     assert ra.after.boot_id != ra.before.boot_id
     assert ra.after.memtotal < ra.before.memtotal and ra.after.memtotal <= 768 * MIB
-    assert "mem=768M" in ra.after.args and "bench.lru_gen=off" in ra.after.args
+    assert "mem=805306368" in ra.after.args and "bench.lru_gen=off" in ra.after.args
     assert ra.after.mglru is False
     assert [e.step for e in ra.events][:2] == ["before", "plan"] and ra.events[-1].step == "passed"
     assert rb.ok, rb.reason
@@ -143,11 +144,11 @@ def test_late_host_is_power_cycled_then_quarantined(lab, lab_hosts, connect):
         def __getattr__(self, name):
             return getattr(self.t, name)
 
-    r = reboot_host(HangsAfterTrigger(tb), b, "768M", None, _log("lab-b"), down_timeout=90,
+    r = reboot_host(HangsAfterTrigger(tb), b, "768Mi", None, _log("lab-b"), down_timeout=90,
                     up_timeout=3)
     assert not r.ok and r.verdict == "quarantine" and r.power_cycled, r.reason
     assert "after a power cycle" in r.reason
     assert [e.step for e in r.events][-2:] == ["power-cycle", "quarantine"]
     wait_for_boot(tb, r.before.boot_id, 240)
     o = observe(tb)
-    assert "mem=768M" not in o.args                          # the power cycle booted the default
+    assert "mem=805306368" not in o.args                     # the power cycle booted the default

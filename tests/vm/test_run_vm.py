@@ -32,8 +32,8 @@ MIB = 1 << 20
 HOST = "lab-a"
 LAYERS, EXPERTS, EXPERT_BYTES = 2, 32, MIB          # pool: 64 MiB on vdb
 POOL_BYTES = LAYERS * EXPERTS * EXPERT_BYTES
-CGROUP_CELL = "16m-cgroup-mglru"                    # memory.max = 16 MiB (headroom 0) << pool
-BALLOON_CELL = "768m-balloon-classic"               # balloon ~ MemAvailable - 768 MiB (~550 MiB)
+CGROUP_CELL = "16Mi-cgroup-mglru"                   # memory.max = 16 MiB (headroom 0) << pool
+BALLOON_CELL = "768Mi-balloon-classic"              # balloon ~ MemAvailable - 768 MiB (~550 MiB)
 OPTIONS = RunOptions(threads=2, passes=2, cgroup_headroom_bytes=0, balloon_max_bytes=1 << 30,
                      timeline_interval_ms=100)
 TIMINGS: dict[str, dict] = {}

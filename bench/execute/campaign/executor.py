@@ -61,7 +61,7 @@ from bench.store.controller_lock import acquire_lock, heartbeat, owner_info, rel
 from bench.store.db import Store
 from bench.store.rows import JournalRow, RunRow
 from bench.store.states import NOT_STARTED, TERMINAL, IllegalTransition
-from bench.units import format_size
+from bench.units import kernel_size
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,8 @@ class Executor:
                           balloon_max_bytes=self.s.balloon_max_bytes or proto.get("balloon_max"),
                           passes=int(self.rec["workload"].get("passes") or self.s.passes),
                           campaign=self.cid, position=row.position, repetition=row.repetition,
-                          mem=format_size(mem) if mem and cell.mechanism == "memboot" else None,
+                          # expect_boot.mem: the kernel text the reboot wrote (exact bytes)
+                          mem=kernel_size(mem) if mem and cell.mechanism == "memboot" else None,
                           lru_gen=boot.get("lru_gen"))
 
     def fail(self, rid: str, exc: BaseException) -> None:

@@ -79,17 +79,20 @@ def test_cell_grammar_matches_bench_cells():
     from bench.errors import InputError
     from bench.matrix.cells import parse_cell
     r = _load_runner()
-    good = ["64g-balloon-mglru", "64g-cgroup-classic", "93g-memboot-mglru",
-            "256g-cgroup-mglru-pinned", "256g-cgroup-mglru-pilot-advice", "448g-none-mglru",
-            "768m-cgroup-classic-hybrid-oracle-block", "1536m-none-classic-random"]
+    good = ["64G-balloon-mglru", "64g-cgroup-classic", "93G-memboot-mglru",
+            "256G-cgroup-mglru-pinned", "256g-cgroup-mglru-pilot-advice", "448G-none-mglru",
+            "768M-cgroup-classic-hybrid-oracle-block", "1536m-none-classic-random",
+            "64Gi-cgroup-mglru", "64gi-BALLOON-mglru", "1000001-none-classic",
+            "1536Mi-none-classic-random"]
     for name in good:
         c = parse_cell(name)
         got = r.parse_cell(name)
         assert got == {"capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism,
                        "reclaim": c.reclaim, "mode": c.mode, "prefetch": c.hints or "none",
                        "delivery": c.delivery}
-    for bad in ["64G-balloon-mglru", "64g-swap-mglru", "64g-none", "1024m-none-mglru",
-                "64g-none-mglru-pagecache", "64g-none-mglru-pilot", "0-none-mglru"]:
+    for bad in ["64GB-balloon-mglru", "64g-swap-mglru", "64g-none", "1000m-none-mglru",
+                "1024mi-none-mglru", "64g-none-mglru-pagecache", "64g-none-mglru-pilot",
+                "0-none-mglru", "4096-none-mglru"]:
         with pytest.raises(InputError):
             parse_cell(bad)
         with pytest.raises(r.SpecError):
@@ -112,7 +115,8 @@ def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
         ({"run_id": ".."}, "run_id"),
         ({"cell": "1g-swap-classic", "mechanism": "swap"}, "unknown mechanism 'swap'"),
         ({"mechanism": "balloon"}, "does not match cell"),
-        ({"cell": f"{over >> 30}g-none-classic", "capacity_bytes": over}, "above this host's MemTotal"),
+        ({"cell": f"{over >> 30}Gi-none-classic", "capacity_bytes": over},
+         "above this host's MemTotal"),
         ({"plan": str(tmp_path / "missing.bpln")}, "does not exist"),
         ({"plan_sha256": "0" * 64}, "plan_sha256"),
         ({"cell": "1g-none-classic-pinned", "mode": "pinned"}, "arena_bytes"),
@@ -173,8 +177,10 @@ def test_cgroup_wall(agent, loopfs, pool, plans, work_dir):
     backend = memory_cgroup_backend()
     if backend == "none":
         pytest.skip("no memory cgroup controller (neither cgroup2 nor v1 memory)")
-    cap = 64 << 20
-    spec = make_spec("cg-1", "64m-cgroup-classic", pool=pool, plan=plans["short"], agent=agent)
+    # a decimal capacity, as the paper writes them: 67 x 10^6 bytes is not a whole number of
+    # pages, so the kernel keeps the limit rounded to a page and the runner accepts that
+    cap, page = 67 * 10 ** 6, os.sysconf("SC_PAGE_SIZE")
+    spec = make_spec("cg-1", "67M-cgroup-classic", pool=pool, plan=plans["short"], agent=agent)
     rc, res = start(spec, work_dir)
     assert rc == 0 and res["state"] == "started", res
     bundle = Path(res["bundle"])
@@ -191,7 +197,8 @@ def test_cgroup_wall(agent, loopfs, pool, plans, work_dir):
     st = wait("cg-1", work_dir)
     check_common(bundle, st)
     c = read_json(bundle / "capacity.json")
-    assert c["backend"] == backend and c["limit_bytes"] == cap and c["limit_read_back"] == cap
+    assert c["backend"] == backend and c["limit_bytes"] == cap
+    assert cap - page < c["limit_read_back"] < cap + page and cap % page
     assert c["path"].endswith("/bench-cg-1") and not os.path.exists(c["path"]), "cgroup removed"
     assert read_json(bundle / "runner.json")["agent"]["in_cgroup"] is True
     # the wall is reached and holds
@@ -200,7 +207,7 @@ def test_cgroup_wall(agent, loopfs, pool, plans, work_dir):
     peak_name = "memory.max_usage_in_bytes" if backend == "v1" else "memory.peak"
     peak = [p for p in (bundle / "snapshots" / "post").iterdir() if p.name.endswith(peak_name)]
     assert peak and 0.9 * cap <= int(peak[0].read_text()) <= cap
-    # 64 MiB cannot hold the ~230 MiB the plan touches: the measured pass reads the device
+    # 67 MB cannot hold the ~230 MiB the plan touches: the measured pass reads the device
     assert measured_device_bytes(bundle, loopfs.dev) > 32 << 20
     assert not (work_dir / "active" / "cg-1.json").exists()
     assert_retained(bundle, work_dir)
@@ -219,9 +226,9 @@ def assert_retained(bundle: Path, work_dir: Path) -> None:
 def _balloon_spec(run_id, pool, plan, agent, target=512 << 20):
     avail = int([l for l in Path("/proc/meminfo").read_text().splitlines()
                  if l.startswith("MemAvailable:")][0].split()[1]) * 1024
-    cap = ((avail - target) >> 20) << 20
+    cap = (avail - target) // 10 ** 6 * 10 ** 6           # a whole decimal MB: 14873M
     from bench.units import format_size
-    return make_spec(run_id, f"{format_size(cap).lower()}-balloon-classic", pool=pool,
+    return make_spec(run_id, f"{format_size(cap)}-balloon-classic", pool=pool,
                      plan=plan, agent=agent, balloon_max_bytes=1 << 30)
 
 
@@ -297,7 +304,7 @@ def test_host_lock_and_stop(agent, loopfs, pool, plans, work_dir):
         os.close(fd)
     if memory_cgroup_backend() == "none":
         return
-    spec = make_spec("stop-1", "64m-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
+    spec = make_spec("stop-1", "64Mi-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
     rc, res = start(spec, work_dir)
     bundle = Path(res["bundle"])
     wait_phase(bundle, ("warmup",))
@@ -318,7 +325,7 @@ def test_runner_killed_is_settled_as_failed(agent, loopfs, pool, plans, work_dir
     stops the agent it recorded, removes its cgroup and seals the bundle as failed."""
     if memory_cgroup_backend() == "none":
         pytest.skip("no memory cgroup controller (neither cgroup2 nor v1 memory)")
-    spec = make_spec("dead-1", "64m-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
+    spec = make_spec("dead-1", "64Mi-cgroup-classic", pool=pool, plan=plans["long"], agent=agent)
     rc, res = start(spec, work_dir)
     bundle = Path(res["bundle"])
     st = wait_phase(bundle, ("warmup",))

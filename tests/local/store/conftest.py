@@ -113,6 +113,6 @@ def bundles(tmp_path):
     """make(run_id, cell, edit=None, **kw) -> a complete bundle directory."""
     root = tmp_path / "bundles"
 
-    def make(run_id, cell="64m-cgroup-mglru", edit=None, **kw):
+    def make(run_id, cell="64Mi-cgroup-mglru", edit=None, **kw):
         return make_bundle(root, run_id, cell, edit=edit, **kw)
     return make

@@ -47,7 +47,7 @@ def populate(store, bundles, mismatch=True):
                                      "engine.stdout": p["engine.stdout"].replace(
                                          "fixture-pread", "cpu-fallback")})))
     # an agent run next to them (another campaign: a matrix is either replay or engine)
-    ingest_bundle(store, bundles("agent-1", "64m-none-mglru", campaign="c2"),
+    ingest_bundle(store, bundles("agent-1", "64Mi-none-mglru", campaign="c2"),
                   nominal_miss_bytes=2.0e7)
 
 

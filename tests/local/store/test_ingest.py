@@ -70,14 +70,14 @@ def _unlist(p, rel):
 def test_nominal_given_gives_amplification(store, bundles):
     from bench.store.queries import cell_results
     ingest_bundle(store, bundles("r1"), nominal_miss_bytes=16e6)
-    res = cell_results(store, "64m-cgroup-mglru")
+    res = cell_results(store, "64Mi-cgroup-mglru")
     assert res["amplification"] == pytest.approx(res["device_gb_per_iteration"] / 0.016)
     assert any("amplification" in w for w in res["warnings"])
 
 
 def test_campaign_api_and_journal(store, bundles):
     campaigns.create_campaign(store, "c1", matrix="reclaim", seed=7)
-    campaigns.add_run(store, "c1", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
+    campaigns.add_run(store, "c1", "r1", host="fixture-a", cell="64Mi-cgroup-mglru", position=0)
     with pytest.raises(IllegalTransition, match="planned -> running"):
         campaigns.transition(store, "r1", "running", "never started before deploy")
     for state in ("boot_verified", "deployed", "running"):
@@ -93,7 +93,7 @@ def test_ingest_into_a_finished_run_is_refused(store, bundles):
     """A campaign run already judged cannot be ingested again from another bundle path: the
     store refuses the move validated -> ingested and writes nothing."""
     campaigns.create_campaign(store, "c2")
-    campaigns.add_run(store, "c2", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
+    campaigns.add_run(store, "c2", "r1", host="fixture-a", cell="64Mi-cgroup-mglru", position=0)
     for state in ("boot_verified", "deployed", "running", "collected", "validated"):
         campaigns.transition(store, "r1", state)
     with pytest.raises(IllegalTransition, match="validated -> ingested"):

@@ -16,10 +16,11 @@ from bench.store.ingest import ingest_bundle
 from tests.support import golden
 from tests.support.golden import check_golden, render
 
-CELLS = [("64m-balloon-mglru", 1.6), ("128m-balloon-mglru", 1.2), ("160m-balloon-mglru", 1.0),
-         ("64m-balloon-classic", 1.1), ("64m-cgroup-mglru", 1.15), ("64m-cgroup-classic", 1.12),
-         ("64m-cgroup-mglru-pinned", 1.05), ("64m-cgroup-mglru-hybrid", 1.08),
-         ("64m-cgroup-mglru-oracle-advice", 1.1)]
+# binary capacities: the fixture bundles come from a real 64 MiB + 32 MiB cgroup
+CELLS = [("64Mi-balloon-mglru", 1.6), ("128Mi-balloon-mglru", 1.2),
+         ("160Mi-balloon-mglru", 1.0), ("64Mi-balloon-classic", 1.1), ("64Mi-cgroup-mglru", 1.15),
+         ("64Mi-cgroup-classic", 1.12), ("64Mi-cgroup-mglru-pinned", 1.05),
+         ("64Mi-cgroup-mglru-hybrid", 1.08), ("64Mi-cgroup-mglru-oracle-advice", 1.1)]
 
 
 def populate(store, bundles, reps=2):
@@ -30,7 +31,7 @@ def populate(store, bundles, reps=2):
                                          speed=speed, seed=pos), nominal_miss_bytes=2.0e7)
             pos += 1
     # one rejected run (kernel I/O error), shown but not counted
-    ingest_bundle(store, bundles("c1-bad", "64m-balloon-mglru", position=pos, repetition=2,
+    ingest_bundle(store, bundles("c1-bad", "64Mi-balloon-mglru", position=pos, repetition=2,
                                  edit=lambda p: p.update({"kmsg.txt": "Buffer I/O error on dev vda\n"})))
 
 
@@ -49,10 +50,10 @@ def test_golden_matrix(full, kind):
 
 
 def test_golden_cell(full):
-    res = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
+    res = queries.cell_results(full[0], "64Mi-balloon-mglru", verbose=True)
     text = (render(store_views.cell_result_table(res))
             + render(store_views.verdict_table(res["runs"][-1])))
-    check_golden("cell_64m-balloon-mglru.txt", text)
+    check_golden("cell_64Mi-balloon-mglru.txt", text)
 
 
 def test_golden_detects_a_change(tmp_path, monkeypatch):
@@ -64,21 +65,21 @@ def test_golden_detects_a_change(tmp_path, monkeypatch):
 
 
 def test_cell_results_count_retained_only(full):
-    res = queries.cell_results(full[0], "64m-balloon-mglru")
+    res = queries.cell_results(full[0], "64Mi-balloon-mglru")
     assert (res["n_retained"], res["n_rejected"]) == (2, 1)
-    assert not any("cross-check" in w for w in res["warnings"])   # 64m-cgroup exists
+    assert not any("cross-check" in w for w in res["warnings"])   # 64Mi-cgroup exists
 
 
 def test_cross_check_warning_suggests_a_cell(tmp_path, bundles):
     st = open_store(f"sqlite:///{tmp_path}/b.db")
-    for i, cell in enumerate(["64m-balloon-mglru", "160m-balloon-mglru"]):
+    for i, cell in enumerate(["64Mi-balloon-mglru", "160Mi-balloon-mglru"]):
         ingest_bundle(st, bundles(f"r{i}", cell))
-    w = queries.cell_results(st, "64m-balloon-mglru")["warnings"]
-    assert any("add cell 64m-cgroup-mglru" in x for x in w), w
+    w = queries.cell_results(st, "64Mi-balloon-mglru")["warnings"]
+    assert any("add cell 64Mi-cgroup-mglru" in x for x in w), w
 
 
 def test_compare_pairs_by_campaign_and_repetition(full):
-    c = queries.compare(full[0], "64m-balloon-mglru", "64m-cgroup-mglru")
+    c = queries.compare(full[0], "64Mi-balloon-mglru", "64Mi-cgroup-mglru")
     assert c["time_pairs"] == 2 and c["differs_in"] == ["mechanism"]
     assert c["mechanism_agreement"] == pytest.approx(abs(c["time_ratio_of_medians"] - 1))
 
@@ -95,13 +96,21 @@ def test_cli_commands(full, capsys, tmp_path):
     rows = json.loads(out)
     assert rc == 0 and [r["run_id"] for r in rows] == ["c1-bad"]
     assert rows[0]["failed"] == ["kernel_log_clean"]
-    rc, out, _ = _cli(capsys, url, "results", "--cell", "64m-balloon-mglru", "--json")
-    assert rc == 0 and json.loads(out)["n_retained"] == 2
+    for spelling in ("64Mi-balloon-mglru", "64mi-balloon-MGLRU"):      # any case
+        rc, out, _ = _cli(capsys, url, "results", "--cell", spelling, "--json")
+        assert rc == 0 and json.loads(out)["n_retained"] == 2
+        assert json.loads(out)["cell"] == "64Mi-balloon-mglru"
+    rc, _, err = _cli(capsys, url, "results", "--cell", "64M-balloon-mglru")
+    assert rc == 2 and "no stored runs of cell 64M-balloon-mglru" in err    # 64 x 10^6 bytes
     rc, out, _ = _cli(capsys, url, "results", "--matrix", "reclaim", "--json")
     assert rc == 0 and {r["mechanism"] for r in json.loads(out)["rows"]} == {"balloon", "cgroup"}
     assert _cli(capsys, url, "results", "--matrix", "capacity")[0] == 0
-    rc, out, _ = _cli(capsys, url, "compare", "64m-balloon-mglru", "64m-balloon-classic")
+    rc, out, _ = _cli(capsys, url, "compare", "64Mi-balloon-mglru", "64Mi-balloon-classic")
     assert rc == 0 and "ratio of medians" in out
+    rc, low, _ = _cli(capsys, url, "compare", "64mi-balloon-mglru", "64MI-BALLOON-CLASSIC",
+                      "--json")
+    assert rc == 0 and (json.loads(low)["a"], json.loads(low)["b"]) == (
+        "64Mi-balloon-mglru", "64Mi-balloon-classic") and json.loads(low)["n_a"] == 2
     rc, out, _ = _cli(capsys, url, "sizing", "--target-seconds", "0.06")
     assert rc == 0 and "target 0.06 s/iteration" in out
     rc, out, _ = _cli(capsys, url, "export", "--format", "csv")
@@ -109,7 +118,7 @@ def test_cli_commands(full, capsys, tmp_path):
     rc, out, _ = _cli(capsys, url, "retention", "recheck", "--json")
     assert rc == 0 and json.loads(out) == []
     rc, out, _ = _cli(capsys, url, "db", "current")
-    assert rc == 0 and out.startswith("0003 (head 0003)")
+    assert rc == 0 and out.startswith("0004 (head 0004)")
     for kind in ("capacity", "reclaim", "equal-memory"):
         png = tmp_path / f"{kind}.png"
         assert _cli(capsys, url, "plot", kind, "-o", str(png))[0] == 0

@@ -47,27 +47,27 @@ def _runner_failed(p):
 
 
 FAULTS = {
-    "runner_completed": ("64m-balloon-mglru", _runner_failed),
-    "vmlck_held": ("64m-balloon-mglru", lambda p: _sub(p, "post", "balloon_status",
+    "runner_completed": ("64Mi-balloon-mglru", _runner_failed),
+    "vmlck_held": ("64Mi-balloon-mglru", lambda p: _sub(p, "post", "balloon_status",
                                                        r"^VmLck:.*$", "VmLck:\t 1024 kB")),
-    "no_oom": ("64m-cgroup-mglru", lambda p: _sub(p, "post", "memory.oom_control",
+    "no_oom": ("64Mi-cgroup-mglru", lambda p: _sub(p, "post", "memory.oom_control",
                                                   r"^oom_kill \d+$", "oom_kill 1")),
-    "alive_throughout": ("64m-balloon-mglru",
+    "alive_throughout": ("64Mi-balloon-mglru",
                          lambda p: p["balloon.json"].update(alive_at_end=False, signal=9)),
-    "mglru_as_requested": ("64m-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
+    "mglru_as_requested": ("64Mi-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
         sys_kernel_mm_lru_gen_enabled="0x0000\n")),
-    "boot_matches": ("64m-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
+    "boot_matches": ("64Mi-cgroup-mglru", lambda p: p["snapshots"]["post"].update(
         proc_sys_kernel_random_boot_id="00000000-0000-0000-0000-000000000000\n")),
-    "caches_dropped": ("64m-cgroup-mglru",
+    "caches_dropped": ("64Mi-cgroup-mglru",
                        lambda p: p["drop.json"].update(cached_after_bytes=8 << 30)),
-    "no_swap": ("64m-cgroup-mglru", _vmstat_bump("pswpin", 7)),
-    "measured_pass_complete": ("64m-cgroup-mglru", _drop_last_measured),
-    "timeline_reaches_wall": ("64m-cgroup-mglru", _low_timeline),
-    "kernel_log_clean": ("64m-cgroup-mglru", lambda p: p.update(
+    "no_swap": ("64Mi-cgroup-mglru", _vmstat_bump("pswpin", 7)),
+    "measured_pass_complete": ("64Mi-cgroup-mglru", _drop_last_measured),
+    "timeline_reaches_wall": ("64Mi-cgroup-mglru", _low_timeline),
+    "kernel_log_clean": ("64Mi-cgroup-mglru", lambda p: p.update(
         {"kmsg.txt": "[ 12.3] blk_update_request: I/O error, dev vda, sector 2048\n"})),
-    "preload_outside": ("64m-cgroup-mglru-pinned", lambda p: _sub(
+    "preload_outside": ("64Mi-cgroup-mglru-pinned", lambda p: _sub(
         p, "pass1-start", "proc_self_status", r"^VmLck:.*$", "VmLck:\t       0 kB")),
-    "hint_provenance": ("64m-cgroup-mglru-oracle-advice",
+    "hint_provenance": ("64Mi-cgroup-mglru-oracle-advice",
                         lambda p: p["spec.json"].update(hints_provenance=None)),
     # end-to-end engine runs (docs/engine.md)
     "engine_exit_ok": ("e2e-prose-admit", lambda p: p["engine.json"].update(exit_code=3)),
@@ -77,9 +77,9 @@ FAULTS = {
         r"^output token ids: .*$", "output token ids: " + ", ".join(["17"] * 20))),
     "engine_load_reported": ("e2e-chat-admit", _stdout(r"^cold load: .*\n", "")),
 }
-CLEAN_CELLS = ["64m-cgroup-mglru", "64m-balloon-mglru", "64m-balloon-classic",
-               "64m-cgroup-mglru-pinned", "64m-cgroup-mglru-hybrid",
-               "64m-cgroup-mglru-oracle-advice", "64m-none-mglru", "e2e-prose-admit",
+CLEAN_CELLS = ["64Mi-cgroup-mglru", "64Mi-balloon-mglru", "64Mi-balloon-classic",
+               "64Mi-cgroup-mglru-pinned", "64Mi-cgroup-mglru-hybrid",
+               "64Mi-cgroup-mglru-oracle-advice", "64Mi-none-mglru", "e2e-prose-admit",
                "e2e-code-nocache"]
 
 
@@ -153,7 +153,7 @@ def test_recheck_reports_changes_under_new_rule_versions(store, bundles, monkeyp
 
 
 @pytest.mark.parametrize("cell, other", [("e2e-prose-admit", "agent"),
-                                         ("64m-cgroup-mglru", "engine")])
+                                         ("64Mi-cgroup-mglru", "engine")])
 def test_rules_of_the_other_kind_are_not_evaluated(bundles, cell, other):
     """Agent-only rules never judge an engine run (no agent data there), nor engine gates an
     agent run: no verdict of theirs is recorded; the rules both kinds share are."""
@@ -190,7 +190,7 @@ def test_a_partial_bundle_of_a_failed_run_is_stored_and_rejected_with_the_runner
             p.pop(rel, None)
         for phase in [k for k in p["snapshots"] if k.startswith("pass")]:
             del p["snapshots"][phase]
-    path = bundles("rf", "64m-balloon-mglru", edit=partial)
+    path = bundles("rf", "64Mi-balloon-mglru", edit=partial)
     b = load(read_dir(path))
     assert not b.completed and b.records == [] and b.summary == {} and b.timeline == []
     res = ingest_bundle(store, path)
@@ -203,5 +203,5 @@ def test_a_partial_bundle_of_a_failed_run_is_stored_and_rejected_with_the_runner
     assert run["iteration_median_s"] is None and run["device_gb_per_iteration"] is None
     # a complete bundle still needs every part
     with pytest.raises(BundleError, match="agent.jsonl"):
-        load(read_dir(bundles("rg", "64m-balloon-mglru",
+        load(read_dir(bundles("rg", "64Mi-balloon-mglru",
                               edit=lambda p: p.pop("agent.jsonl"))))
