@@ -49,7 +49,7 @@ def test_golden_matrix(full, kind):
 
 
 def test_golden_cell(full):
-    res = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
+    [res] = queries.cell_results(full[0], "64m-balloon-mglru", verbose=True)
     text = (render(store_views.cell_result_table(res))
             + render(store_views.verdict_table(res["runs"][-1])))
     check_golden("cell_64m-balloon-mglru.txt", text)
@@ -64,7 +64,7 @@ def test_golden_detects_a_change(tmp_path, monkeypatch):
 
 
 def test_cell_results_count_retained_only(full):
-    res = queries.cell_results(full[0], "64m-balloon-mglru")
+    [res] = queries.cell_results(full[0], "64m-balloon-mglru")
     assert (res["n_retained"], res["n_rejected"]) == (2, 1)
     assert not any("cross-check" in w for w in res["warnings"])   # 64m-cgroup exists
 
@@ -73,7 +73,7 @@ def test_cross_check_warning_suggests_a_cell(tmp_path, bundles):
     st = open_store(f"sqlite:///{tmp_path}/b.db")
     for i, cell in enumerate(["64m-balloon-mglru", "160m-balloon-mglru"]):
         ingest_bundle(st, bundles(f"r{i}", cell))
-    w = queries.cell_results(st, "64m-balloon-mglru")["warnings"]
+    w = queries.cell_results(st, "64m-balloon-mglru")[0]["warnings"]
     assert any("add cell 64m-cgroup-mglru" in x for x in w), w
 
 
@@ -96,12 +96,14 @@ def test_cli_commands(full, capsys, tmp_path):
     assert rc == 0 and [r["run_id"] for r in rows] == ["c1-bad"]
     assert rows[0]["failed"] == ["kernel_log_clean"]
     rc, out, _ = _cli(capsys, url, "results", "--cell", "64m-balloon-mglru", "--json")
-    assert rc == 0 and json.loads(out)["n_retained"] == 2
+    [res] = json.loads(out)
+    assert rc == 0 and res["n_retained"] == 2 and res["host"] == "fixture-a"
+    assert res["workload"]["digest"] and res["fingerprint"]["kernel"]
     rc, out, _ = _cli(capsys, url, "results", "--matrix", "reclaim", "--json")
     assert rc == 0 and {r["mechanism"] for r in json.loads(out)["rows"]} == {"balloon", "cgroup"}
     assert _cli(capsys, url, "results", "--matrix", "capacity")[0] == 0
     rc, out, _ = _cli(capsys, url, "compare", "64m-balloon-mglru", "64m-balloon-classic")
-    assert rc == 0 and "ratio of medians" in out
+    assert rc == 0 and "pair range" in out and "fixture-a" in out
     rc, out, _ = _cli(capsys, url, "sizing", "--target-seconds", "0.06")
     assert rc == 0 and "target 0.06 s/iteration" in out
     rc, out, _ = _cli(capsys, url, "export", "--format", "csv")
