@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 
+import matplotlib
 import pytest
 
 from bench.cli import main
 from bench.errors import InputError
-from bench.results import store_views
+from bench.results import plots, store_views
 from bench.store import queries
 from bench.store.ingest import ingest_bundle
 from tests.support.bundlegen import ensure_campaigns
@@ -261,3 +262,28 @@ def test_sizing_cli_answers_per_curve(curves, db_url, capsys):
     assert out.count("target 0.06 s/iteration on ") == 5
     assert "fixture-b, balloon curve (g2): not reached" in out
     assert "g1: host fixture-a; workload " in out
+
+
+def test_plots_one_series_per_group_and_mechanism(curves, tmp_path):
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    m = queries.matrix(curves, "capacity")
+    fig = plots._capacity(plt, m)
+    try:
+        left = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("median")]
+        labels = sorted(ln.get_label() for ln in left)
+        assert labels == ["median g1 fixture-a balloon mglru", "median g1 fixture-a none mglru",
+                          "median g2 fixture-b balloon mglru"]
+        rows = {(r["group"], r["mechanism"]): r for r in m["rows"]}
+        for ln in left:
+            gid, _host, mech, _ = ln.get_label().split()[1:]
+            xs = list(ln.get_xdata())
+            want = sorted(r["capacity_bytes"] / 2**30 for r in m["rows"]
+                          if (r["group"], r["mechanism"]) == (gid, mech))
+            assert xs == want and (gid, mech) in rows
+    finally:
+        plt.close(fig)
+    for kind in ("capacity", "reclaim"):
+        out = tmp_path / f"{kind}.png"
+        plots.draw(kind, queries.matrix(curves, kind), out)
+        assert out.read_bytes()[:4] == b"\x89PNG"
