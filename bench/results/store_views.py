@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -246,26 +247,32 @@ def recheck_table(changes: Sequence[dict]) -> Table:
 
 
 def engine_table(res: dict) -> Table:
-    """Table 3: per prompt admit and nocache median steady-decode s, the median of per-pair
-    ratios [range], pairs, and whether every pair's output hashes match (loud when not)."""
+    """Table 3: per prompt and result group admit and nocache median steady-decode s, the
+    median of per-pair ratios [range], pairs, and whether every pair's output hashes match
+    (loud when not); each group's key (host, engine config and prompt, fingerprint) below."""
     t = Table(title="End-to-end decode: page-cache admission vs nocache"
               + (f" on {res['host']}" if res.get("host") else "")
-              + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
-    for col in ("prompt", "admit s", "nocache s", "speedup \\[range]", "pairs", "hashes match",
-                "runs kept/rejected"):
-        t.add_column(col, justify="left" if col in ("prompt", "hashes match") else "right")
+              + (f", campaign {res['campaign']}" if res.get("campaign") else ""),
+              caption_justify="left")
+    groups = res.get("groups", [])
+    several = len({g["host"] for g in groups}) > 1
+    for col in ("group" + (" host" if several else ""), "prompt", "admit s", "nocache s",
+                "speedup \\[range]", "pairs", "hashes match", "runs kept/rejected"):
+        t.add_column(col, justify="left" if col in ("prompt", "hashes match") or
+                     col.startswith("group") else "right")
     for r in res["prompts"]:
         sp = "-" if r["speedup"] is None else (
             f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
         match = {True: "yes", False: "[bold red]NO[/] (pairs " + ", ".join(r["mismatched"]) + ")",
                  None: "-"}[r["hashes_match"]]
-        t.add_row(r["prompt"], num(r["admit_median_s"], ".1f"),
-                  num(r["nocache_median_s"], ".1f"), sp,
+        t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
+                  num(r["admit_median_s"], ".1f"), num(r["nocache_median_s"], ".1f"), sp,
                   str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
                                      if r["incomplete"] else ""),
                   match, f"{r['n_retained']}/{r['n_rejected']}")
     notes = ["speedup = median over pairs of nocache_s / admit_s (steady decode: wall time "
              "minus the engine's cold load); not the quotient of the two medians"]
-    notes += [f"[bold red]warning:[/] {w}" for w in res.get("warnings", [])]
+    notes += [escape(f"{g['id']}: {identity.group_text(g)}") for g in groups]
+    notes += [f"[bold red]warning:[/] {escape(w)}" for w in res.get("warnings", [])]
     t.caption = "\n".join(notes)
     return t

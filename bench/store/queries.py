@@ -256,7 +256,7 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None) 
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row
     never pools runs of two groups; `groups` holds each group's key, rows name theirs."""
     if kind == ENGINE_MATRIX:
-        return engine_results(store, host=host, campaign=campaign)
+        return engine_results(store, host=host, campaign=campaign, workload=workload)
     if kind not in MATRICES:
         raise InputError(f"unknown matrix {kind!r}",
                          hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
@@ -352,9 +352,10 @@ def _prefetch(cells) -> dict:
                                key=lambda k: (k != "none", k))}
 
 
-def engine_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
-    """Stored engine runs (load_runs rows joined with their engine_runs row)."""
-    runs = {r["run_id"]: r for r in load_runs(store, host=host, campaign=campaign)
+def engine_rows(store: Store, *, host=None, campaign=None, workload=None) -> list[dict]:
+    """Stored engine runs (load_runs rows with their identity, joined with their engine_runs
+    row)."""
+    runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload)
             if parse_cell(r["cell"]).is_engine}
     if not runs:
         return []
@@ -366,31 +367,38 @@ def engine_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
         return [runs[row[0]] | dict(zip(cols, row[1:])) for row in s.execute(q)]
 
 
-def engine_results(store: Store, *, host=None, campaign=None) -> dict:
-    """Table 3 per prompt over retained engine runs: admit and nocache median steady-decode
-    s, the median of per-pair ratios nocache/admit with its range, the pairs counted, and
-    whether every pair's two output hashes match. A pair is (campaign, host, pair index)."""
-    rows = engine_rows(store, host=host, campaign=campaign)
-    out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "prompts": [],
-           "warnings": []}
-    for prompt in sorted({r["prompt"] for r in rows}):
-        mine = [r for r in rows if r["prompt"] == prompt]
+def engine_results(store: Store, *, host=None, campaign=None, workload=None) -> dict:
+    """Table 3 per prompt and result group (host, engine config and prompt, fingerprint) over
+    retained engine runs: admit and nocache median steady-decode s, the median of per-pair
+    ratios nocache/admit with its range, the pairs counted, and whether every pair's two
+    output hashes match. A pair is (campaign, host, pair index)."""
+    rows = engine_rows(store, host=host, campaign=campaign, workload=workload)
+    groups = sorted(identity.group_runs(rows, with_cell=False),
+                    key=lambda g: (g["runs"][0]["prompt"], g["host"]))
+    identity.label_groups(groups)
+    prompts = [g["runs"][0]["prompt"] for g in groups]
+    out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "workload": workload,
+           "prompts": [], "groups": group_keys(groups), "warnings": []}
+    for g, prompt in zip(groups, prompts):
+        name = prompt if prompts.count(prompt) == 1 else f"{prompt} ({g['id']})"
         kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
-                for r in mine if r["retained"]]
+                for r in g["runs"] if r["retained"]]
         st = engine.pair_stats(prompt, kept).as_dict()
-        st.update(n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in mine),
-                  configs=len({r["config_sha256"] for r in mine}))
+        st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
+                  fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
+                  n_rejected=sum(r["retained"] is False for r in g["runs"]))
         out["prompts"].append(st)
         if st["hashes_match"] is False:
-            out["warnings"].append(f"{prompt}: output hashes differ within pair(s) "
+            out["warnings"].append(f"{name}: output hashes differ within pair(s) "
                                    f"{', '.join(st['mismatched'])}: admit and nocache did not "
                                    "decode the same tokens")
         if st["incomplete"]:
-            out["warnings"].append(f"{prompt}: {len(st['incomplete'])} pair(s) without two "
+            out["warnings"].append(f"{name}: {len(st['incomplete'])} pair(s) without two "
                                    f"retained runs, not counted: {', '.join(st['incomplete'])}")
-        if st["configs"] > 1:
-            out["warnings"].append(f"{prompt}: runs under {st['configs']} different engine "
-                                   "configurations are mixed (filter with --campaign)")
+    if len(groups) > len(set(prompts)):
+        out["warnings"].append(f"{len(groups)} groups for {len(set(prompts))} prompt(s), not "
+                               "pooled: they differ in "
+                               + identity.describe_differences(identity.differences(groups)))
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "cell", "prompt",
                                       "policy", "pair_index", "pair_order", "pair_position",
                                       "retained", "wall_s", "load_s", "steady_s", "tokens",

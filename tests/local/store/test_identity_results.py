@@ -287,3 +287,25 @@ def test_plots_one_series_per_group_and_mechanism(curves, tmp_path):
         out = tmp_path / f"{kind}.png"
         plots.draw(kind, queries.matrix(curves, kind), out)
         assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_end_to_end_speedups_per_host(store, bundles):
+    """Table 3 pairs within a host already; its speedup is now per host too, not a median
+    over both hosts' pairs."""
+    pos = 0
+    for host, nocache in (("fixture-a", 120.0), ("fixture-b", 300.0)):
+        for pair in range(2):
+            for policy, wall in (("admit", 100.0), ("nocache", nocache)):
+                ensure_campaigns(store, "c1")
+                ingest_bundle(store, bundles(f"{host}-{pair}-{policy}", f"e2e-prose-{policy}",
+                                             host=host, position=pos, repetition=pair,
+                                             wall_s=wall, load_s=2.0))
+                pos += 1
+    res = queries.matrix(store, "end-to-end")
+    rows = {r["host"]: r for r in res["prompts"]}
+    assert rows["fixture-a"]["speedup"] == pytest.approx(118 / 98)
+    assert rows["fixture-b"]["speedup"] == pytest.approx(298 / 98)
+    assert all(r["pairs"] == 2 and r["prompt"] == "prose" for r in rows.values())
+    assert "2 groups for 1 prompt(s), not pooled: they differ in host" in res["warnings"][-1]
+    text = render(store_views.matrix_table(res))
+    assert "g1 fixture-a" in text and "g2 fixture-b" in text
