@@ -12,16 +12,28 @@ import pytest
 
 from bench.cli import main
 from bench.execute.single import run_hosts
+from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions
 from bench.plan.prepared import plan_from_trace_file
 from bench.store import campaigns
 from bench.store.db import open_store
 from bench.trace.synth import generate, preset
 
-pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools")]
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("clean_pools", "default_boots")]
 NAMES = ["lab-netns-1", "lab-netns-2"]
 A, B = "1g-none-classic", "512m-none-classic"
 CAMPAIGN = "idlab"
+
+
+@pytest.fixture
+def default_boots(lab):
+    """Lab hosts share one session: a host an earlier test left booted with mem= (the memboot
+    lab) is booted back to the default command line, so its none cells are retained."""
+    lab.reload()
+    for h in lab.hosts():
+        if h.cmdline != lab_netns.DEFAULT_CMDLINE:
+            lab.reboot(h.name, lab_netns.DEFAULT_CMDLINE)
+    return lab
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +88,10 @@ def test_one_cell_two_hosts_two_workloads_is_four_groups(lab, lab_inventory, wor
     assert main(["compare", A, B, "--db", work["db"], "--json"]) == 0
     c = json.loads(capsys.readouterr().out)
     kept = [g for g in c["groups"] if g["n_a"] and g["n_b"]]
-    assert {(g["host"], g["workload"]["trace_sha256"]) for g in c["groups"]} == keys
+    assert main(["runs", "--rejected", "--db", work["db"], "--json"]) == 0
+    rejected = [(r["run_id"], [v["reason"] for v in r["verdicts"] if not v["passed"]])
+                for r in json.loads(capsys.readouterr().out)]
+    assert {(g["host"], g["workload"]["trace_sha256"]) for g in c["groups"]} == keys, rejected
     assert all(g["time_pairs"] == 1 and g["time_median_pair_ratio"] > 0 for g in kept)
     assert len(kept) == 4, c     # every lab run is retained (none cells, one campaign)
     assert c["time_ratio_of_medians"] is None and "not pooled" in c["warnings"][0]
