@@ -17,6 +17,12 @@ from bench.units import format_size
 
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
 CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
+WorkloadOpt = Annotated[Optional[str], typer.Option(
+    "--workload", help="Only runs of this workload: a prefix of the workload digest that "
+                       "`bench results --cell` shows (an ambiguous prefix is refused).")]
+PoolOpt = Annotated[bool, typer.Option(
+    "--pool", help="Pool runs across result groups (hosts, workloads, fingerprints); the "
+                   "output says what differs and that it was pooled.")]
 
 
 def _store(db: str | None):
@@ -114,56 +120,80 @@ def results(cell: Annotated[Optional[str], typer.Option(
             matrix: Annotated[Optional[str], typer.Option(
                 "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
                                  "(engine pairs: Table 3)")] = None,
-            host: HostOpt = None, campaign: CampOpt = None,
+            host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
+            pool: PoolOpt = False,
             verbose: Annotated[bool, typer.Option("-v", "--verbose",
                                                   help="Each run's verdicts.")] = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Statistics of one cell over retained runs, or a campaign-shaped matrix."""
+    """Statistics of one cell over retained runs, one group per host, workload and fingerprint
+    (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
     from bench.store import queries
     if matrix is not None and cell is None:
+        if pool:
+            raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
+                             hint="filter with --host, --campaign or --workload instead")
         store = _store(db)
-        m = queries.matrix(store, matrix, host=host, campaign=campaign)
+        m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload)
         return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
-    res = queries.cell_results(store, cell, host=host, campaign=campaign, verbose=verbose)
+    groups = queries.cell_results(store, cell, host=host, campaign=campaign, workload=workload,
+                                  pool=pool, verbose=verbose)
     if json_out:
-        return views.emit_json(res)
-    views.print_table(store_views.cell_result_table(res))
-    if verbose:
-        for r in res["runs"]:
-            views.print_table(store_views.verdict_table(r))
+        return views.emit_json(groups)
+    line = store_views.cell_split_line(groups)
+    if line is not None:
+        views.console.print(line)
+    for g in groups:
+        views.print_table(store_views.cell_result_table(g))
+        if verbose:
+            for r in g["runs"]:
+                views.print_table(store_views.verdict_table(r))
 
 def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
+            workload: WorkloadOpt = None, pool: PoolOpt = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Ratio of medians and median of per-pair ratios of two cells."""
+    """Ratio of medians and median of per-pair ratios of two cells, per host, workload and
+    fingerprint (pairs within one host and campaign); one number across them only with --pool."""
     from bench.store.queries import compare as do
-    c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign)
+    c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign, workload=workload, pool=pool)
     return views.emit_json(c) if json_out else views.print_table(store_views.compare_table(c))
+
+def _sizing_answer(r: dict) -> str:
+    cap = r.get("capacity_bytes")
+    about = format_size(cap // 10 ** 6 * 10 ** 6 if cap and cap >= 10 ** 6 else cap or 0)
+    return {"interpolated": f"about {about} ({cap / 1e9:.2f} GB), interpolated" if cap else "",
+            "measured": f"{format_size(cap) if cap else '-'} (measured point)",
+            "below_range": f"at most {format_size(cap) if cap else '-'} (the smallest measured "
+                           "capacity already meets it)",
+            "unreachable": "not reached even at the largest measured capacity",
+            "no_data": "no retained capacity runs"}[r["status"]]
 
 def sizing(target_seconds: Annotated[float, typer.Option(
                "--target-seconds", help="Target seconds per iteration.")],
            reclaim: Annotated[str, typer.Option(
                help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru",
-           host: HostOpt = None, campaign: CampOpt = None,
+           host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """DRAM needed for a target iteration time, off the measured capacity curve."""
+    """DRAM needed for a target iteration time, off the measured capacity curves: one curve
+    and one answer per host, workload, fingerprint and mechanism."""
+    from bench.judge.identity import group_text
     from bench.store.queries import sizing as do
-    r = do(_store(db), target_seconds, reclaim=reclaim, host=host, campaign=campaign)
+    r = do(_store(db), target_seconds, reclaim=reclaim, host=host, campaign=campaign,
+           workload=workload)
     if json_out:
         return views.emit_json(r)
-    cap = r.get("capacity_bytes")
-    about = format_size(cap // 10 ** 6 * 10 ** 6 if cap and cap >= 10 ** 6 else cap or 0)
-    msg = {"interpolated": f"about {about} ({cap / 1e9:.2f} GB), interpolated" if cap else "",
-           "measured": f"{format_size(cap) if cap else '-'} (measured point)",
-           "below_range": f"at most {format_size(cap) if cap else '-'} (the smallest measured "
-                          "capacity already meets it)",
-           "unreachable": "not reached even at the largest measured capacity",
-           "no_data": "no retained capacity runs"}[r["status"]]
-    print(f"target {target_seconds:g} s/iteration: {msg}")
-    if r.get("caveat"):
-        views.say(compose(("caveat:", "yellow"), f" {r['caveat']}"))
+    if not r["curves"]:
+        print(f"target {target_seconds:g} s/iteration: {_sizing_answer(r)}")
+    for c in r["curves"]:
+        print(f"target {target_seconds:g} s/iteration on {c['host']}, {c['mechanism']} curve "
+              f"({c['group']}): {_sizing_answer(c)}")
+        if c.get("caveat"):
+            views.say(compose((f"caveat ({c['group']} {c['mechanism']}):", "yellow"),
+                              f" {c['caveat']}"))
+    for g in r["groups"]:
+        print(f"{g['id']}: {group_text(g)}")
 
 def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
            host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
@@ -181,15 +211,17 @@ def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "
 
 def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-memory")],
          out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
-         host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
-    """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory."""
+         host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
+         db: DbOpt = None) -> None:
+    """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory; one series per
+    host, workload and fingerprint, one mechanism per curve."""
     from bench.results import plots  # matplotlib: loaded only when used
     from bench.store import queries
     store = _store(db)
     kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}
     if kind not in kinds:
         raise InputError(f"unknown plot {kind!r}", hint="capacity, reclaim or equal-memory")
-    m = queries.matrix(store, kind, host=host, campaign=campaign)
+    m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload)
     plots.draw(kind, m, out)
     views.say(f"wrote {out}")
 

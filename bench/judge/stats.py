@@ -43,9 +43,14 @@ def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if mb == 0 else median(a) / mb
 
 
+def pair_ratios(pairs: Sequence[tuple[float, float]]) -> list[float]:
+    """a/b of each paired run (pairs with b == 0 are skipped)."""
+    return [a / b for a, b in pairs if b]
+
+
 def median_pair_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
     """Median of a/b over paired runs (pairs with b == 0 are skipped)."""
-    ratios = [a / b for a, b in pairs if b]
+    ratios = pair_ratios(pairs)
     return median(ratios) if ratios else None
 
 

@@ -1,5 +1,10 @@
 """Figures from matrix results (matplotlib, Agg backend): capacity response with every run and
-the a/C reference (Fig. 2), reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4)."""
+the a/C reference (Fig. 2), reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4).
+
+One series per result group (host, workload, fingerprint: bench.judge.identity) and one
+mechanism per curve: a line never joins points of two groups or two mechanisms (a balloon
+sweep and a cgroup point are two curves); labels name the group (its key is in the matrix's
+`groups`, and in the legend's title)."""
 
 from __future__ import annotations
 
@@ -23,34 +28,58 @@ def draw(kind: str, m: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def _hosts(m: dict) -> dict[str, str]:
+    return {g["id"]: g["host"] for g in m.get("groups", [])}
+
+
+def _series_label(m: dict, gid: str, *parts: str) -> str:
+    """`g1 host-a balloon mglru`, the group and host only when the figure has several groups."""
+    head = [gid, _hosts(m).get(gid, "")] if len(m.get("groups", [])) > 1 else []
+    return " ".join(p for p in [*head, *parts] if p)
+
+
 def _capacity(plt, m):
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for reclaim in sorted({r["reclaim"] for r in m["rows"]}):
-        rows = sorted((r for r in m["rows"] if r["reclaim"] == reclaim),
+    series = sorted({(r["group"], r["reclaim"], r["mechanism"]) for r in m["rows"]})
+    for n, (gid, reclaim, mech) in enumerate(series):
+        rows = sorted((r for r in m["rows"]
+                       if (r["group"], r["reclaim"], r["mechanism"]) == (gid, reclaim, mech)),
                       key=lambda r: r["capacity_bytes"])
+        color = f"C{n % 10}"
+        label = _series_label(m, gid, mech, reclaim)
         gb = [r["capacity_bytes"] / 1e9 for r in rows]
-        left.plot(gb, [r["median_s"] for r in rows], "o-", label=f"median ({reclaim})")
+        left.plot(gb, [r["median_s"] for r in rows], "o-", color=color, label=f"median {label}")
         for r in rows:
-            left.plot([r["capacity_bytes"] / 1e9] * 2, [r["min_s"], r["max_s"]], "k-", alpha=.3)
+            left.plot([r["capacity_bytes"] / 1e9] * 2, [r["min_s"], r["max_s"]], "-",
+                      color=color, alpha=.3)
             right.plot([r["capacity_bytes"] / 1e9] * len(r["device_gb_runs"]),
-                       r["device_gb_runs"], "o", alpha=.3, color="C0")
-        right.plot(gb, [r["device_gb_per_iteration"] for r in rows], "o-", label="device")
+                       r["device_gb_runs"], "o", alpha=.3, color=color)
+        right.plot(gb, [r["device_gb_per_iteration"] for r in rows], "o-", color=color,
+                   label=f"device {label}")
         if any(r["nominal_miss_gb_per_iteration"] for r in rows):
             right.plot(gb, [r["nominal_miss_gb_per_iteration"] for r in rows], "s--",
-                       label="nominal miss")
+                       color=color, label=f"nominal miss {label}")
+    for gid, reclaim in sorted({(r["group"], r["reclaim"]) for r in m["rows"]}):
+        # the a/C reference of one group and reclaim, anchored at its largest capacity as the
+        # table's a/C column is: a reference line, not a measured curve
+        rows = sorted((r for r in m["rows"] if (r["group"], r["reclaim"]) == (gid, reclaim)),
+                      key=lambda r: r["capacity_bytes"])
         ref = a_over_c([(r["capacity_bytes"], r["device_gb_per_iteration"]) for r in rows])
-        right.plot(gb, [ref[r["capacity_bytes"]][0] for r in rows], ":", label="a/C")
+        caps = sorted(ref)
+        right.plot([c / 1e9 for c in caps], [ref[c][0] for c in caps], ":", color="gray",
+                   label=f"a/C {_series_label(m, gid, reclaim)}")
     left.set(xlabel="capacity C (GB)", ylabel="s / iteration", title="iteration time")
     right.set(xlabel="capacity C (GB)", ylabel="GB / iteration", xscale="log", yscale="log",
               title="device traffic")
-    left.legend()
-    right.legend()
+    left.legend(fontsize="small")
+    right.legend(fontsize="small")
     return fig
 
 
 def _reclaim(plt, m):
     fig, ax = plt.subplots(figsize=(8, 4))
-    labels = [f"{format_size(r['capacity_bytes'])} {r['mechanism']}" for r in m["rows"]]
+    labels = [_series_label(m, r["group"], format_size(r["capacity_bytes"]), r["mechanism"])
+              for r in m["rows"]]
     xs = range(len(labels))
     for off, key in ((-0.2, "mglru"), (0.2, "classic")):
         ax.bar([x + off for x in xs], [(r.get(key) or {}).get("device_gb_per_iteration") or 0
@@ -65,7 +94,8 @@ def _reclaim(plt, m):
 def _equal(plt, m):
     fig, ax = plt.subplots(figsize=(8, 4))
     modes = [k for k in m["modes"] if any(r.get(k) for r in m["rows"])]
-    labels = [format_size(r["capacity_bytes"]) for r in m["rows"]]
+    labels = [_series_label(m, r["group"], format_size(r["capacity_bytes"]))
+              for r in m["rows"]]
     w = 0.8 / max(len(modes), 1)
     for i, k in enumerate(modes):
         ax.bar([x + i * w for x in range(len(labels))],

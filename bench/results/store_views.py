@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct
+from bench.judge import identity
+from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct, size_text
 
 
 def runs_table(rows: Sequence[dict]) -> LiteralTable:
@@ -24,28 +25,199 @@ def runs_table(rows: Sequence[dict]) -> LiteralTable:
     return t
 
 
+def _short(v: str | None) -> str:
+    return "-" if not v else v[:12]
+
+
+def workload_rows(w: dict) -> list[tuple[str, str]]:
+    """A workload identity (bench.judge.identity.workload_of) as rows of a quantity table."""
+    if w.get("kind") == "engine":
+        return [("workload", f"{w['digest']} (engine)"),
+                ("engine config / prompt / tokens",
+                 f"{_short(w.get('config_sha256'))} / {w.get('prompt')} / {w.get('n_tokens')}")]
+    pool = w.get("pool_bytes")
+    rows = [("workload", f"{w['digest']} {w.get('trace') or '-'}"),
+            ("trace / plan sha256",
+             f"{_short(w.get('trace_sha256'))} / {_short(w.get('plan_sha256'))}"),
+            ("pool / threads / passes / batch",
+             f"{size_text(pool) if isinstance(pool, int) else '-'} / {w.get('threads')} / "
+             f"{w.get('passes')} / {w.get('batch')}")]
+    if w.get("domain") is not None:
+        rows.append(("domain", str(w["domain"])))
+    return rows
+
+
+def key_rows(g: dict) -> list[tuple[str, str]]:
+    """A result group's key (host, workload, fingerprint) as rows; a part pooled on request
+    lists what was pooled."""
+    pooled = g.get("pooled") or {}
+    rows = [("host", g["host"] or "pooled: " + ", ".join(pooled.get("hosts", [])))]
+    w, f = g.get("workload"), g.get("fingerprint")
+    rows += (workload_rows(w) if w else
+             [("workload", "pooled: " + ", ".join(pooled.get("workloads", [])))])
+    rows += ([("fingerprint", f["digest"] or "- (none stored)"), ("kernel", f["kernel"] or "-"),
+              ("controller", f["controller_version"] or "-")] if f else
+             [("fingerprint", "pooled: " + ", ".join(pooled.get("fingerprints", [])))])
+    rows.append(("campaigns", ", ".join(g.get("campaigns") or []) or "-"))
+    return rows
+
+
 def cell_result_table(res: dict) -> LiteralTable:
-    t = LiteralTable(title=f"{res['cell']}" + (f" on {res['host']}" if res.get("host") else "")
-                     + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
+    """One result group of a cell (bench.store.queries.cell_results): its key, then its
+    statistics; warnings in the caption (the `split` warning, shared by all groups of the cell,
+    is cell_split_line's)."""
+    split = res.get("split")
+    title = res["cell"] + (f", group {res['group']} of {split['groups']}" if split else "") + (
+        ", pooled" if res.get("pooled") else "")
+    t = LiteralTable(title=title)
     t.add_column("quantity")
     t.add_column("value", justify="right")
-    rows = [("runs retained / rejected", f"{res['n_retained']} / {res['n_rejected']}"),
-            ("median iteration s", num(res["median_s"], ".4f")),
-            ("min / max s", f"{num(res['min_s'], '.4f')} / {num(res['max_s'], '.4f')}"),
-            ("spread", pct(res["spread"])),
-            ("device GB/iteration", gb(res["device_gb_per_iteration"], ".4f")),
-            ("nominal miss GB/iteration", gb(res["nominal_miss_gb_per_iteration"], ".4f")),
-            ("amplification", "-" if res["amplification"] is None
-             else f"{res['amplification']:.2f}x"),
-            ("kswapd scan/steal", num(res["scan_steal"], ".2f")),
-            ("cgroup scan/steal", num(res["cgroup_scan_steal"], ".2f")),
-            ("served without device reads", pct(res["served_fraction"])),
-            ("locked fraction", pct(res["locked_fraction"])),
-            ("MGLRU", res["mglru"] or "-")]
-    for k, v in rows:
-        t.add_row(k, v)
-    if res.get("warnings"):
-        t.caption = "\n".join(f"warning: {w}" for w in res["warnings"])
+    rows = key_rows(res) + [
+        ("runs retained / rejected", f"{res['n_retained']} / {res['n_rejected']}"),
+        ("median iteration s", num(res["median_s"], ".4f")),
+        ("min / max s", f"{num(res['min_s'], '.4f')} / {num(res['max_s'], '.4f')}"),
+        ("spread", pct(res["spread"])),
+        ("device GB/iteration", gb(res["device_gb_per_iteration"], ".4f")),
+        ("nominal miss GB/iteration", gb(res["nominal_miss_gb_per_iteration"], ".4f")),
+        ("amplification", "-" if res["amplification"] is None
+         else f"{res['amplification']:.2f}x"),
+        ("kswapd scan/steal", num(res["scan_steal"], ".2f")),
+        ("cgroup scan/steal", num(res["cgroup_scan_steal"], ".2f")),
+        ("served without device reads", pct(res["served_fraction"])),
+        ("locked fraction", pct(res["locked_fraction"])),
+        ("MGLRU", res["mglru"] or "-")]
+    for i, (k, v) in enumerate(rows):
+        t.add_row(k, v, end_section=i == len(key_rows(res)) - 1)
+    warnings = [w for w in res.get("warnings", []) if not split or w != split["warning"]]
+    if warnings:
+        t.caption = "\n".join(f"warning: {w}" for w in warnings)
+    return t
+
+
+def cell_split_line(groups: Sequence[dict]) -> Text | None:
+    """The one warning line above a cell's groups when there are several (not pooled)."""
+    split = groups[0].get("split") if groups else None
+    return None if not split else compose(("warning:", "yellow"), " " + split["warning"])
+
+
+def legend(groups: Sequence[dict], warnings: Sequence[str] = ()) -> str:
+    """Caption lines: each group's key (id: host; workload; fingerprint), then warnings."""
+    lines = [f"{g['id']}: {identity.group_text(g)}" for g in groups]
+    return "\n".join(lines + [f"warning: {w}" for w in warnings])
+
+
+def _matrix_title(m: dict) -> str:
+    return (f"{m['matrix']} matrix" + (f" on {m['host']}" if m.get("host") else "")
+            + (f", campaign {m['campaign']}" if m.get("campaign") else "")
+            + (f", workload {m['workload']}" if m.get("workload") else ""))
+
+
+def matrix_table(m: dict) -> LiteralTable:
+    """A campaign-shaped table (bench.store.queries.matrix): rows per result group, the group's
+    id (and host, when the table spans several) first, each group's key in the caption."""
+    kind = m["matrix"]
+    if kind == "end-to-end":
+        return engine_table(m)
+    t = LiteralTable(title=_matrix_title(m), caption_justify="left")
+    groups = m.get("groups", [])
+    several = len({g["host"] for g in groups}) > 1
+    names = {g["id"]: g["id"] + (f" {g['host']}" if several else "") for g in groups}
+    t.add_column("group" + (" host" if several else ""))
+    if kind == "capacity":
+        _capacity_rows(t, m["rows"], names)
+    elif kind == "reclaim":
+        _reclaim_rows(t, m["rows"], names)
+    else:
+        _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
+    # literal text (LiteralTable): host, trace and kernel names as stored, never as markup
+    t.caption = legend(m.get("groups", []), m.get("warnings", [])) or None
+    return t
+
+
+def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+    for col in ("C", "mechanism", "reclaim", "n", "med s", "spread", "GB/it", "a/C dev",
+                "miss GB", "amp"):
+        t.add_column(col, justify="left" if col in ("mechanism", "reclaim") else "right")
+    for r in rows:
+        t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
+                  r["reclaim"], f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
+                  num(r["median_s"], ".3f"), pct(r["spread"]),
+                  gb(r["device_gb_per_iteration"], ".4f"), pct(r["a_over_c_dev"]),
+                  gb(r["nominal_miss_gb_per_iteration"], ".4f"),
+                  "-" if r["amplification"] is None else f"{r['amplification']:.2f}x")
+
+
+def _reclaim_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+    for col in ("C", "mechanism", "GB/it mglru", "GB/it classic", "on/off",
+                "s mglru", "s classic", "scan/steal mglru", "scan/steal classic", "locked"):
+        t.add_column(col, justify="left" if col == "mechanism" else "right")
+    for r in rows:
+        a, b = r.get("mglru") or {}, r.get("classic") or {}
+        t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
+                  gb(a.get("device_gb_per_iteration"), ".4f"),
+                  gb(b.get("device_gb_per_iteration"), ".4f"),
+                  num(r["mglru_over_classic"], ".2f"), num(a.get("median_s")),
+                  num(b.get("median_s")), num(a.get("scan_steal"), ".2f"),
+                  num(b.get("scan_steal"), ".2f"),
+                  # the mechanism's locked share: either reclaim's runs measure it
+                  pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
+                      else b.get("locked_fraction")))
+
+
+def _mode_rows(t: LiteralTable, m: dict, keys: Sequence[str], names: dict[str, str]) -> None:
+    """equal-memory (modes side by side) and prefetch (hint plans side by side)."""
+    kind = m["matrix"]
+    t.add_column("C", justify="right")
+    if kind == "prefetch":
+        t.add_column("mechanism")
+    for k in keys:
+        t.add_column(f"{k} s", justify="right")
+    if kind == "equal-memory":
+        for k in ("pagecache", "pinned"):
+            t.add_column(f"{k} GB/it", justify="right")
+            t.add_column(f"{k} served", justify="right")
+    for r in m["rows"]:
+        cells = [names[r["group"]], capacity_text(r["capacity_bytes"])] + (
+            [r["mechanism"]] if kind == "prefetch" else [])
+        cells += [num((r.get(k) or {}).get("median_s")) for k in keys]
+        if kind == "equal-memory":
+            for k in ("pagecache", "pinned"):
+                s = r.get(k) or {}
+                cells += [gb(s.get("device_gb_per_iteration"), ".4f"),
+                          pct(s.get("served_fraction"))]
+        t.add_row(*cells)
+
+
+def _range(c: dict, k: str) -> str:
+    lo, hi = c[f"{k}_pair_ratio_min"], c[f"{k}_pair_ratio_max"]
+    return "-" if lo is None else f"{lo:.3f}-{hi:.3f}"
+
+
+def compare_table(c: dict) -> LiteralTable:
+    """Two cells per result group (bench.store.queries.compare): the ratio of medians and the
+    median of per-pair ratios with their range, pairs within one host and campaign; a pooled
+    row only when pooling was asked for."""
+    t = LiteralTable(title=f"{c['a']} vs {c['b']} (retained runs {c['n_a']} / {c['n_b']})",
+                     caption_justify="left")
+    for col in ("group", "quantity", "ratio of medians", "median pair ratio", "pair range",
+                "pairs"):
+        t.add_column(col, justify="left" if col in ("group", "quantity") else "right")
+    rows = list(c["groups"])
+    if c.get("pooled"):
+        rows.append(dict(c, id="pooled", host="all hosts"))
+    for i, g in enumerate(rows):
+        head = (f"{g['id']} {g['host'] or '-'}", f"runs {g['n_a']}/{g['n_b']}")
+        for j, (k, label) in enumerate((("time", "iteration s"), ("device", "device B/it"))):
+            t.add_row(head[j], label, num(g[f"{k}_ratio_of_medians"]),
+                      num(g[f"{k}_median_pair_ratio"]), _range(g, k), str(g[f"{k}_pairs"]),
+                      end_section=j == 1 and i < len(rows) - 1)
+    notes = []
+    if c.get("mechanism_agreement") is not None:
+        notes.append(f"mechanisms agree within {100 * c['mechanism_agreement']:.1f}% in "
+                     "median time")
+    notes.append("a pair: one run of each cell in the same group, campaign and repetition; "
+                 "median pair ratio = median over pairs of a/b")
+    t.caption = legend(c["groups"], c.get("warnings", [])) + "\n" + "\n".join(notes)
     return t
 
 
@@ -55,74 +227,6 @@ def verdict_table(run: dict) -> LiteralTable:
         t.add_column(col)
     for v in run.get("verdicts", []):
         t.add_row(v["rule"], str(v["version"]), "pass" if v["passed"] else "FAIL", v["reason"])
-    return t
-
-
-def matrix_table(m: dict) -> LiteralTable:
-    kind = m["matrix"]
-    if kind == "end-to-end":
-        return engine_table(m)
-    t = LiteralTable(title=f"{kind} matrix" + (f" on {m['host']}" if m.get("host") else "")
-                     + (f", campaign {m['campaign']}" if m.get("campaign") else ""))
-    if kind == "capacity":
-        for col in ("C", "reclaim", "n", "med s", "spread", "GB/it", "a/C dev", "miss GB",
-                    "amp"):
-            t.add_column(col, justify="left" if col == "reclaim" else "right")
-        for r in m["rows"]:
-            t.add_row(capacity_text(r["capacity_bytes"]), r["reclaim"],
-                      f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
-                      num(r["median_s"], ".3f"), pct(r["spread"]),
-                      gb(r["device_gb_per_iteration"], ".4f"), pct(r["a_over_c_dev"]),
-                      gb(r["nominal_miss_gb_per_iteration"], ".4f"),
-                      "-" if r["amplification"] is None else f"{r['amplification']:.2f}x")
-    elif kind == "reclaim":
-        for col in ("C", "mechanism", "GB/it mglru", "GB/it classic", "on/off",
-                    "s mglru", "s classic", "scan/steal mglru", "scan/steal classic", "locked"):
-            t.add_column(col, justify="left" if col == "mechanism" else "right")
-        for r in m["rows"]:
-            a, b = r.get("mglru") or {}, r.get("classic") or {}
-            t.add_row(capacity_text(r["capacity_bytes"]), r["mechanism"],
-                      gb(a.get("device_gb_per_iteration"), ".4f"),
-                      gb(b.get("device_gb_per_iteration"), ".4f"),
-                      num(r["mglru_over_classic"], ".2f"), num(a.get("median_s")),
-                      num(b.get("median_s")), num(a.get("scan_steal"), ".2f"),
-                      num(b.get("scan_steal"), ".2f"),
-                      # the mechanism's locked share: either reclaim's runs measure it
-                      pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
-                           else b.get("locked_fraction")))
-    else:
-        keys = m["modes"] if kind == "equal-memory" else m["prefetch"]
-        t.add_column("C", justify="right")
-        if kind == "prefetch":
-            t.add_column("mechanism")
-        for k in keys:
-            t.add_column(f"{k} s", justify="right")
-        if kind == "equal-memory":
-            for k in ("pagecache", "pinned"):
-                t.add_column(f"{k} GB/it", justify="right")
-                t.add_column(f"{k} served", justify="right")
-        for r in m["rows"]:
-            cells = [capacity_text(r["capacity_bytes"])] + (
-                [r["mechanism"]] if kind == "prefetch" else [])
-            cells += [num((r.get(k) or {}).get("median_s")) for k in keys]
-            if kind == "equal-memory":
-                for k in ("pagecache", "pinned"):
-                    s = r.get(k) or {}
-                    cells += [gb(s.get("device_gb_per_iteration"), ".4f"),
-                              pct(s.get("served_fraction"))]
-            t.add_row(*cells)
-    return t
-
-
-def compare_table(c: dict) -> LiteralTable:
-    t = LiteralTable(title=f"{c['a']} vs {c['b']} (retained runs {c['n_a']} / {c['n_b']})")
-    for col in ("quantity", "ratio of medians", "median of pair ratios", "pairs"):
-        t.add_column(col, justify="left" if col == "quantity" else "right")
-    for k, label in (("time", "iteration time"), ("device", "device bytes/iteration")):
-        t.add_row(label, num(c[f"{k}_ratio_of_medians"]), num(c[f"{k}_median_pair_ratio"]),
-                  str(c[f"{k}_pairs"]))
-    if c.get("mechanism_agreement") is not None:
-        t.caption = f"mechanisms agree within {100 * c['mechanism_agreement']:.1f}% in median time"
     return t
 
 
@@ -141,27 +245,34 @@ def recheck_table(changes: Sequence[dict]) -> LiteralTable:
 
 
 def engine_table(res: dict) -> LiteralTable:
-    """Table 3: per prompt admit and nocache median steady-decode s, the median of per-pair
-    ratios [range], pairs, and whether every pair's output hashes match (loud when not)."""
+    """Table 3: per prompt and result group admit and nocache median steady-decode s, the
+    median of per-pair ratios [range], pairs, and whether every pair's output hashes match
+    (loud when not); each group's key (host, engine config and prompt, fingerprint) below."""
     t = LiteralTable(title="End-to-end decode: page-cache admission vs nocache"
                      + (f" on {res['host']}" if res.get("host") else "")
-                     + (f", campaign {res['campaign']}" if res.get("campaign") else ""))
-    for col in ("prompt", "admit s", "nocache s", "speedup [range]", "pairs", "hashes match",
-                "runs kept/rejected"):
-        t.add_column(col, justify="left" if col in ("prompt", "hashes match") else "right")
+                     + (f", campaign {res['campaign']}" if res.get("campaign") else ""),
+                     caption_justify="left")
+    groups = res.get("groups", [])
+    several = len({g["host"] for g in groups}) > 1
+    for col in ("group" + (" host" if several else ""), "prompt", "admit s", "nocache s",
+                "speedup [range]", "pairs", "hashes match", "runs kept/rejected"):
+        t.add_column(col, justify="left" if col in ("prompt", "hashes match") or
+                     col.startswith("group") else "right")
     for r in res["prompts"]:
         sp = "-" if r["speedup"] is None else (
             f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
         match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
             ("NO", "bold red"), " (pairs " + ", ".join(r["mismatched"]) + ")")
-        t.add_row(r["prompt"], num(r["admit_median_s"], ".1f"),
-                  num(r["nocache_median_s"], ".1f"), sp,
+        t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
+                  num(r["admit_median_s"], ".1f"), num(r["nocache_median_s"], ".1f"), sp,
                   str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
                                      if r["incomplete"] else ""),
                   match, f"{r['n_retained']}/{r['n_rejected']}")
     notes: list[str | tuple[str, str]] = [
         "speedup = median over pairs of nocache_s / admit_s (steady decode: wall time minus the "
         "engine's cold load); not the quotient of the two medians"]
+    for g in groups:
+        notes += ["\n", f"{g['id']}: {identity.group_text(g)}"]
     for w in res.get("warnings", []):
         notes += ["\n", ("warning:", "bold red"), f" {w}"]
     t.caption = compose(*notes, style="table.caption")

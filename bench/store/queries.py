@@ -12,13 +12,14 @@ from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
-from bench.judge import engine, stats
+from bench.judge import engine, identity, stats
 from bench.judge.judgement import METRIC_COLUMNS
 from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
-from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
+from bench.store.models import (Campaign, CampaignHost, Cell, EngineRun, Fingerprint, Host, Run,
+                               Verdict)
 from bench.units import format_size
 from bench.version import controller_version
 
@@ -28,9 +29,17 @@ CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "deliver
 
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
-              campaign: str | None = None, ingested_only: bool = True) -> list[dict]:
+              campaign: str | None = None, ingested_only: bool = True,
+              with_identity: bool = False) -> list[dict]:
+    """Stored runs as flat rows (RUN_COLS, cell, host, CELL_COLS). `with_identity` adds what
+    a result group is keyed by (bench.judge.identity): `workload` (from the stored spec),
+    `fingerprint` (the stored digest and its main fields) and `fingerprint_data`."""
     cols = [getattr(Run, c) for c in RUN_COLS] + [Cell.name, Host.name] + \
            [getattr(Cell, c) for c in CELL_COLS]
+    names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
+    if with_identity:
+        cols += [Run.spec, Run.fingerprint_id]
+        names += ("spec", "fingerprint_id")
     q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
     if cell:
         q = q.where(Cell.name == parse_cell(cell).name)
@@ -40,9 +49,30 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
         q = q.where(Run.campaign_id == campaign)
     if ingested_only:
         q = q.where(Run.bundle_digest.is_not(None))
-    names = RUN_COLS + ("cell", "host") + CELL_COLS
     with store.session() as s:
-        return [dict(zip(names, row)) for row in s.execute(q.order_by(Run.id))]
+        rows = [dict(zip(names, row)) for row in s.execute(q.order_by(Run.id))]
+        if with_identity:
+            _attach_identity(s, rows)
+    return rows
+
+
+def _attach_identity(s, rows: list[dict]) -> None:
+    ids = {r["fingerprint_id"] for r in rows} - {None}
+    fps = {fid: (digest, data) for fid, digest, data in s.execute(
+        select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
+        .where(Fingerprint.id.in_(ids)))} if ids else {}
+    for r in rows:
+        digest, data = fps.get(r.pop("fingerprint_id"), (None, None))
+        r["workload"] = identity.workload_of(r.pop("spec"))
+        r["fingerprint"] = identity.fingerprint_view(digest, data)
+        r["fingerprint_data"] = data
+
+
+def scope(store: Store, *, host=None, campaign=None, workload=None) -> list[dict]:
+    """Stored runs with their identity, filtered by host, campaign and workload digest prefix
+    (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused)."""
+    runs = load_runs(store, host=host, campaign=campaign, with_identity=True)
+    return identity.select_workload(runs, workload)
 
 
 def verdicts(store: Store, run_ids: list[str]) -> dict[str, list[dict]]:
@@ -112,32 +142,85 @@ def _gb(x):
     return None if x is None else x / stats.GB
 
 
-def cell_results(store: Store, cell: str, *, host=None, campaign=None, verbose=False) -> dict:
+def _where(host, campaign, workload) -> str:
+    return ((f" on {host}" if host else "") + (f" in {campaign}" if campaign else "")
+            + (f" with workload {workload}" if workload else ""))
+
+
+def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
+                 pool: bool = False, verbose: bool = False) -> list[dict]:
+    """One cell's statistics, one entry per result group (bench.judge.identity: host, workload,
+    fingerprint), never pooled across groups unless `pool`: then one entry whose `pooled`
+    says which groups were pooled and what differs between them."""
     name = parse_cell(cell).name
-    scope = load_runs(store, host=host, campaign=campaign)
-    runs = [r for r in scope if r["cell"] == name]
+    runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload)
+    runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
-        where = (f" on {host}" if host else "") + (f" in {campaign}" if campaign else "")
-        raise InputError(f"no stored runs of cell {name}{where}",
+        raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
                          hint="`bench runs` lists what is stored")
+    groups = identity.label_groups(identity.group_runs(runs))
+    diff = identity.differences(groups) if len(groups) > 1 else {}
+    why = identity.describe_differences(diff)
+    if pool and len(groups) > 1:
+        groups = [_pooled(groups, diff, why)]
+    out = [_cell_group(name, g, runs_in_scope) for g in groups]
+    if len(out) > 1:
+        split = {"groups": len(out), "differs_in": diff,
+                 "warning": f"{len(out)} groups, not pooled: they differ in {why} "
+                            "(--pool pools them)"}
+        for g in out:
+            g["split"] = split
+            g["warnings"].insert(0, split["warning"])
+    if verbose:
+        v = verdicts(store, [r["run_id"] for r in runs])
+        for g in out:
+            for r in g["runs"]:
+                r["verdicts"] = v[r["run_id"]]
+    return out
+
+
+def _pooled(groups: list[dict], diff: dict, why: str) -> dict:
+    """Groups pooled on request: a key part shared by all of them stays, others are None."""
+    def same(part):
+        return groups[0][part] if all(g[part] == groups[0][part] for g in groups) else None
+    return {"id": "pooled", "cell": groups[0]["cell"], "host": same("host"),
+            "workload": same("workload"), "fingerprint": same("fingerprint"),
+            "runs": [r for g in groups for r in g["runs"]],
+            "pooled": {"groups": len(groups), "hosts": sorted({g["host"] for g in groups}),
+                       "workloads": sorted({g["workload"]["digest"] for g in groups}),
+                       "fingerprints": sorted({g["fingerprint"]["digest"] or "-"
+                                               for g in groups}),
+                       "differs_in": diff,
+                       "reason": f"pooled on request (--pool): {len(groups)} groups that "
+                                 f"differ in {why}"}}
+
+
+def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
+    runs = g["runs"]
     summary = stats.summarize(runs)
-    out = {"cell": name, "host": host, "campaign": campaign, **summary,
-           "warnings": stats.indicators(summary) + cross_check_warnings(name, scope)}
+    keys = {identity.key_of(r)[1:] for r in runs}
+    near = [r for r in runs_in_scope if identity.key_of(r)[1:] in keys]
+    out = {"cell": name, "group": g["id"], "host": g["host"], "workload": g["workload"],
+           "fingerprint": g["fingerprint"],
+           "campaigns": sorted({r["campaign_id"] for r in runs if r["campaign_id"]}),
+           "pooled": g.get("pooled"), "split": None, **summary,
+           "warnings": stats.indicators(summary) + cross_check_warnings(name, near)}
+    if g.get("pooled"):
+        out["warnings"].insert(0, g["pooled"]["reason"])
     if parse_cell(name).is_engine:
         out["warnings"].append("an end-to-end engine cell has no replay figures: its pairs "
                                "are in `bench results --matrix end-to-end`")
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "repetition", "retained",
                                       "iteration_median_s", "device_bytes_per_iteration",
-                                      "scan_steal", "locked_fraction")} for r in runs]
-    if verbose:
-        v = verdicts(store, [r["run_id"] for r in runs])
-        for r in out["runs"]:
-            r["verdicts"] = v[r["run_id"]]
+                                      "scan_steal", "locked_fraction")}
+                   | {"workload": r["workload"]["digest"],
+                      "fingerprint": r["fingerprint"]["digest"]} for r in runs]
     return out
 
 
 def cross_check_warnings(name: str, scope: list[dict]) -> list[str]:
-    """A low-capacity balloon cell needs a cgroup or memboot cross-check near its capacity."""
+    """A low-capacity balloon cell needs a cgroup or memboot cross-check near its capacity
+    (`scope`: the runs of the same host, workload and fingerprint)."""
     c = parse_cell(name)
     if c.mechanism != "balloon":
         return []
@@ -160,51 +243,76 @@ def _group(runs: list[dict]) -> dict[str, list[dict]]:
     return g
 
 
+def group_keys(groups: list[dict]) -> list[dict]:
+    """The key of each labelled group, without its runs (what JSON and legends show)."""
+    return [{k: g[k] for k in ("id", "host", "workload", "fingerprint")} for g in groups]
+
+
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch")
 ENGINE_MATRIX = "end-to-end"
 
 
-def matrix(store: Store, kind: str, *, host=None, campaign=None) -> dict:
+def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None) -> dict:
+    """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row
+    never pools runs of two groups; `groups` holds each group's key, rows name theirs."""
     if kind == ENGINE_MATRIX:
-        return engine_results(store, host=host, campaign=campaign)
+        return engine_results(store, host=host, campaign=campaign, workload=workload)
     if kind not in MATRICES:
         raise InputError(f"unknown matrix {kind!r}",
                          hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
-    groups = _group([r for r in load_runs(store, host=host, campaign=campaign)
-                     if not parse_cell(r["cell"]).is_engine])
-    cells = {name: (parse_cell(name), stats.summarize(rs)) for name, rs in groups.items()}
-    return {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
-            "prefetch": _prefetch}[kind](cells, groups) | {"matrix": kind, "host": host,
-                                                           "campaign": campaign}
+    groups = identity.label_groups(identity.group_runs(
+        [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+         if not parse_cell(r["cell"]).is_engine], with_cell=False))
+    cells = {(g["id"], name): (parse_cell(name), stats.summarize(rs))
+             for g in groups for name, rs in _group(g["runs"]).items()}
+    res = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
+           "prefetch": _prefetch}[kind](cells)
+    used = {r["group"] for r in res["rows"]}
+    shown = [g for g in groups if g["id"] in used]
+    for r in res["rows"]:
+        r["host"] = next(g["host"] for g in shown if g["id"] == r["group"])
+    warnings = []
+    if len(shown) > 1:
+        warnings.append(f"{len(shown)} groups, not pooled: they differ in "
+                        f"{identity.describe_differences(identity.differences(shown))}")
+    return res | {"matrix": kind, "host": host, "campaign": campaign, "workload": workload,
+                  "groups": group_keys(shown), "warnings": warnings}
 
 
-def _capacity(cells, groups) -> dict:
-    """Table 2: the balloon (and ample) sweep per capacity, largest first, with a/C."""
+def _capacity(cells) -> dict:
+    """Table 2: the balloon (and ample) sweep per group and capacity, largest first, with a/C
+    per group and reclaim."""
     rows = []
-    for name, (c, s) in cells.items():
+    for (gid, name), (c, s) in cells.items():
         if c.mechanism in ("balloon", "none") and c.mode == "pagecache" and c.hints is None:
-            rows.append({"cell": name, "capacity_bytes": c.capacity_bytes,
-                         "reclaim": c.reclaim, **s})
-    rows.sort(key=lambda r: (r["reclaim"], -r["capacity_bytes"]))
-    for reclaim in {r["reclaim"] for r in rows}:
-        sub = [r for r in rows if r["reclaim"] == reclaim]
+            rows.append({"group": gid, "cell": name, "capacity_bytes": c.capacity_bytes,
+                         "mechanism": c.mechanism, "reclaim": c.reclaim, **s})
+    rows.sort(key=lambda r: (_gnum(r["group"]), r["reclaim"], -r["capacity_bytes"]))
+    for key in {(r["group"], r["reclaim"]) for r in rows}:
+        sub = [r for r in rows if (r["group"], r["reclaim"]) == key]
         ref = stats.a_over_c([(r["capacity_bytes"], r["device_gb_per_iteration"]) for r in sub])
         for r in sub:
             r["a_over_c_dev"] = ref.get(r["capacity_bytes"], (None, None))[1]
     return {"rows": rows}
 
 
-def _reclaim(cells, groups) -> dict:
-    """Fig. 3: per capacity and mechanism, MGLRU on next to off."""
+def _gnum(gid: str) -> int:
+    return int(gid[1:])
+
+
+def _reclaim(cells) -> dict:
+    """Fig. 3: per group, capacity and mechanism, MGLRU on next to off."""
     pairs: dict[tuple, dict] = {}
-    for name, (c, s) in cells.items():
+    for (gid, name), (c, s) in cells.items():
         if c.mode != "pagecache" or c.hints is not None:
             continue
-        row = pairs.setdefault((c.capacity_bytes, c.mechanism),
-                               {"capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism})
+        row = pairs.setdefault((gid, c.capacity_bytes, c.mechanism),
+                               {"group": gid, "capacity_bytes": c.capacity_bytes,
+                                "mechanism": c.mechanism})
         row[c.reclaim] = s
         row[f"{c.reclaim}_cell"] = name
-    rows = sorted(pairs.values(), key=lambda r: (r["capacity_bytes"], r["mechanism"]))
+    rows = sorted(pairs.values(),
+                  key=lambda r: (_gnum(r["group"]), r["capacity_bytes"], r["mechanism"]))
     for r in rows:
         m, k = r.get("mglru"), r.get("classic")
         a = m and m["device_gb_per_iteration"]
@@ -213,35 +321,41 @@ def _reclaim(cells, groups) -> dict:
     return {"rows": rows}
 
 
-def _equal(cells, groups) -> dict:
-    """Fig. 4: cgroup wall per capacity: pagecache / pinned / hybrid / random side by side."""
-    rows: dict[int, dict] = {}
-    for c, s in cells.values():
+def _equal(cells) -> dict:
+    """Fig. 4: per group, cgroup wall per capacity: pagecache / pinned / hybrid / random."""
+    rows: dict[tuple, dict] = {}
+    for (gid, _name), (c, s) in cells.items():
         if c.mechanism == "cgroup" and c.hints is None:
-            rows.setdefault(c.capacity_bytes, {"capacity_bytes": c.capacity_bytes})[c.mode] = s
-    return {"rows": sorted(rows.values(), key=lambda r: -r["capacity_bytes"]),
+            rows.setdefault((gid, c.capacity_bytes), {"group": gid,
+                                                      "capacity_bytes": c.capacity_bytes}
+                            )[c.mode] = s
+    return {"rows": sorted(rows.values(),
+                           key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"])),
             "modes": ["pagecache", "pinned", "hybrid", "random", "nocache"]}
 
 
-def _prefetch(cells, groups) -> dict:
-    """Fig. 6: per capacity and mechanism: none and each hint plan x delivery."""
+PREFETCH_KEYS = ("group", "capacity_bytes", "mechanism", "reclaim")
+
+
+def _prefetch(cells) -> dict:
+    """Fig. 6: per group, capacity and mechanism: none and each hint plan x delivery."""
     rows: dict[tuple, dict] = {}
-    for c, s in cells.values():
+    for (gid, _name), (c, s) in cells.items():
         if c.mode != "pagecache":
             continue
-        rows.setdefault((c.capacity_bytes, c.mechanism, c.reclaim),
-                        {"capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism,
-                         "reclaim": c.reclaim})[c.prefetch] = s
-    out = [r for r in rows.values() if len(r) > 4]
-    return {"rows": sorted(out, key=lambda r: -r["capacity_bytes"]),
-            "prefetch": sorted({k for r in out for k in r if k not in
-                                ("capacity_bytes", "mechanism", "reclaim")},
+        rows.setdefault((gid, c.capacity_bytes, c.mechanism, c.reclaim),
+                        {"group": gid, "capacity_bytes": c.capacity_bytes,
+                         "mechanism": c.mechanism, "reclaim": c.reclaim})[c.prefetch] = s
+    out = [r for r in rows.values() if len(r) > len(PREFETCH_KEYS) + 1]
+    return {"rows": sorted(out, key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"])),
+            "prefetch": sorted({k for r in out for k in r if k not in PREFETCH_KEYS},
                                key=lambda k: (k != "none", k))}
 
 
-def engine_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
-    """Stored engine runs (load_runs rows joined with their engine_runs row)."""
-    runs = {r["run_id"]: r for r in load_runs(store, host=host, campaign=campaign)
+def engine_rows(store: Store, *, host=None, campaign=None, workload=None) -> list[dict]:
+    """Stored engine runs (load_runs rows with their identity, joined with their engine_runs
+    row)."""
+    runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload)
             if parse_cell(r["cell"]).is_engine}
     if not runs:
         return []
@@ -253,31 +367,38 @@ def engine_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
         return [runs[row[0]] | dict(zip(cols, row[1:])) for row in s.execute(q)]
 
 
-def engine_results(store: Store, *, host=None, campaign=None) -> dict:
-    """Table 3 per prompt over retained engine runs: admit and nocache median steady-decode
-    s, the median of per-pair ratios nocache/admit with its range, the pairs counted, and
-    whether every pair's two output hashes match. A pair is (campaign, host, pair index)."""
-    rows = engine_rows(store, host=host, campaign=campaign)
-    out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "prompts": [],
-           "warnings": []}
-    for prompt in sorted({r["prompt"] for r in rows}):
-        mine = [r for r in rows if r["prompt"] == prompt]
+def engine_results(store: Store, *, host=None, campaign=None, workload=None) -> dict:
+    """Table 3 per prompt and result group (host, engine config and prompt, fingerprint) over
+    retained engine runs: admit and nocache median steady-decode s, the median of per-pair
+    ratios nocache/admit with its range, the pairs counted, and whether every pair's two
+    output hashes match. A pair is (campaign, host, pair index)."""
+    rows = engine_rows(store, host=host, campaign=campaign, workload=workload)
+    groups = sorted(identity.group_runs(rows, with_cell=False),
+                    key=lambda g: (g["runs"][0]["prompt"], g["host"]))
+    identity.label_groups(groups)
+    prompts = [g["runs"][0]["prompt"] for g in groups]
+    out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "workload": workload,
+           "prompts": [], "groups": group_keys(groups), "warnings": []}
+    for g, prompt in zip(groups, prompts):
+        name = prompt if prompts.count(prompt) == 1 else f"{prompt} ({g['id']})"
         kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
-                for r in mine if r["retained"]]
+                for r in g["runs"] if r["retained"]]
         st = engine.pair_stats(prompt, kept).as_dict()
-        st.update(n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in mine),
-                  configs=len({r["config_sha256"] for r in mine}))
+        st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
+                  fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
+                  n_rejected=sum(r["retained"] is False for r in g["runs"]))
         out["prompts"].append(st)
         if st["hashes_match"] is False:
-            out["warnings"].append(f"{prompt}: output hashes differ within pair(s) "
+            out["warnings"].append(f"{name}: output hashes differ within pair(s) "
                                    f"{', '.join(st['mismatched'])}: admit and nocache did not "
                                    "decode the same tokens")
         if st["incomplete"]:
-            out["warnings"].append(f"{prompt}: {len(st['incomplete'])} pair(s) without two "
+            out["warnings"].append(f"{name}: {len(st['incomplete'])} pair(s) without two "
                                    f"retained runs, not counted: {', '.join(st['incomplete'])}")
-        if st["configs"] > 1:
-            out["warnings"].append(f"{prompt}: runs under {st['configs']} different engine "
-                                   "configurations are mixed (filter with --campaign)")
+    if len(groups) > len(set(prompts)):
+        out["warnings"].append(f"{len(groups)} groups for {len(set(prompts))} prompt(s), not "
+                               "pooled: they differ in "
+                               + identity.describe_differences(identity.differences(groups)))
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "cell", "prompt",
                                       "policy", "pair_index", "pair_order", "pair_position",
                                       "retained", "wall_s", "load_s", "steady_s", "tokens",
@@ -285,57 +406,132 @@ def engine_results(store: Store, *, host=None, campaign=None) -> dict:
     return out
 
 
-def compare(store: Store, a: str, b: str, *, host=None, campaign=None) -> dict:
+METRICS = (("time", "iteration_median_s"), ("device", "device_bytes_per_iteration"))
+
+
+def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=None,
+            pool: bool = False) -> dict:
+    """Two cells, per result group (host, workload, fingerprint): the ratio of medians and the
+    median, min and max of per-pair ratios, where a pair is one run of each cell in the same
+    group, campaign and repetition (bench.judge.identity.pair_runs). The top-level figures are
+    that one group's, or with several groups None unless `pool`: then the ratio of all medians
+    and the median over every group's pairs (pairs never cross a host or a campaign)."""
     ca, cb = parse_cell(a), parse_cell(b)
-    runs = load_runs(store, host=host, campaign=campaign)
-    ra = [r for r in runs if r["cell"] == ca.name and r["retained"]]
-    rb = [r for r in runs if r["cell"] == cb.name and r["retained"]]
-    out: dict[str, Any] = {"a": ca.name, "b": cb.name, "n_a": len(ra), "n_b": len(rb)}
-    for key, label in (("iteration_median_s", "time"), ("device_bytes_per_iteration", "device")):
-        xa = [r[key] for r in ra if r[key] is not None]
-        xb = [r[key] for r in rb if r[key] is not None]
-        by = {(r["campaign_id"], r["repetition"]): r[key] for r in rb if r[key] is not None}
-        pairs = [(r[key], by[(r["campaign_id"], r["repetition"])]) for r in ra
-                 if r[key] is not None and r["campaign_id"] is not None
-                 and (r["campaign_id"], r["repetition"]) in by]
-        out[f"{label}_ratio_of_medians"] = stats.ratio_of_medians(xa, xb)
-        out[f"{label}_median_pair_ratio"] = stats.median_pair_ratio(pairs)
-        out[f"{label}_pairs"] = len(pairs)
+    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+            if r["retained"]]
+    ra = [r for r in runs if r["cell"] == ca.name]
+    rb = [r for r in runs if r["cell"] == cb.name]
+    groups = identity.label_groups(identity.group_runs(ra + rb, with_cell=False))
     diff = [f for f in ("capacity_bytes", "mechanism", "reclaim", "mode", "prefetch")
             if getattr(ca, f) != getattr(cb, f)]
-    out["differs_in"] = diff
+    per = []
+    for g in groups:
+        ga = [r for r in g["runs"] if r["cell"] == ca.name]
+        gb_ = [r for r in g["runs"] if r["cell"] == cb.name]
+        per.append({k: g[k] for k in ("id", "host", "workload", "fingerprint")}
+                   | {"campaigns": sorted({r["campaign_id"] for r in g["runs"]
+                                           if r["campaign_id"]})}
+                   | _comparison(ga, gb_, identity.pair_runs(ga, gb_), diff))
+    out: dict[str, Any] = {"a": ca.name, "b": cb.name, "n_a": len(ra), "n_b": len(rb),
+                           "differs_in": diff, "groups": per, "pooled": None, "warnings": []}
+    if len(groups) <= 1:
+        top = per[0] if per else _comparison([], [], [], diff)
+        out.update({k: v for k, v in top.items() if k not in ("n_a", "n_b")})
+        return out
+    why = identity.describe_differences(identity.differences(groups))
+    if pool:
+        pairs = [p for g in groups for p in identity.pair_runs(
+            [r for r in g["runs"] if r["cell"] == ca.name],
+            [r for r in g["runs"] if r["cell"] == cb.name])]
+        top = _comparison(ra, rb, pairs, diff)
+        out.update({k: v for k, v in top.items() if k not in ("n_a", "n_b")})
+        out["pooled"] = {"groups": len(groups), "reason": f"pooled on request (--pool): "
+                         f"{len(groups)} groups that differ in {why}; pairs stay within one "
+                         "host and campaign"}
+        out["warnings"].append(out["pooled"]["reason"])
+    else:
+        out.update({k: None for k in _comparison([], [], [], diff) if k not in ("n_a", "n_b")})
+        out["warnings"].append(f"{len(groups)} groups, not pooled: they differ in {why}; "
+                               "per-group ratios only (--pool pools them)")
+    return out
+
+
+def _comparison(ra: list[dict], rb: list[dict], pairs: list[tuple[dict, dict]],
+                diff: list[str]) -> dict:
+    out: dict[str, Any] = {"n_a": len(ra), "n_b": len(rb)}
+    for label, key in METRICS:
+        xa = [r[key] for r in ra if r[key] is not None]
+        xb = [r[key] for r in rb if r[key] is not None]
+        pr = stats.pair_ratios([(x[key], y[key]) for x, y in pairs
+                                if x[key] is not None and y[key] is not None])
+        out[f"{label}_ratio_of_medians"] = stats.ratio_of_medians(xa, xb)
+        out[f"{label}_median_pair_ratio"] = stats.median(pr) if pr else None
+        out[f"{label}_pair_ratio_min"] = min(pr) if pr else None
+        out[f"{label}_pair_ratio_max"] = max(pr) if pr else None
+        out[f"{label}_pairs"] = len(pr)
     r = out["time_ratio_of_medians"]
     out["mechanism_agreement"] = abs(r - 1) if diff == ["mechanism"] and r else None
     return out
 
 
+SIZING_PREFERENCE = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}
+
+
 def sizing(store: Store, target_s: float, *, reclaim: str = "mglru", host=None,
-           campaign=None) -> dict:
-    """DRAM for a target iteration time, read off the measured capacity curve (pagecache, no
-    prefetch): per capacity a cgroup/memboot point is preferred to a balloon one."""
-    pref = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}
-    best: dict[int, tuple] = {}
-    for name, rs in _group(load_runs(store, host=host, campaign=campaign)).items():
-        c = parse_cell(name)
-        if c.is_engine or c.mode != "pagecache" or c.hints is not None or c.reclaim != reclaim:
-            continue
+           campaign=None, workload=None) -> dict:
+    """DRAM for a target iteration time, read off measured capacity curves (pagecache, no
+    prefetch, the given reclaim): one curve per result group and per mechanism (a cgroup curve
+    is never completed with balloon points), each with its own answer. With one curve its
+    answer is also at the top level (`status`, `capacity_bytes`, `curve`, ...)."""
+    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+            if _sizing_cell(r["cell"], reclaim)]
+    groups = identity.label_groups(identity.group_runs(runs, with_cell=False))
+    curves = []
+    for g in groups:
+        for mech in sorted({r["mechanism"] for r in g["runs"]},
+                           key=lambda m: (SIZING_PREFERENCE.get(m, 3), m)):
+            curve = _sizing_curve(g, mech, target_s)
+            if curve is not None:
+                curves.append(curve)
+    out: dict[str, Any] = {"target_s": target_s, "reclaim": reclaim, "curves": curves,
+                           "groups": group_keys(groups), "warnings": []}
+    if len(curves) == 1:
+        out.update({k: v for k, v in curves[0].items() if k not in out})
+    elif not curves:
+        out.update(status="no_data", capacity_bytes=None, curve=[])
+    else:
+        out["warnings"].append(f"{len(curves)} curves (one per group and mechanism), not "
+                               "pooled: each has its own answer")
+    return out
+
+
+def _sizing_cell(name: str, reclaim: str) -> bool:
+    c = parse_cell(name)
+    return (not c.is_engine and c.mode == "pagecache" and c.hints is None
+            and c.reclaim == reclaim)
+
+
+def _sizing_curve(g: dict, mech: str, target_s: float) -> dict | None:
+    """One mechanism's capacity curve of one group, and its answer."""
+    pts = []
+    for name, rs in _group([r for r in g["runs"] if r["mechanism"] == mech]).items():
         s = stats.summarize(rs)
-        if s["median_s"] is None:
-            continue
-        cand = (pref[c.mechanism], c.mechanism, s["median_s"])
-        if c.capacity_bytes not in best or cand < best[c.capacity_bytes]:
-            best[c.capacity_bytes] = cand
-    curve = sorted((cap, v[2]) for cap, v in best.items())
+        if s["median_s"] is not None:
+            pts.append((parse_cell(name).capacity_bytes, s["median_s"]))
+    if not pts:
+        return None
+    curve = sorted(pts)
     res = stats.interpolate_capacity(curve, target_s)
-    mech = {cap: v[1] for cap, v in best.items()}
     used = res.get("between") or ([res["capacity_bytes"]] if res.get("capacity_bytes") else [])
-    res.update({"target_s": target_s, "reclaim": reclaim,
-                "curve": [{"capacity_bytes": c, "median_s": t, "mechanism": mech[c]}
+    res.update({"group": g["id"], "host": g["host"], "workload": g["workload"],
+                "fingerprint": g["fingerprint"], "mechanism": mech,
+                "curve": [{"capacity_bytes": c, "median_s": t, "mechanism": mech}
                           for c, t in curve]})
-    res["balloon_conditioned"] = bool(used) and all(mech[c] == "balloon" for c in used)
-    if res["balloon_conditioned"] and min(used) < max(best):
+    res["balloon_conditioned"] = bool(used) and mech == "balloon"
+    if res["balloon_conditioned"] and min(used) < curve[-1][0]:
         res["caveat"] = ("the points used were measured only under a balloon, which inflates "
-                         "low-capacity traffic with MGLRU; cross-check with a cgroup or mem= cell")
+                         "low-capacity traffic with MGLRU; cross-check with a cgroup or mem= "
+                         "curve of the same host and workload")
     return res
 
 

@@ -94,7 +94,7 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     h = SimpleNamespace(name=host, pool_dir="/var/tmp/pool", work_dir="/var/lib/bench")
     spec = engine.build_spec(c, h, cfg, run_id=run_id, pair_index=repetition, first=first,
                              seed=seed, campaign=campaign, position=position,
-                             created="2026-11-29T19:00:00Z")
+                             created="2026-11-29T19:00:00Z", controller_version="0.1.0")
     snaps = _captured_snapshots()
     snaps = {"pre": snaps["pre"], "post": snaps["post"]}
     pre = snaps["pre"]
@@ -218,6 +218,15 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
                                  "exit_code": 0, "signal": None}
         parts["balloon.jsonl"] = json.dumps(capacity["ready"]) + "\n"
     return parts
+
+
+def ensure_campaigns(store, *ids: str) -> None:
+    """The campaign rows generated bundles name (c1 by default): ingest never creates a
+    campaign, the executor (or this) does."""
+    from bench.store import campaigns
+    for cid in ids:
+        if campaigns.campaign_row(store, cid) is None:
+            campaigns.create_campaign(store, cid)
 
 
 def write_bundle(dest: Path, parts: dict, *, manifest: bool = True) -> Path:

@@ -41,7 +41,10 @@ def test_command_tree_is_complete():
                                      "schema engine"}
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
-        == {"hosts probe": ["campaign", "db", "verbose"]}
+        == {"hosts probe": ["campaign", "db", "verbose"],
+            # result identity: filter by workload digest, pool across groups only on request
+            "results": ["pool", "workload"], "compare": ["pool", "workload"],
+            "sizing": ["workload"], "plot": ["workload"]}
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])

@@ -28,6 +28,7 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
         "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "judge.bundle",
         "judge.counters", "judge.measured", "judge.retention", "judge.stats", "judge.engine",
+        "judge.identity",
         "judge.judgement", "execute.progress", "errors", "units", "version"]
 
 

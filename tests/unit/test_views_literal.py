@@ -34,21 +34,34 @@ def _stat(**kw) -> dict:
 
 
 def _store_views(s: str) -> dict:
-    cell = {"cell": s, "host": s, "campaign": s, "n_retained": 1, "n_rejected": 1,
+    workload = {"digest": s, "kind": "replay", "trace": s, "trace_sha256": s, "plan_sha256": s,
+                "pool_bytes": 1 << 20, "threads": 2, "passes": 2, "batch": 1, "domain": s}
+    fingerprint = {"digest": s, "kernel": s, "controller_version": s}
+    group = {"id": s, "host": s, "workload": workload, "fingerprint": fingerprint,
+             "campaigns": [s]}
+    cell = {"cell": s, "group": s, "host": s, "workload": workload, "fingerprint": fingerprint,
+            "campaigns": [s], "split": {"groups": 2, "warning": s}, "n_retained": 1,
+            "n_rejected": 1,
             "median_s": 1.0, "min_s": 0.9, "max_s": 1.1, "spread": 0.2,
             "device_gb_per_iteration": 0.5, "nominal_miss_gb_per_iteration": 0.4,
             "amplification": 1.2, "scan_steal": 1.1, "cgroup_scan_steal": None,
             "served_fraction": 0.5, "locked_fraction": 0.8, "mglru": s, "warnings": [s]}
-    rows = [{"capacity_bytes": 1 << 30, "reclaim": s, "mechanism": s, "n_retained": 1,
+    rows = [{"group": s, "host": s, "capacity_bytes": 1 << 30, "reclaim": s, "mechanism": s, "n_retained": 1,
              "n_rejected": 0, "median_s": 1.0, "spread": 0.1, "device_gb_per_iteration": 0.5,
              "a_over_c_dev": 0.3, "nominal_miss_gb_per_iteration": 0.4, "amplification": 1.1,
              "mglru": _stat(), "classic": _stat(), "mglru_over_classic": 0.9,
              "pagecache": _stat(), "pinned": _stat(), s: _stat()}]
-    head = {"host": s, "campaign": s, "rows": rows}
+    head = {"host": s, "campaign": s, "workload": s, "rows": rows,
+            "groups": [group, dict(group, id="g2", host="other")], "warnings": [s]}
     engine = {"matrix": "end-to-end", "host": s, "campaign": s, "warnings": [s], "prompts": [
         {"prompt": s, "admit_median_s": 10.0, "nocache_median_s": 20.0, "speedup": 2.0,
          "speedup_min": 1.5, "speedup_max": 2.5, "hashes_match": False, "mismatched": [s],
-         "pairs": 3, "incomplete": [s], "n_retained": 6, "n_rejected": 1}]}
+         "pairs": 3, "incomplete": [s], "n_retained": 6, "n_rejected": 1, "group": s,
+         "host": s}], "groups": [group, dict(group, id="g2", host="other")]}
+    ratios = {"n_a": 2, "n_b": 2, "time_ratio_of_medians": 1.1, "time_median_pair_ratio": 1.0,
+              "time_pair_ratio_min": 0.9, "time_pair_ratio_max": 1.1, "time_pairs": 2,
+              "device_ratio_of_medians": 1.0, "device_median_pair_ratio": 1.0,
+              "device_pair_ratio_min": 0.9, "device_pair_ratio_max": 1.1, "device_pairs": 2}
     return {
         "runs": store_views.runs_table([{
             "run_id": s, "campaign": s, "host": s, "cell": s, "repetition": 1, "retained": False,
@@ -62,10 +75,10 @@ def _store_views(s: str) -> dict:
                                                       modes=["pagecache", "pinned", s])),
         "prefetch": store_views.matrix_table(dict(head, matrix="prefetch", prefetch=["none", s])),
         "end-to-end": store_views.matrix_table(engine),
-        "compare": store_views.compare_table({
-            "a": s, "b": s, "n_a": 2, "n_b": 2, "time_ratio_of_medians": 1.1,
-            "time_median_pair_ratio": 1.0, "time_pairs": 2, "device_ratio_of_medians": 1.0,
-            "device_median_pair_ratio": 1.0, "device_pairs": 2, "mechanism_agreement": 0.01}),
+        "compare": store_views.compare_table(dict(
+            ratios, a=s, b=s, mechanism_agreement=0.01, warnings=[s], pooled={"reason": s},
+            groups=[dict(group, **ratios)])),
+        "split": store_views.cell_split_line([cell]),
         "recheck": store_views.recheck_table([{"run_id": s, "rule": s, "reason": s, "old": {
             "version": 1, "passed": True}, "new": {"version": 2, "passed": False}}]),
     }

@@ -126,6 +126,7 @@ def test_an_engine_that_never_ran_is_named(bundles):
 
 
 def test_an_engine_cell_points_at_the_engine_table(e2e):
-    res = queries.cell_results(e2e[0], "e2e-prose-admit")
+    [res] = queries.cell_results(e2e[0], "e2e-prose-admit")
+    assert res["workload"]["kind"] == "engine" and res["workload"]["prompt"] == "prose"
     assert res["n_retained"] == 3 and res["median_s"] is None
     assert any("--matrix end-to-end" in w for w in res["warnings"])

@@ -70,7 +70,7 @@ def _unlist(p, rel):
 def test_nominal_given_gives_amplification(store, bundles):
     from bench.store.queries import cell_results
     ingest_bundle(store, bundles("r1"), nominal_miss_bytes=16e6)
-    res = cell_results(store, "64Mi-cgroup-mglru")
+    [res] = cell_results(store, "64Mi-cgroup-mglru")
     assert res["amplification"] == pytest.approx(res["device_gb_per_iteration"] / 0.016)
     assert any("amplification" in w for w in res["warnings"])
 

@@ -50,7 +50,7 @@ def test_golden_matrix(full, kind):
 
 
 def test_golden_cell(full):
-    res = queries.cell_results(full[0], "64Mi-balloon-mglru", verbose=True)
+    [res] = queries.cell_results(full[0], "64Mi-balloon-mglru", verbose=True)
     text = (render(store_views.cell_result_table(res))
             + render(store_views.verdict_table(res["runs"][-1])))
     check_golden("cell_64Mi-balloon-mglru.txt", text)
@@ -65,7 +65,7 @@ def test_golden_detects_a_change(tmp_path, monkeypatch):
 
 
 def test_cell_results_count_retained_only(full):
-    res = queries.cell_results(full[0], "64Mi-balloon-mglru")
+    [res] = queries.cell_results(full[0], "64Mi-balloon-mglru")
     assert (res["n_retained"], res["n_rejected"]) == (2, 1)
     assert not any("cross-check" in w for w in res["warnings"])   # 64Mi-cgroup exists
 
@@ -74,7 +74,7 @@ def test_cross_check_warning_suggests_a_cell(tmp_path, bundles):
     st = open_store(f"sqlite:///{tmp_path}/b.db")
     for i, cell in enumerate(["64Mi-balloon-mglru", "160Mi-balloon-mglru"]):
         ingest_bundle(st, bundles(f"r{i}", cell))
-    w = queries.cell_results(st, "64Mi-balloon-mglru")["warnings"]
+    w = queries.cell_results(st, "64Mi-balloon-mglru")[0]["warnings"]
     assert any("add cell 64Mi-cgroup-mglru" in x for x in w), w
 
 
@@ -98,15 +98,17 @@ def test_cli_commands(full, capsys, tmp_path):
     assert rows[0]["failed"] == ["kernel_log_clean"]
     for spelling in ("64Mi-balloon-mglru", "64mi-balloon-MGLRU"):      # any case
         rc, out, _ = _cli(capsys, url, "results", "--cell", spelling, "--json")
-        assert rc == 0 and json.loads(out)["n_retained"] == 2
-        assert json.loads(out)["cell"] == "64Mi-balloon-mglru"
+        [res] = json.loads(out)
+        assert rc == 0 and res["n_retained"] == 2 and res["host"] == "fixture-a"
+        assert res["cell"] == "64Mi-balloon-mglru"
+        assert res["workload"]["digest"] and res["fingerprint"]["kernel"]
     rc, _, err = _cli(capsys, url, "results", "--cell", "64M-balloon-mglru")
     assert rc == 2 and "no stored runs of cell 64M-balloon-mglru" in err    # 64 x 10^6 bytes
     rc, out, _ = _cli(capsys, url, "results", "--matrix", "reclaim", "--json")
     assert rc == 0 and {r["mechanism"] for r in json.loads(out)["rows"]} == {"balloon", "cgroup"}
     assert _cli(capsys, url, "results", "--matrix", "capacity")[0] == 0
     rc, out, _ = _cli(capsys, url, "compare", "64Mi-balloon-mglru", "64Mi-balloon-classic")
-    assert rc == 0 and "ratio of medians" in out
+    assert rc == 0 and "pair range" in out and "fixture-a" in out
     rc, low, _ = _cli(capsys, url, "compare", "64mi-balloon-mglru", "64MI-BALLOON-CLASSIC",
                       "--json")
     assert rc == 0 and (json.loads(low)["a"], json.loads(low)["b"]) == (
