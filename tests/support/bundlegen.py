@@ -213,6 +213,15 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     return parts
 
 
+def ensure_campaigns(store, *ids: str) -> None:
+    """The campaign rows generated bundles name (c1 by default): ingest never creates a
+    campaign, the executor (or this) does."""
+    from bench.store import campaigns
+    for cid in ids:
+        if campaigns.campaign_row(store, cid) is None:
+            campaigns.create_campaign(store, cid)
+
+
 def write_bundle(dest: Path, parts: dict, *, manifest: bool = True) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {}
