@@ -76,16 +76,16 @@ def test_nominal_given_gives_amplification(store, bundles):
 
 
 def test_campaign_api_and_journal(store, bundles):
-    campaigns.create_campaign(store, "c1", matrix="reclaim", seed=7)
-    campaigns.add_run(store, "c1", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
+    campaigns.create_campaign(store, "c3", matrix="reclaim", seed=7)
+    campaigns.add_run(store, "c3", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
     with pytest.raises(IllegalTransition, match="planned -> running"):
         campaigns.transition(store, "r1", "running", "never started before deploy")
     for state in ("boot_verified", "deployed", "running"):
         campaigns.transition(store, "r1", state)
-    assert campaigns.run_rows(store, "c1")[0].state == "running"
-    assert ingest_bundle(store, bundles("r1"))["status"] == "ingested"   # fills the planned run
-    assert campaigns.run_rows(store, "c1")[0].state == "ingested"
-    kinds = [j.kind for j in campaigns.journal_rows(store, "c1")]
+    assert campaigns.run_rows(store, "c3")[0].state == "running"
+    assert ingest_bundle(store, bundles("r1", campaign="c3"))["status"] == "ingested"  # the run
+    assert campaigns.run_rows(store, "c3")[0].state == "ingested"
+    kinds = [j.kind for j in campaigns.journal_rows(store, "c3")]
     assert kinds == ["campaign", "run", "state", "state", "state", "ingest"]
 
 
@@ -97,6 +97,6 @@ def test_ingest_into_a_finished_run_is_refused(store, bundles):
     for state in ("boot_verified", "deployed", "running", "collected", "validated"):
         campaigns.transition(store, "r1", state)
     with pytest.raises(IllegalTransition, match="validated -> ingested"):
-        ingest_bundle(store, bundles("r1"))
+        ingest_bundle(store, bundles("r1", campaign="c2"))
     assert campaigns.run_rows(store, "c2")[0].state == "validated"
     assert _counts(store)["iterations"] == 0
