@@ -20,7 +20,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from bench.errors import FormatError
-from bench.judge import measured
+from bench.judge import measured, retention
 from bench.judge.bundle import Bundle, BundleError, Caps, bind, load, read_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.paths import default_data_dir
@@ -295,34 +295,45 @@ def stored_bundle(s: Session, run: Run) -> Bundle:
 
 
 def recheck(store: Store) -> list[dict]:
-    """Re-evaluate every stored run under the current rules; returns the changes."""
-    changes = []
+    """Re-evaluate every stored run under the current rules; returns the changes. A stored
+    bundle that no longer validates against the contract is rejected by bundle_contract (its
+    other verdicts stay as they were)."""
+    changes: list[dict] = []
     with store.session() as s, s.begin():
         for run in s.scalars(select(Run).where(Run.bundle_digest.is_not(None)).order_by(Run.id)):
-            b = stored_bundle(s, run)
-            ref = reference_fingerprint(s, run.campaign_id, run.host_id)
             old = {v.rule: v for v in s.scalars(select(Verdict).where(
                 Verdict.run_id == run.id, Verdict.current.is_(True)))}
-            new = judge(b, ref)
-            for v in new.verdicts:
-                o = old.get(v.rule)
-                if o is not None and (o.version, o.passed) == (v.version, v.passed):
-                    continue
-                changes.append({"run_id": run.run_id, "rule": v.rule,
-                                "old": None if o is None else {"version": o.version,
-                                                               "passed": o.passed},
-                                "new": {"version": v.version, "passed": v.passed},
-                                "reason": v.reason})
-                if o is not None:
-                    o.current = False
-                s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
-                              reason=v.reason, current=True))
-            keep = new.retained
+            try:
+                b = stored_bundle(s, run)
+            except BundleError as exc:
+                verdicts, keep = [retention.contract_verdict(exc.message)], False
+            else:
+                new = judge(b, reference_fingerprint(s, run.campaign_id, run.host_id))
+                verdicts, keep = new.verdicts, new.retained
+            changes += _replace_verdicts(s, run, old, verdicts)
             if keep != run.retained:
                 s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="recheck",
                                    message=f"{run.run_id}: {'retained' if keep else 'rejected'} "
                                            "under the current rules"))
                 run.retained = keep
+    return changes
+
+
+def _replace_verdicts(s: Session, run: Run, old: dict[str, Verdict],
+                      verdicts: list[retention.Verdict]) -> list[dict]:
+    """Store the verdicts that changed (version or outcome); returns the changes."""
+    changes = []
+    for v in verdicts:
+        o = old.get(v.rule)
+        if o is not None and (o.version, o.passed) == (v.version, v.passed):
+            continue
+        changes.append({"run_id": run.run_id, "rule": v.rule,
+                        "old": None if o is None else {"version": o.version, "passed": o.passed},
+                        "new": {"version": v.version, "passed": v.passed}, "reason": v.reason})
+        if o is not None:
+            o.current = False
+        s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
+                      reason=v.reason, current=True))
     return changes
 
 
