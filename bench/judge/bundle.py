@@ -38,6 +38,7 @@ ENGINE_REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.
                    "capacity.json", "engine.json", "engine.stdout", "engine.stderr",
                    "timeline.csv", "kmsg.txt")
 FAILED_REQUIRED = ("spec.json", "status.json")
+MANIFEST_ENTRY_BYTES = 1024     # a path of at most 512 characters, its size and sha256
 
 
 @dataclass
@@ -111,6 +112,10 @@ def check(listing: Listing, where: str = "bundle", caps: Caps | None = None) -> 
     if "manifest.json" not in listing.sizes:
         raise BundleError(where, "manifest.json", "missing (the runner writes it last: the run "
                           "did not finish writing its bundle)")
+    size, n = listing.sizes["manifest.json"], len(listing.sizes)
+    if size > MANIFEST_ENTRY_BYTES * n + 4096:      # refused before it is parsed
+        raise BundleError(where, "manifest.json", f"key 'files': {size} bytes of manifest for "
+                          f"{n} files (an entry takes at most {MANIFEST_ENTRY_BYTES} bytes)")
     manifest = document(listing.content, "manifest.json", where, max_items=caps.files)
     if manifest["complete"] is not True:
         raise BundleError(where, "manifest.json", "does not say complete: true")

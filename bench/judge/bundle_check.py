@@ -54,15 +54,26 @@ class BundleProblems(BundleError):
         self.problems = tuple(problems)
 
 
+_JSON_WORDS = (("must be a table,", "must be a JSON object,"),
+               ("must be a list,", "must be a JSON array,"))
+
+
 def _raise(where: str, rel: str, problems: list[Problem]) -> None:
+    """Refuse with these problems, in JSON's words (the shared translation speaks TOML)."""
     if problems:
-        raise BundleProblems(where, rel, problems)
+        out = []
+        for p in problems:
+            msg = p.message
+            for toml, json_word in _JSON_WORDS:
+                msg = msg.replace(toml, json_word)
+            out.append(replace(p, message=msg))
+        raise BundleProblems(where, rel, out)
 
 
 def _parsed(data: bytes, where: str, rel: str, line: int | None = None) -> Any:
     """A JSON value by the strict reader, or BundleError naming the file (and line)."""
     at = rel if line is None else f"{rel}:{line}"
-    text = utf8(data, where, at)
+    text = utf8(data, where, rel, line)
     try:
         return loads(text)
     except RecursionError:

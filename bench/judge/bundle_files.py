@@ -27,6 +27,7 @@ import math
 import os
 import re
 import stat
+from sys import intern
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -277,7 +278,9 @@ class DupKeys(dict):
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict:
-    d = dict(pairs)
+    # keys interned: millions of agent records share five key strings instead of each
+    # holding its own (json memoises keys within one document only)
+    d = {intern(k): v for k, v in pairs}
     if len(d) != len(pairs):
         out, seen = DupKeys(d), set()
         for k, _ in pairs:
@@ -339,9 +342,11 @@ def lines(data: bytes) -> Iterator[tuple[int, bytes]]:
         start, n = end + 1, n + 1
 
 
-def utf8(data: bytes, where: str, rel: str) -> str:
+def utf8(data: bytes, where: str, rel: str, line: int | None = None) -> str:
+    """The text of a part (or of its line `line`), or BundleError naming the line."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise BundleError(where, f"{rel}:{line}", f"not UTF-8 text (byte {exc.start})") from None
+        n = line if line is not None else data.count(b"\n", 0, exc.start) + 1
+        raise BundleError(where, f"{rel}:{n}", f"not UTF-8 text (byte {exc.start}"
+                          f"{' of the line' if line is not None else ''})") from None

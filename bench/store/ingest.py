@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from bench.errors import FormatError
 from bench.judge import measured, retention
-from bench.judge.bundle import Bundle, BundleError, Caps, bind, load, read_dir
+from bench.judge.bundle import Bundle, BundleError, Caps, bind, check, load, read_dir, scan_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.paths import default_data_dir
 from bench.plan.planfile import read_plan
@@ -75,6 +75,7 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     if path.is_symlink() or not path.is_dir():
         raise BundleError(where, ".", "not a directory")
     try:
+        check(scan_dir(path, caps), where, caps)    # manifest, spec, status: big files unheld
         b = load(read_dir(path, caps), where=where, caps=caps)
         _bound_to_location(b, path)
         cell = bundle_cell(b, where)
