@@ -100,3 +100,26 @@ def test_ingest_into_a_finished_run_is_refused(store, bundles):
         ingest_bundle(store, bundles("r1", campaign="c2"))
     assert campaigns.run_rows(store, "c2")[0].state == "validated"
     assert _counts(store)["iterations"] == 0
+
+
+def test_the_demand_models_plan_comes_from_the_plan_store_by_sha256(store, bundles, tmp_path):
+    """Not the spec's plan path (a path on the host): <data_dir>/plans/<plan_sha256>.bin, used
+    only when its content has that sha256."""
+    import hashlib
+    import shutil
+
+    from tests.support.runner import make_plan_file
+    plan = make_plan_file(tmp_path / "p.bin", 12)
+    sha = hashlib.sha256(plan.read_bytes()).hexdigest()
+    (tmp_path / "data" / "plans").mkdir(parents=True)
+    shutil.copyfile(plan, tmp_path / "data" / "plans" / f"{sha}.bin")
+    forged = "e" * 64
+    (tmp_path / "data" / "plans" / f"{forged}.bin").write_bytes(plan.read_bytes())
+    for rid, digest in (("r1", sha), ("r2", forged)):
+        ingest_bundle(store, bundles(rid, edit=lambda p, d=digest: p["spec.json"].update(
+            plan=str(plan), plan_sha256=d)), data_dir=tmp_path / "data")
+    with store.session() as s:
+        got = {r.run_id: (r.nominal_source, r.nominal_miss_bytes_per_iteration)
+               for r in s.scalars(select(Run))}
+    assert got["r1"][0] == f"demand:{sha}.bin" and got["r1"][1] > 0
+    assert got["r2"] == (None, None)            # a store file that is not what its name says
