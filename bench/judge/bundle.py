@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from bench.judge.bundle_check import agent_output, document, timeline
 from bench.judge.bundle_files import BundleError, Caps, Listing, read_dir, scan_dir
 from bench.judge.bundle_schema import DOCUMENTS, RUN_ID_RE
+from bench.judge.bundle_snapshots import check_snapshot
 
 __all__ = ["Bundle", "BundleError", "Caps", "Checked", "bind", "check", "load", "read_dir",
            "scan_dir", "verify"]
@@ -187,7 +188,9 @@ def load(files: Mapping[str, bytes], where: str = "bundle", caps: Caps | None = 
     for rel, data in kept.items():
         parts = rel.split("/")
         if len(parts) == 3 and parts[0] == "snapshots":
-            snapshots.setdefault(parts[1], {})[parts[2]] = data.decode("utf-8", "replace")
+            text = data.decode("utf-8", "replace")
+            check_snapshot(where, rel, text)
+            snapshots.setdefault(parts[1], {})[parts[2]] = text
     engine = c.spec.get("engine") is not None
     records: list[dict]
     summary: dict

@@ -324,7 +324,7 @@ def json_problem(value: Any, max_items: int) -> tuple[tuple[str | int, ...], str
             stack.extend((loc + (i,), x) for i, x in enumerate(v))
         elif isinstance(v, NonFinite):
             return loc, f"{v.text} is not a finite number"
-        elif isinstance(v, int) and not -INT64 <= v < INT64:
+        elif isinstance(v, int) and not -INT64 <= v < 2 * INT64:   # int64 or uint64
             return loc, f"an integer of {len(str(abs(v)))} digits does not fit 64 bits"
         elif isinstance(v, str) and len(v) > MAX_STRING:
             return loc, f"a string of {len(v)} characters (at most {MAX_STRING})"

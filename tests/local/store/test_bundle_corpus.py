@@ -177,6 +177,25 @@ CASES = [
     ("status-of-another-run", raw_edit("status.json", lambda d: d.replace(
         b'"run_id": "r1"', b'"run_id": "r2"')),
      "status.json: run_id 'r2' is not the spec's 'r1'"),
+    ("vmstat-garbage", raw_edit("snapshots/post/proc_vmstat", lambda d: d.replace(
+        b"\noom_kill ", b"\noom_kill lots\nx ", 1)),
+     "snapshots/post/proc_vmstat: not /proc/vmstat text (invalid literal for int()"),
+    ("vmstat-huge", raw_edit("snapshots/post/proc_vmstat", lambda d: d + b"pgscan_kswapd "
+                             + b"9" * 25 + b"\n"),
+     "snapshots/post/proc_vmstat: key 'pgscan_kswapd': 9999999999999999999999999 is not a "
+     "counter"),
+    ("diskstats-negative", raw_edit("snapshots/pass1-end/proc_diskstats",
+                                    lambda d: d.replace(b" vda ", b" vda -", 1)),
+     "snapshots/pass1-end/proc_diskstats: key 'vda.reads': -"),
+    ("diskstats-short", raw_edit("snapshots/pre/proc_diskstats",
+                                 lambda d: b"8 0 sda 1 2\n" + d),
+     "snapshots/pre/proc_diskstats: not /proc/diskstats text (diskstats line with 5 fields"),
+    ("lru-gen-word", raw_edit("snapshots/post/sys_kernel_mm_lru_gen_enabled",
+                              lambda d: b"enabled\n"),
+     "snapshots/post/sys_kernel_mm_lru_gen_enabled: not lru_gen/enabled text"),
+    ("cgroup-key-too-long", raw_edit("snapshots/post/memory.stat", lambda d: d + b"x" * 200
+                                     + b" 1\n"),
+     "snapshots/post/memory.stat: key 'xxxx"),
     ("symlink", symlink, "snapshots/pre/proc_meminfo: is a symbolic link"),
     ("fifo", fifo, "snapshots/pre/proc_fifo: is not a regular file"),
     ("over-the-cap", over_cap,
