@@ -80,6 +80,19 @@ def _mem(v: str) -> str:
     return v
 
 
+def _regex(group: str) -> AfterValidator:
+    """A regex the engine gates run: it compiles, with one group or the group `group`."""
+    def check(v: str) -> str:
+        try:
+            rx = re.compile(v, re.MULTILINE)
+        except re.error as exc:
+            raise bad(f"not a valid regular expression: {exc}") from None
+        if group not in rx.groupindex and rx.groups != 1:
+            raise bad(f"needs one capturing group or (?P<{group}>...), has {rx.groups}")
+        return v
+    return AfterValidator(check)
+
+
 def _cell(v: str) -> str:
     try:
         parse_cell(v)
@@ -187,8 +200,8 @@ class EngineSpec(Closed):
     n_tokens: Annotated[int, at.Ge(1), at.Le(1 << 20)] = doc("tokens to decode")
     min_tokens: Annotated[int, at.Ge(0), at.Le(1 << 20)] = doc("fewer is degenerate")
     backend: T4K = doc("the backend string the engine must print")
-    tokens_regex: T4K = doc("regex of the output token ids")
-    load_regex: T4K = doc("regex of the cold-load seconds")
+    tokens_regex: Annotated[T4K, _regex("tokens")] = doc("regex of the output token ids")
+    load_regex: Annotated[T4K, _regex("seconds")] = doc("regex of the cold-load seconds")
     config_sha256: Optional[Sha256] = doc("identity of the engine configuration", None)
     pair: Optional[EnginePair] = doc("the run's place in its balanced pair", None)
 

@@ -107,7 +107,8 @@ def _bound_to_location(b: Bundle, path: Path) -> None:
 
 def _bound_to_store(s: Session, b: Bundle, run: Run | None, where: str) -> None:
     """The run row already in the store (a campaign's planned run) binds the bundle to its
-    host and campaign; a campaign the bundle names must exist (never created here: a bundle
+    host and campaign, and to the spec the controller sent when the row holds it; a campaign
+    the bundle names must exist (never created here: a bundle
     of another database's campaign is refused, not stored outside its campaign)."""
     spec = b.spec
     if run is not None:
@@ -118,6 +119,13 @@ def _bound_to_store(s: Session, b: Bundle, run: Run | None, where: str) -> None:
                                  f"{key} of run {b.run_id} in the store ({stored!r})",
                                  hint="a bundle is bound to its run: this one is not the "
                                       "bundle of that run (nothing was stored)")
+        if run.spec is not None and run.spec != spec:     # the spec the controller sent
+            key = next(k for k in sorted(set(spec) | set(run.spec))
+                       if spec.get(k) != run.spec.get(k))
+            raise StoreError(f"{where}: spec.json: key '{key}' is not what the controller "
+                             f"sent for run {b.run_id} (the store holds its spec)",
+                             hint="a bundle is bound to its run: its spec was rewritten "
+                                  "(nothing was stored)")
     campaign = spec.get("campaign")
     if campaign and s.get(Campaign, campaign) is None:
         raise StoreError(f"{where}: spec.json: campaign {campaign!r} is not in this database "

@@ -108,6 +108,15 @@ def many_entries(p):
     _entries(p, 5000)
 
 
+def _engine_regex(p):
+    """An engine run's bundle whose spec's regex does not compile (the rest made up)."""
+    import shutil
+    e = make_bundle(p.parent.parent / "engine", "r1", "e2e-prose-admit",
+                    edit=lambda parts: parts["spec.json"]["engine"].update(tokens_regex="(("))
+    shutil.rmtree(p)
+    e.rename(p)
+
+
 def million_files_and_files(p):
     """As many files on disk as the cap allows, so the manifest's size looks plausible."""
     d = p / "snapshots" / "extra"
@@ -196,6 +205,8 @@ CASES = [
     ("cgroup-key-too-long", raw_edit("snapshots/post/memory.stat", lambda d: d + b"x" * 200
                                      + b" 1\n"),
      "snapshots/post/memory.stat: key 'xxxx"),
+    ("engine-regex", lambda p: _engine_regex(p),
+     "spec.json: key 'engine.tokens_regex': not a valid regular expression"),
     ("symlink", symlink, "snapshots/pre/proc_meminfo: is a symbolic link"),
     ("fifo", fifo, "snapshots/pre/proc_fifo: is not a regular file"),
     ("over-the-cap", over_cap,
@@ -279,6 +290,27 @@ def test_a_bundle_is_bound_to_the_run_row_already_stored(tmp_path, db, capsys):
     assert rc == 1 and "spec.json: host 'fixture-a' is not the host of run r1 in the store " \
                        "('fixture-b')" in lines[0], lines
     assert p.is_dir() and _counts(db)["iterations"] == 0
+
+
+def test_a_bundle_is_bound_to_the_spec_the_controller_sent(tmp_path, db, capsys):
+    """The executor stores the spec it sends with the run (state running): a bundle whose
+    spec was rewritten on the host (passes, say) is refused, not judged."""
+    sent = json.loads((make_bundle(tmp_path / "sent", "r1", "64m-cgroup-mglru") /
+                       "spec.json").read_text())
+    st = open_store(db)
+    campaigns.add_run(st, "c1", "r1", host="fixture-a", cell="64m-cgroup-mglru", position=0)
+    for state in ("boot_verified", "deployed"):
+        campaigns.transition(st, "r1", state)
+    campaigns.transition(st, "r1", "running", spec=sent)
+    st.close()
+    p = make_bundle(tmp_path / "b", "r1", "64m-cgroup-mglru",
+                    edit=lambda parts: parts["spec.json"]["agent"].update(threads=64))
+    rc, lines = _ingest(capsys, db, p)
+    assert rc == 1 and len(lines) == 1 and "spec.json: key 'agent' is not what the " \
+                                             "controller sent for run r1" in lines[0], lines
+    assert _counts(db)["iterations"] == 0
+    rc, lines = _ingest(capsys, db, make_bundle(tmp_path / "c", "r1", "64m-cgroup-mglru"))
+    assert rc == 0, lines                               # the bundle of the spec it sent
 
 
 def test_too_many_files_is_refused(tmp_path, db, capsys, monkeypatch):
