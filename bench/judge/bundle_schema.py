@@ -75,7 +75,7 @@ def _spec_path(v: str) -> str:
 
 
 def _mem(v: str) -> str:
-    if not re.fullmatch(r"[0-9]{1,15}(\.[0-9]{1,6})?[KMGTkmgt]?(i?[Bb])?", v):
+    if not re.fullmatch(r"[0-9]{1,15}(\.[0-9]{1,6})?([KMGTkmgt]i?)?[Bb]?", v):
         raise bad(f"{v[:40]!r} is not a mem= size", hint="e.g. 93G")
     return v
 
