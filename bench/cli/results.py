@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import DbOpt, JsonOpt
+from bench.cli.options import DataDirOpt, DbOpt, JsonOpt
 from bench.errors import BenchError, InputError
 from bench.results import store_views, views
 from bench.results.views import compose
@@ -52,20 +52,38 @@ def db_current(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     else:
         print(f"{cur or 'empty'} (head {head}){'' if cur == head else ' - run bench db upgrade'}")
 
+def _size(text: str | None, what: str) -> int | None:
+    from bench.units import parse_size
+    return None if text is None else parse_size(text, what)
+
+
 def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle directories.")],
            plan: Annotated[Optional[Path], typer.Option(help="Plan for the demand model's "
                                                         "nominal misses.")] = None,
            nominal_gb: Annotated[Optional[float], typer.Option(
                "--nominal-gb", help="Nominal miss GB/iteration, if no plan.")] = None,
+           data_dir: DataDirOpt = None,
+           max_file_bytes: Annotated[Optional[str], typer.Option(
+               "--max-file-bytes", help="Cap on one bundle file (default "
+               "$BENCH_BUNDLE_MAX_FILE_BYTES, else 256Mi; docs/bundle.md, Limits).")] = None,
+           max_bundle_bytes: Annotated[Optional[str], typer.Option(
+               "--max-bundle-bytes", help="Cap on a whole bundle (default "
+               "$BENCH_BUNDLE_MAX_BYTES, else 1Gi).")] = None,
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Store run bundles (one transaction each; refused bundles move to rejected/)."""
+    """Store run bundles (one transaction each; refused bundles move to rejected/). A bundle
+    is validated against the contract (bench schema bundle) before anything is stored; the
+    demand model's plan is --plan or <data-dir>/plans/<plan_sha256>.bin."""
+    from bench.judge.bundle import Caps
     from bench.store.ingest import ingest_bundle
+    caps = Caps.from_env(file_bytes=_size(max_file_bytes, "--max-file-bytes"),
+                         total_bytes=_size(max_bundle_bytes, "--max-bundle-bytes"))
     store = _store(db)
     results, failed = [], 0
     nominal = None if nominal_gb is None else nominal_gb * 1e9
     for b in bundles:
         try:
-            results.append(ingest_bundle(store, b, plan=plan, nominal_miss_bytes=nominal))
+            results.append(ingest_bundle(store, b, plan=plan, nominal_miss_bytes=nominal,
+                                         data_dir=data_dir, caps=caps))
         except BenchError as exc:
             failed += 1
             results.append({"bundle": str(b), "status": "refused", "error": exc.message})
@@ -73,8 +91,10 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
         views.emit_json(results)
     else:
         for r in results:
-            if r["status"] == "refused":
-                views.say(compose(("refused", "red"), f" {r['error']}"))
+            if r["status"] == "refused":        # one line per problem, never wrapped
+                for line in r["error"].splitlines():
+                    views.err_console.print(compose(("refused", "red"), f" {line}"),
+                                            soft_wrap=True)
             else:
                 what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
                 views.say(f"{r['run_id']}: {r['status']}"

@@ -1,7 +1,10 @@
-"""`bench schema inventory|matrix|engine`: the JSON Schema of each TOML file bench reads, made
-from the models that validate them (bench.hosts.schema.HostFile, bench.matrix.load.MatrixFile,
-bench.matrix.engine.EngineTable), so that editors validate and complete those files: taplo and
-Even Better TOML (VS Code) take it through a `#:schema` line or .taplo.toml (hosts/README.md)."""
+"""`bench schema inventory|matrix|engine|bundle`: the JSON Schema of each TOML file bench reads,
+made from the models that validate them (bench.hosts.schema.HostFile,
+bench.matrix.load.MatrixFile, bench.matrix.engine.EngineTable), so that editors validate and
+complete those files: taplo and Even Better TOML (VS Code) take it through a `#:schema` line or
+.taplo.toml (hosts/README.md). `bundle` is the run bundle's contract (docs/bundle.md): the JSON
+parts the host runner writes and ingest validates (bench.judge.bundle_schema.BundleParts), by
+file name."""
 
 from typing import Annotated, Any
 
@@ -13,13 +16,14 @@ from bench.results import views
 
 schema_app = typer.Typer(no_args_is_help=True, help="JSON Schemas of the TOML files bench reads "
                                                     "(host files, matrices, the [engine] table), "
-                                                    "for editors.")
+                                                    "for editors, and of a run bundle's parts.")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (implied: a JSON Schema is "
                                                       "JSON).")]
 TITLES = {"inventory": "bench host file (hosts/NAME.toml)",
           "matrix": "bench matrix (bench/data/matrices/NAME.toml or a user matrix)",
-          "engine": "bench [engine] table of an end-to-end matrix (docs/engine.md)"}
+          "engine": "bench [engine] table of an end-to-end matrix (docs/engine.md)",
+          "bundle": "bench run bundle: its JSON parts by file name (docs/bundle.md)"}
 
 
 def _model(kind: str) -> Any:
@@ -47,8 +51,13 @@ def _drop_null_defaults(node: Any) -> None:
 
 
 def document_schema(kind: str) -> dict:
-    """The JSON Schema of one kind of document: inventory, matrix or engine."""
+    """The JSON Schema of one kind of document: inventory, matrix, engine or bundle."""
     from pydantic.json_schema import GenerateJsonSchema
+
+    if kind == "bundle":        # JSON, not TOML: null is a value there
+        from bench.judge.bundle_schema import BundleParts
+        out = BundleParts.model_json_schema(by_alias=True)
+        return {"title": TITLES[kind], **{k: v for k, v in out.items() if k != "title"}}
 
     class TomlJsonSchema(GenerateJsonSchema):
         """TOML has no null: an optional key is one left out, not one set to null."""
@@ -81,6 +90,12 @@ def schema_matrix(json_out: JsonOpt = True) -> None:
 def schema_engine(json_out: JsonOpt = True) -> None:
     """The JSON Schema of a matrix's [engine] table alone."""
     _emit("engine")
+
+
+@schema_app.command("bundle")
+def schema_bundle(json_out: JsonOpt = True) -> None:
+    """The JSON Schema of a run bundle's parts (spec.json, status.json, manifest.json ...)."""
+    _emit("bundle")
 
 
 def register(app: typer.Typer) -> None:

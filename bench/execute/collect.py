@@ -1,8 +1,9 @@
 """Bundles home: collect a finished run's bundle from its host into
 `<data_dir>/bundles/<host>/<run_id>/` (tarred on the host, member names checked, unpacked in a
-temp dir and renamed into place, manifest verified), its key figures, and its ingest into the
-store. A bundle is private (bench.paths): its directories 0700 and files 0600 here, as the
-runner made them on the host, where the archive sits in a 0700 collect/ for the copy."""
+temp dir and renamed into place once its manifest verifies and its spec names this run on
+this host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
+its directories 0700 and files 0600 here, as the runner made them on the host, where the
+archive sits in a 0700 collect/ for the copy."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from bench.errors import HostError
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
-from bench.judge.bundle import BundleError, load, read_dir, verify
+from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, scan_dir
 from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
 from bench.paths import private_dir, private_tree
@@ -28,23 +29,40 @@ def bundle_path(data_dir: Path, host: str, run_id: str) -> Path:
 
 
 def _safe_extract(tar: tarfile.TarFile, dest: Path, run_id: str) -> None:
+    """Regular files and directories under run_id/ only, within the bundle caps (checked on
+    the archive's member list before anything is written)."""
+    caps, total, files = Caps.from_env(), 0, 0
     for m in tar.getmembers():
         parts = Path(m.name).parts
         if not parts or parts[0] != run_id or m.name.startswith("/") or ".." in parts:
             raise HostError("collect", f"unexpected member {m.name!r} in the bundle archive")
         if not (m.isfile() or m.isdir()):
             raise HostError("collect", f"bundle archive member {m.name!r} is not a file")
+        total, files = total + m.size, files + m.isfile()
+        if m.size > caps.cap_for(m.name) or total > caps.total_bytes or files > caps.files:
+            raise HostError("collect", f"bundle archive member {m.name!r} goes over the bundle "
+                            f"caps ({m.size} bytes; {total} bytes and {files} files so far)",
+                            "see docs/bundle.md, Limits (BENCH_BUNDLE_MAX_* variables)")
     tar.extractall(dest, filter="data")
+
+
+def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
+    """The manifest of a bundle that verifies (hashes streamed, sizes capped, spec and status
+    validated) and is bound to this run on this host; BundleError otherwise."""
+    c = check(scan_dir(bundle), where)
+    bind(c.spec, where, run_id=run_id, host=host, what="collected")
+    return c.manifest
 
 
 def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     """Copy <work_dir>/runs/<run_id>/ to <data_dir>/bundles/<host>/<run_id>/ and verify its
-    manifest. An already collected bundle that verifies is kept ('present')."""
+    manifest. An already collected bundle that verifies is kept ('present'). A bundle whose
+    spec names another run or host is refused: nothing is put in place."""
     check_run_id(run_id)
     dest = bundle_path(data_dir, host.name, run_id)
-    if dest.is_dir():
+    if dest.is_dir() and not dest.is_symlink():
         try:
-            m = verify(read_dir(dest), str(dest))
+            m = verified(dest, host.name, run_id, str(dest))
             private_tree(dest)
             return {"bundle": str(dest), "status": "present", "files": len(m["files"])}
         except BundleError:
@@ -67,7 +85,7 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
         t.get(remote_tar, local_tar)
         with tarfile.open(local_tar, "r:gz") as tar:
             _safe_extract(tar, tmpdir, run_id)
-        m = verify(read_dir(tmpdir / run_id), f"{host.name}:{src}")
+        m = verified(tmpdir / run_id, host.name, run_id, f"{host.name}:{src}")
         private_tree(tmpdir / run_id)
         (tmpdir / run_id).rename(dest)
     finally:

@@ -6,6 +6,12 @@ BundleError naming the missing or damaged part. The same loader works on a direc
 {relative path: bytes} mapping (the raw files the store keeps), so a stored run can be
 re-derived exactly. Pure: file reads only.
 
+Every part is untrusted input: a directory is read under size caps (bench.judge.bundle_files:
+lstat before any read, regular files only, hashes streamed), and every JSON part is checked
+against the contract (bench.judge.bundle_schema, through bench.judge.bundle_check) before
+anything is derived from it: the parts a run must have are counted from the validated spec.
+`bind` ties a bundle to the run id and host it was collected for.
+
 Engine runs (a spec with an `engine` section, docs/engine.md) have no agent output: instead of
 agent.jsonl and the pass snapshots they carry engine.json (the runner's record), engine.stdout
 and engine.stderr; `records` and `summary` are empty and `engine` holds engine.json.
@@ -13,34 +19,27 @@ and engine.stderr; `records` and `summary` are empty and `engine` holds engine.j
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import json
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bench.errors import FormatError
+from bench.judge.bundle_check import agent_output, document, timeline
+from bench.judge.bundle_files import BundleError, Caps, Listing, read_dir, scan_dir
+from bench.judge.bundle_schema import DOCUMENTS, RUN_ID_RE
+from bench.judge.bundle_snapshots import check_snapshot
 
-RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+__all__ = ["Bundle", "BundleError", "Caps", "Checked", "bind", "check", "load", "read_dir",
+           "scan_dir", "verify"]
+
+RUN_ID = RUN_ID_RE
 REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.json", "capacity.json",
             "agent.jsonl", "timeline.csv", "kmsg.txt")
 SNAPSHOT_FILES = ("proc_diskstats", "proc_vmstat", "proc_meminfo")
 ENGINE_REQUIRED = ("spec.json", "status.json", "host.json", "drop.json", "mglru.json",
                    "capacity.json", "engine.json", "engine.stdout", "engine.stderr",
                    "timeline.csv", "kmsg.txt")
-
-
 FAILED_REQUIRED = ("spec.json", "status.json")
-
-
-class BundleError(FormatError):
-    """A bundle that is damaged or incomplete; `part` names the missing or damaged file."""
-
-    def __init__(self, where: str, part: str, message: str, hint: str | None = None):
-        super().__init__(f"{where}: {part}: {message}", hint)
-        self.part = part
+MANIFEST_ENTRY_BYTES = 1024     # a path of at most 512 characters, its size and sha256
 
 
 @dataclass
@@ -77,7 +76,7 @@ class Bundle:
 
     @property
     def passes(self) -> int:
-        return int(self.spec.get("agent", {}).get("passes", 2))
+        return int((self.spec.get("agent") or {}).get("passes", 2))
 
     @property
     def loop_entry(self) -> str:
@@ -93,57 +92,84 @@ class Bundle:
         return hashlib.sha256(self.files["manifest.json"]).hexdigest()
 
 
-def read_dir(directory: str | Path) -> dict[str, bytes]:
-    """Every regular file under directory, keyed by its relative POSIX path."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise BundleError(str(root), ".", "not a directory")
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+@dataclass(frozen=True)
+class Checked:
+    """A bundle whose manifest verified, with its validated spec and status."""
+    manifest: dict
+    spec: dict
+    status: dict
+
+    @property
+    def failed(self) -> bool:
+        """A run the runner marked failed: it stopped early and wrote only part of its
+        bundle."""
+        return self.status["phase"] == "failed" and self.status.get("ok") is False
 
 
-def verify(files: dict[str, bytes], where: str = "bundle") -> dict:
-    """Check the manifest against the files; return the manifest or raise BundleError."""
-    if "manifest.json" not in files:
+def check(listing: Listing, where: str = "bundle", caps: Caps | None = None) -> Checked:
+    """The manifest against the files (sizes, then sha256), spec.json and status.json against
+    the contract, then the parts a run must have (counted from the validated spec)."""
+    caps = caps or Caps.from_env()
+    if "manifest.json" not in listing.sizes:
         raise BundleError(where, "manifest.json", "missing (the runner writes it last: the run "
                           "did not finish writing its bundle)")
-    manifest = _json(files, "manifest.json", where)
-    if manifest.get("complete") is not True:
+    size, n = listing.sizes["manifest.json"], len(listing.sizes)
+    if size > MANIFEST_ENTRY_BYTES * n + 4096:      # refused before it is parsed
+        raise BundleError(where, "manifest.json", f"key 'files': {size} bytes of manifest for "
+                          f"{n} files (an entry takes at most {MANIFEST_ENTRY_BYTES} bytes)")
+    manifest = document(listing.content, "manifest.json", where, max_items=caps.files)
+    if manifest["complete"] is not True:
         raise BundleError(where, "manifest.json", "does not say complete: true")
-    listed = manifest.get("files")
-    if not isinstance(listed, dict):
-        raise BundleError(where, "manifest.json", "has no files map")
+    listed: dict[str, dict] = manifest["files"]
     for rel, meta in listed.items():
-        if rel not in files:
+        if rel not in listing.sizes:
             raise BundleError(where, rel, "listed in the manifest but missing")
-        data = files[rel]
-        if len(data) != meta.get("bytes"):
-            raise BundleError(where, rel,
-                              f"{len(data)} bytes, the manifest says {meta.get('bytes')}")
-        if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        if listing.sizes[rel] != meta["bytes"]:
+            raise BundleError(where, rel, f"{listing.sizes[rel]} bytes, the manifest says "
+                              f"{meta['bytes']}")
+    for rel, meta in listed.items():
+        if listing.sha256(rel) != meta["sha256"]:
             raise BundleError(where, rel, "sha256 does not match the manifest (damaged)")
-    spec = _json(files, "spec.json", where) if "spec.json" in listed else {}
-    for part in _required_parts(spec, _failed(files, listed, where)):
+    for rel in FAILED_REQUIRED:
+        if rel not in listed:
+            raise BundleError(where, rel, "missing from the manifest (incomplete bundle)")
+    spec = document(listing.content, "spec.json", where)
+    status = document(listing.content, "status.json", where)
+    for part, doc in (("manifest.json", manifest), ("status.json", status)):
+        if doc["run_id"] != spec["run_id"]:
+            raise BundleError(where, part, f"run_id {doc['run_id']!r} is not the spec's "
+                              f"{spec['run_id']!r}")
+    checked = Checked(manifest, spec, status)
+    for part in _required_parts(spec, checked.failed):
         if part not in listed:
             raise BundleError(where, part, "missing from the manifest (incomplete bundle)")
-    return manifest
+    return checked
 
 
-def _failed(files: dict[str, bytes], listed: dict, where: str) -> bool:
-    """A run the runner marked failed: it stopped early and wrote only part of its bundle."""
-    if "status.json" not in listed:
-        return False
-    st = _json(files, "status.json", where)
-    return st.get("phase") == "failed" and st.get("ok") is False
+def verify(files: Mapping[str, bytes] | Listing, where: str = "bundle",
+           caps: Caps | None = None) -> dict:
+    """Check the manifest against the files; return the manifest or raise BundleError."""
+    listing = files if isinstance(files, Listing) else Listing.of(files)
+    return check(listing, where, caps).manifest
+
+
+def bind(spec: dict, where: str, *, run_id: str | None = None, host: str | None = None,
+         what: str = "collected") -> None:
+    """A bundle is bound to the run id and host it was collected for: BundleError otherwise."""
+    for key, want in (("run_id", run_id), ("host", host)):
+        if want is not None and spec[key] != want:
+            raise BundleError(where, "spec.json", f"{key} {spec[key]!r} is not the "
+                              f"{'run' if key == 'run_id' else 'host'} {what} ({want!r}): a "
+                              "bundle is bound to its run and host")
 
 
 def _required_parts(spec: dict, failed: bool = False) -> list[str]:
     if failed:
         return list(FAILED_REQUIRED)
-    if isinstance(spec.get("engine"), dict):
+    if spec.get("engine") is not None:
         return list(ENGINE_REQUIRED) + [f"snapshots/{ph}/{f}" for ph in ("pre", "post")
                                         for f in SNAPSHOT_FILES]
-    passes = int(spec.get("agent", {}).get("passes", 2)) if spec else 2
+    passes = spec["agent"]["passes"]        # validated: 2..1000
     phases = ["pre", "post"] + [f"pass{p}-{e}" for p in range(passes) for e in ("start", "end")]
     parts = list(REQUIRED) + [f"snapshots/{ph}/{f}" for ph in phases for f in SNAPSHOT_FILES]
     if spec.get("mechanism") == "balloon":
@@ -151,100 +177,36 @@ def _required_parts(spec: dict, failed: bool = False) -> list[str]:
     return parts
 
 
-def load(files: dict[str, bytes], where: str = "bundle") -> Bundle:
-    """Verify, then parse every part into plain data."""
-    manifest = verify(files, where)
-    spec = _json(files, "spec.json", where)
-    run_id = spec.get("run_id")
-    if not isinstance(run_id, str) or not RUN_ID.match(run_id):
-        raise BundleError(where, "spec.json", f"bad run_id {run_id!r}",
-                          hint="a run id is 1-64 of A-Z, a-z, 0-9, '.', '_' and '-'")
-    if manifest.get("run_id") not in (None, run_id):
-        raise BundleError(where, "manifest.json", f"run_id {manifest.get('run_id')!r} is not "
-                          f"the spec's {run_id!r}")
+def load(files: Mapping[str, bytes], where: str = "bundle", caps: Caps | None = None) -> Bundle:
+    """Verify, validate every part, then parse it into plain data. Files the manifest does not
+    list are left out (nothing unverified is kept)."""
+    c = check(Listing.of(files), where, caps)
+    kept = {rel: files[rel] for rel in ["manifest.json", *c.manifest["files"]]}
+    docs = {rel: document(kept, rel, where) for rel in DOCUMENTS
+            if rel in kept and rel not in ("manifest.json", "spec.json", "status.json")}
     snapshots: dict[str, dict[str, str]] = {}
-    for rel, data in files.items():
+    for rel, data in kept.items():
         parts = rel.split("/")
         if len(parts) == 3 and parts[0] == "snapshots":
-            snapshots.setdefault(parts[1], {})[parts[2]] = data.decode("utf-8", "replace")
-    engine = isinstance(spec.get("engine"), dict)
-    status = _json(files, "status.json", where)
-    failed = status.get("phase") == "failed" and status.get("ok") is False
-
-    def part(rel: str, default=None):
-        # a failed run's bundle may stop before any part but spec and status
-        if failed and rel not in files:
-            return default
-        return _json(files, rel, where)
+            text = data.decode("utf-8", "replace")
+            check_snapshot(where, rel, text)
+            snapshots.setdefault(parts[1], {})[parts[2]] = text
+    engine = c.spec.get("engine") is not None
     records: list[dict]
     summary: dict
-    if engine or (failed and "agent.jsonl" not in files):
+    if engine or (c.failed and "agent.jsonl" not in kept):
         records, summary = [], {}
     else:
-        records, summary = _agent(files, where, partial=failed)
+        records, summary = agent_output(kept["agent.jsonl"], where, partial=c.failed)
     return Bundle(
-        run_id=run_id, spec=spec, status=status,
-        host=part("host.json", {}), drop=part("drop.json", {}),
-        mglru=part("mglru.json", {}), capacity=part("capacity.json", {}),
-        balloon=_json(files, "balloon.json", where) if "balloon.json" in files else None,
-        snapshots=snapshots, records=records, summary=summary,
-        timeline=[] if failed and "timeline.csv" not in files else _timeline(files, where),
-        kmsg=[ln for ln in files.get("kmsg.txt", b"").decode("utf-8", "replace").splitlines()
+        run_id=c.spec["run_id"], spec=c.spec, status=c.status,
+        host=docs.get("host.json", {}), drop=docs.get("drop.json", {}),
+        mglru=docs.get("mglru.json", {}), capacity=docs.get("capacity.json", {}),
+        balloon=docs.get("balloon.json"), snapshots=snapshots, records=records,
+        summary=summary,
+        timeline=timeline(kept["timeline.csv"], where, partial=c.failed)
+        if "timeline.csv" in kept else [],
+        kmsg=[ln for ln in kept.get("kmsg.txt", b"").decode("utf-8", "replace").splitlines()
               if ln.strip()],
-        manifest=manifest, files=dict(files),
-        engine=part("engine.json") if engine else None)
-
-
-def _json(files: dict[str, bytes], rel: str, where: str) -> dict:
-    if rel not in files:
-        raise BundleError(where, rel, "missing")
-    try:
-        value = json.loads(files[rel])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(where, rel, f"not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise BundleError(where, rel, "is not a JSON object")
-    return value
-
-
-def _agent(files: dict[str, bytes], where: str,
-           partial: bool = False) -> tuple[list[dict], dict]:
-    records, summary = [], None
-    for n, line in enumerate(files["agent.jsonl"].decode("utf-8", "replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            if partial:     # a killed agent's last line may be cut short
-                continue
-            raise BundleError(where, f"agent.jsonl:{n}", "not valid JSON") from None
-        if rec.get("summary"):
-            summary = rec
-        elif {"pass", "iter", "wall_ns", "bytes", "reads"} <= rec.keys():
-            records.append(rec)
-        else:
-            raise BundleError(where, f"agent.jsonl:{n}", "neither an iteration record nor the "
-                              "summary")
-    if summary is None:
-        if partial:         # the agent was killed: what it wrote is kept, the run is rejected
-            return records, {}
-        raise BundleError(where, "agent.jsonl", "has no summary record (the agent did not finish)")
-    return records, summary
-
-
-def _timeline(files: dict[str, bytes], where: str) -> list[dict]:
-    text = files["timeline.csv"].decode("utf-8", "replace")
-    rows = []
-    for n, row in enumerate(csv.DictReader(io.StringIO(text)), 2):
-        try:
-            rows.append({"mono_ns": int(row["mono_ns"]), "phase": row["phase"],
-                         "memory_current": int(row["memory_current"]) if row["memory_current"]
-                         else None,
-                         "cached": int(row["cached"]) if row.get("cached") else None,
-                         "mem_available": int(row["mem_available"]) if row.get("mem_available")
-                         else None})
-        except (KeyError, TypeError, ValueError):
-            raise BundleError(where, f"timeline.csv:{n}", "not mono_ns,phase,memory_current,"
-                              "cached,mem_available") from None
-    return rows
+        manifest=c.manifest, files=kept,
+        engine=docs.get("engine.json") if engine else None)

@@ -39,12 +39,14 @@ def find_backend(stdout: str, stderr: str, expected: str) -> str | None:
 
 def parse_tokens(stdout: str, stderr: str, regex: str) -> list[int] | None:
     """The output token IDs: the integers in the regex's group at its first match in stdout
-    (else stderr); None when it matches nowhere."""
+    (else stderr); None when it matches nowhere, or holds a number of more than 18 digits (no
+    vocabulary is that large: not token IDs)."""
     rx = re.compile(regex, re.MULTILINE)
     for text in (stdout, stderr):
         m = rx.search(text)
         if m:
-            return [int(x) for x in re.findall(r"-?\d+", _group(m, "tokens") or "")]
+            ids = re.findall(r"-?\d+", _group(m, "tokens") or "")
+            return None if any(len(x) > 19 for x in ids) else [int(x) for x in ids]
     return None
 
 

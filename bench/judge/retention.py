@@ -14,6 +14,7 @@ run, and agent runs keep exactly the verdicts they had.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 from bench.errors import InputError
 from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
-from bench.judge.counters import find
-from bench.judge.measured import (delta, engine_facts, fingerprint, fingerprint_diff,
+from bench.judge.counters import device_bytes, find
+from bench.judge.measured import (delta, devices, engine_facts, fingerprint, fingerprint_diff,
                                   measured_records, mglru_state, snap)
 from bench.units import format_size, parse_kernel_size
 
@@ -366,6 +367,125 @@ def hint_provenance(b, ctx):
         return False, "the recall figure comes from a different hint plan than the one replayed"
     return True, f"{prov['kind']} hints {b.spec['hints_sha256'][:12]}" + (
         f", recall {prov['recall']:.3f} from the same plan" if "recall" in prov else "")
+
+
+# impossible numbers and the contract ------------------------------------------------------------
+
+@rule("bundle_contract", 1)
+def bundle_contract(b, ctx):
+    """The bundle validates against the bundle contract (docs/bundle.md, `bench schema
+    bundle`). Ingest refuses a bundle that does not, so a run fails this rule only when `bench
+    retention recheck` finds that its stored files no longer validate (a run stored before the
+    contract): it is then rejected with the first problem (`contract_verdict`)."""
+    return True, "every part validates against the bundle contract"
+
+
+def contract_verdict(reason: str) -> Verdict:
+    """bundle_contract's verdict on a stored bundle that no longer loads."""
+    r = next(x for x in RULES if x.name == "bundle_contract")
+    return Verdict(r.name, r.version, False, reason.splitlines()[0][:500])
+
+
+def _finite_positive(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > 0
+
+
+def _agent_numbers(b: Bundle) -> str | None:
+    """The first impossible wall time or byte count of an agent run, or None."""
+    eb = b.summary.get("expert_bytes")
+    for r in b.records:
+        where = f"pass {r['pass']} iteration {r['iter']}"
+        if r["wall_ns"] <= 0:
+            return f"{where}: wall_ns {r['wall_ns']} is not positive"
+        if r["reads"] <= 0 or r["bytes"] <= 0:
+            return f"{where}: {r['reads']} reads of {r['bytes']} bytes (an iteration reads)"
+        if eb and r["bytes"] != r["reads"] * eb:
+            return f"{where}: {r['bytes']} bytes is not {r['reads']} reads x {eb}"
+    for p, w in enumerate(b.summary.get("pass_wall_ns") or []):
+        if w <= 0:
+            return f"the summary's pass {p} wall {w} ns is not positive"
+    if b.completed:
+        dev = device_bytes(snap(b, b.loop_entry), snap(b, b.measured_end), devices(b))
+        if dev is not None and dev < 0:
+            return f"device bytes over the measured pass are negative ({dev}): a counter " \
+                   "went backwards or the device changed"
+    return None
+
+
+@rule("numbers_possible", 1)
+def numbers_possible(b, ctx):
+    """Wall times and byte counts a run can have: every iteration's wall_ns positive, its reads
+    and bytes positive (and bytes = reads x expert_bytes when the summary gives the expert
+    size), the summary's per-pass walls positive, the device bytes of the measured interval
+    not negative; an engine run's wall time finite and positive, its cold load finite and not
+    negative, its device bytes not negative. The contract already refuses what is not a
+    number (NaN, Infinity, out of range)."""
+    if b.is_engine:
+        f = _engine_facts(b)
+        if f["wall_s"] is not None and not _finite_positive(f["wall_s"]):
+            return False, f"engine wall time {f['wall_s']} s is not finite and positive"
+        if f["load_s"] is not None and not (math.isfinite(f["load_s"]) and f["load_s"] >= 0):
+            return False, f"engine cold load {f['load_s']} s is not finite and non-negative"
+        if f["device_bytes"] is not None and f["device_bytes"] < 0:
+            return False, f"device bytes over the run are negative ({f['device_bytes']})"
+        return True, "engine times finite and positive, device bytes not negative"
+    why = _agent_numbers(b)
+    if why:
+        return False, why
+    return True, f"{len(b.records)} iterations with positive walls and byte counts"
+
+
+@rule("passes_agree", 1, kinds=("agent",))
+def passes_agree(b, ctx):
+    """One pass count: the spec's agent.passes is the agent summary's passes; it did at most
+    that many (passes_done); records exist for every pass done and for no pass beyond the
+    spec's; the summary's per-pass lists have one entry per pass done."""
+    sm = b.summary
+    if not sm:
+        return True, "no agent summary: the run stopped (runner_completed judges it)"
+    want, done = b.passes, sm.get("passes_done")
+    if sm.get("passes") != want:
+        return False, f"the spec asks {want} passes, the agent summary says {sm.get('passes')}"
+    if done is None or done > want:
+        return False, f"the agent summary says {done} passes done of {want}"
+    seen = {r["pass"] for r in b.records}
+    beyond = sorted(p for p in seen if p >= want)
+    if beyond:
+        return False, f"records of pass {beyond[0]}, beyond the spec's {want} passes"
+    missing = [p for p in range(done) if p not in seen]
+    if missing:
+        return False, f"no record of pass {missing[0]}, the summary says {done} done"
+    for key in ("pass_wall_ns", "pass_bytes", "pass_reads"):
+        if key in sm and len(sm[key]) != done:
+            return False, f"the summary's {key} has {len(sm[key])} entries for {done} passes"
+    return True, f"{want} passes in the spec, the summary and the records"
+
+
+@rule("iterations_complete", 1, kinds=("agent",))
+def iterations_complete(b, ctx):
+    """Every pass the agent did holds each iteration of the plan exactly once: 0..N-1, none
+    missing, none twice, none beyond, N the summary's iterations (and the spec's
+    plan_iterations when the spec records it)."""
+    n, plan_n = b.summary.get("iterations"), b.spec.get("plan_iterations")
+    if not b.summary:
+        return True, "no agent summary: the run stopped (runner_completed judges it)"
+    if n is None or (plan_n is not None and n != plan_n):
+        return False, f"the agent replayed {n} iterations per pass, the plan has {plan_n}"
+    per: dict[int, list[int]] = {}
+    for r in b.records:
+        per.setdefault(r["pass"], []).append(r["iter"])
+    for p, its in sorted(per.items()):
+        its.sort()
+        if its == list(range(n)):
+            continue
+        twice = next((i for i, j in zip(its, its[1:]) if i == j), None)
+        if twice is not None:
+            return False, f"pass {p}: iteration {twice} recorded twice"
+        if its and its[-1] >= n:
+            return False, f"pass {p}: iteration {its[-1]} beyond the plan's {n}"
+        gone = next(i for i in range(n) if i >= len(its) or its[i] != i)
+        return False, f"pass {p}: iteration {gone} missing ({len(its)} of {n})"
+    return True, f"{len(per)} passes of {n} iterations each, none missing or twice"
 
 
 # end-to-end engine runs (docs/engine.md) ---------------------------------------------------------

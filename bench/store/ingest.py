@@ -19,17 +19,19 @@ from __future__ import annotations
 import hashlib
 import shutil
 import zlib
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from bench.errors import FormatError
-from bench.judge import measured
-from bench.judge.bundle import Bundle, BundleError, load, read_dir
+from bench.judge import measured, retention
+from bench.judge.bundle import Bundle, BundleError, Caps, bind, check, load, read_dir, scan_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
 from bench.matrix.cells import parse_cell
-from bench.paths import private_dir, private_tree
+from bench.paths import default_data_dir, private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
 from bench.store.db import Store, StoreError, get_or_create, insert_if_absent, referenced, rowcount
@@ -66,25 +68,38 @@ def nominal_from_plan(plan_path: Path, capacity_bytes: int) -> float:
 
 
 def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float | None = None,
-                  plan: str | Path | None = None) -> dict:
-    """Returns {"run_id", "status": ingested|unchanged, "retained", "failed": [rule...]}."""
+                  plan: str | Path | None = None, data_dir: str | Path | None = None,
+                  caps: Caps | None = None) -> dict:
+    """Returns {"run_id", "status": ingested|unchanged, "retained", "failed": [rule...]}.
+
+    The bundle is read under the caps and validated against the contract (bench.judge.bundle)
+    before anything is derived or written; a refused bundle is moved to rejected/ and nothing
+    is stored. Under <data_dir>/bundles/<host>/<run_id>/ it must be that run on that host; a run
+    already in the store binds it to that row's host and campaign; a campaign not in the
+    database is never created (StoreError: the bundle stays where it is). The demand model's
+    plan is the caller's (`plan`) or the plan store's <data_dir>/plans/<plan_sha256>.bin:
+    never a path the bundle names."""
     path = Path(path)
-    files = read_dir(path)
+    where = str(path)
+    if path.is_symlink() or not path.is_dir():
+        raise BundleError(where, ".", "not a directory")
     try:
-        b = load(files, where=str(path))
-        cell = bundle_cell(b, str(path))
+        check(scan_dir(path, caps), where, caps)    # manifest, spec, status: big files unheld
+        b = load(read_dir(path, caps), where=where, caps=caps)
+        _bound_to_location(b, path)
+        cell = bundle_cell(b, where)
         metrics = run_metrics(b)
-        nominal, source = ((None, None) if b.is_engine or not b.completed
-                           else _nominal(b, path, nominal_miss_bytes, plan))
-    except (BundleError, FormatError) as exc:
-        dest = move_aside(path)
-        why = exc.message.split(": ", 1)[-1] if isinstance(exc, BundleError) else exc
-        raise BundleError(str(path), getattr(exc, "part", "bundle"),
-                          f"{why} (moved to {dest})") from None
+    except BundleError as exc:
+        raise exc.moved(move_aside(path)) from None
+    except FormatError as exc:
+        raise BundleError(where, "bundle", exc.message).moved(move_aside(path)) from None
+    nominal, source = ((None, None) if b.is_engine or not b.completed
+                       else _nominal(b, path, nominal_miss_bytes, plan, data_dir))
     with store.session() as s, s.begin():
         existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
         if existing is not None and existing.bundle_digest:
             return _stored(b, existing.bundle_digest, existing.retained)
+        _bound_to_store(s, b, existing, where)
         host = get_or_create(s, Host, name=b.spec.get("host") or b.host.get("hostname")
                              or "unknown")
         cell_row = get_or_create(s, Cell, dict(
@@ -127,16 +142,84 @@ def _claim(s: Session, b: Bundle, run: Run | None, host_id: int, cell_id: int) -
     return claimed
 
 
-def _nominal(b: Bundle, path: Path, given: float | None, plan) -> tuple[float | None, str | None]:
+def _bound_to_location(b: Bundle, path: Path) -> None:
+    """Where collect puts a bundle, <data_dir>/bundles/<host>/<run_id>/, it must be that run
+    on that host (a bundle found anywhere else is bound by the store alone)."""
+    p = path.resolve()
+    if p.parent.parent.name == "bundles" and p.parent.name != "rejected":
+        bind(b.spec, str(path), run_id=p.name, host=p.parent.name, what="its directory names")
+
+
+def _bound_to_store(s: Session, b: Bundle, run: Run | None, where: str) -> None:
+    """The run row already in the store (a campaign's planned run) binds the bundle to its
+    host and campaign, and to the spec the controller sent when the row holds it; a campaign
+    the bundle names must exist (never created here: a bundle
+    of another database's campaign is refused, not stored outside its campaign)."""
+    spec = b.spec
+    if run is not None:
+        host = referenced(s, Host, run.host_id).name
+        for key, stored in (("host", host), ("campaign", run.campaign_id)):
+            if spec.get(key) != stored:
+                raise StoreError(f"{where}: spec.json: {key} {spec.get(key)!r} is not the "
+                                 f"{key} of run {b.run_id} in the store ({stored!r})",
+                                 hint="a bundle is bound to its run: this one is not the "
+                                      "bundle of that run (nothing was stored)")
+        if run.spec is not None and run.spec != spec:     # the spec the controller sent
+            key = next(k for k in sorted(set(spec) | set(run.spec))
+                       if spec.get(k) != run.spec.get(k))
+            raise StoreError(f"{where}: spec.json: key '{key}' is not what the controller "
+                             f"sent for run {b.run_id} (the store holds its spec)",
+                             hint="a bundle is bound to its run: its spec was rewritten "
+                                  "(nothing was stored)")
+    campaign = spec.get("campaign")
+    if campaign and s.get(Campaign, campaign) is None:
+        raise StoreError(f"{where}: spec.json: campaign {campaign!r} is not in this database "
+                         "(ingest never creates a campaign; nothing was stored)",
+                         hint="ingest it into the database that holds the campaign (--db URL "
+                              "or BENCH_DB)")
+
+
+def _nominal(b: Bundle, path: Path, given: float | None, plan: str | Path | None,
+             data_dir: str | Path | None) -> tuple[float | None, str | None]:
+    """The demand model's nominal misses: given, the caller's plan, or the plan store's copy
+    of the plan whose sha256 the validated spec records (checked before it is used)."""
     if given is not None:
         return given, "given"
-    candidates = [Path(plan)] if plan else []
-    if b.spec.get("plan"):
-        candidates += [path / b.spec["plan"], Path(b.spec["plan"])]
-    for p in candidates:
-        if p.is_file():
+    if plan and Path(plan).is_file():
+        return nominal_from_plan(Path(plan), b.spec["capacity_bytes"]), f"demand:{Path(plan).name}"
+    sha = b.spec.get("plan_sha256")
+    if not sha:
+        return None, None
+    for d in _data_dirs(path, data_dir):
+        p = d / "plans" / f"{sha}.bin"
+        if p.is_file() and not p.is_symlink() and _file_sha256(p) == sha:
             return nominal_from_plan(p, b.spec["capacity_bytes"]), f"demand:{p.name}"
     return None, None
+
+
+def _data_dirs(path: Path, data_dir: str | Path | None) -> list[Path]:
+    """The data directory given, else the one the bundle is collected into, then the
+    default."""
+    if data_dir is not None:
+        return [Path(data_dir)]
+    p = path.resolve()
+    out = [p.parent.parent.parent] if p.parent.parent.name == "bundles" else []
+    return out + [default_data_dir()]
+
+
+_SHA: dict[tuple[str, int, int], str] = {}       # (path, size, mtime_ns) -> sha256
+
+
+def _file_sha256(p: Path) -> str:
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _SHA:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _SHA[key] = h.hexdigest()
+    return _SHA[key]
 
 
 def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int, *,
@@ -161,7 +244,10 @@ def reference_fingerprint(s: Session, campaign_id: str | None, host_id: int, *,
                      .order_by(Run.ingested_at, Run.id).limit(1))
     if first is None:           # nothing to recompute from: the old record, named as it is
         return data
-    fp = measured.fingerprint(stored_bundle(s, first))
+    try:
+        fp = measured.fingerprint(stored_bundle(s, first))
+    except BundleError:         # its stored bundle no longer validates: the old record
+        return data
     if refresh:
         ch.fingerprint_id = get_or_create(s, Fingerprint, {"data": fp}, host_id=host_id,
                                           digest=fp["digest"]).id
@@ -197,10 +283,9 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
                                        mem_total_bytes=b.host.get("mem_total_bytes"),
                                        mglru_mask=b.host.get("mglru")),
                          host_id=host.id, boot_id=b.host.get("boot_id") or "unknown")
-    campaign_id = spec.get("campaign")
+    campaign_id = spec.get("campaign")          # in the database: _bound_to_store checked
     ref = None
     if campaign_id:
-        get_or_create(s, Campaign, {"matrix": None, "state": "running"}, id=campaign_id)
         ref = _reference(s, campaign_id, host.id, fp_row.id)
     verdict = judge(b, ref)
     verdicts, keep = verdict.verdicts, verdict.retained
@@ -229,15 +314,15 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
 
 def _write_parts(s: Session, rid: int, b: Bundle) -> None:
     """The run's raw files (compressed), counter deltas, iterations, timeline and summary."""
-    _rows(s, RawFile, [{"run_id": rid, "path": p, "size": len(d), "codec": "zlib",
-                        "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
-                       for p, d in b.files.items()])
+    _batched(s, RawFile, ({"run_id": rid, "path": p, "size": len(d), "codec": "zlib",
+                           "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
+                          for p, d in b.files.items()), 64)
     _rows(s, CounterDelta, [dict(r, run_id=rid, interval=name)
                             for name in (("run",) if b.is_engine else ("measured", "run"))
                             for r in measured.interval(b, name)])
-    _rows(s, Iteration, [{"run_id": rid, "pass_no": r["pass"], "iter_no": r["iter"],
-                          "wall_ns": r["wall_ns"], "bytes": r["bytes"], "reads": r["reads"],
-                          "arena_hits": r.get("arena_hits")} for r in b.records])
+    _batched(s, Iteration, ({"run_id": rid, "pass_no": r["pass"], "iter_no": r["iter"],
+                             "wall_ns": r["wall_ns"], "bytes": r["bytes"], "reads": r["reads"],
+                             "arena_hits": r.get("arena_hits")} for r in b.records), 20_000)
     _rows(s, TimelineSample, [dict(r, run_id=rid, seq=i) for i, r in enumerate(b.timeline)])
     sm, hints = b.summary, b.summary.get("hints") or {}
     facts = measured.engine_facts(b)                # None for a replay run
@@ -273,6 +358,13 @@ def _rows(s: Session, model, rows: list[dict]) -> None:
         s.execute(insert(model), rows)
 
 
+def _batched(s: Session, model, rows: Iterator[dict], n: int) -> None:
+    """Insert rows n at a time (a large run's rows, or its compressed raw files, are never
+    all in memory at once)."""
+    while batch := list(islice(rows, n)):
+        s.execute(insert(model), batch)
+
+
 def stored_bundle(s: Session, run: Run) -> Bundle:
     files = {rf.path: zlib.decompress(rf.data) if rf.codec == "zlib" else rf.data
              for rf in s.scalars(select(RawFile).where(RawFile.run_id == run.id))}
@@ -287,31 +379,41 @@ def recheck(store: Store) -> list[dict]:
     with store.session() as s, s.begin():
         runs = s.scalars(select(Run).where(Run.bundle_digest.is_not(None)).order_by(Run.id))
         for run in runs.all():
-            b = stored_bundle(s, run)
-            ref = reference_fingerprint(s, run.campaign_id, run.host_id)
-            _refresh_fingerprint(s, run, measured.fingerprint(b))
             old = {v.rule: v for v in s.scalars(select(Verdict).where(
                 Verdict.run_id == run.id, Verdict.current.is_(True)))}
-            new = judge(b, ref)
-            for v in new.verdicts:
-                o = old.get(v.rule)
-                if o is not None and (o.version, o.passed) == (v.version, v.passed):
-                    continue
-                changes.append({"run_id": run.run_id, "rule": v.rule,
-                                "old": None if o is None else {"version": o.version,
-                                                               "passed": o.passed},
-                                "new": {"version": v.version, "passed": v.passed},
-                                "reason": v.reason})
-                if o is not None:
-                    o.current = False
-                s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
-                              reason=v.reason, current=True))
-            keep = new.retained
+            try:
+                b = stored_bundle(s, run)
+            except BundleError as exc:
+                verdicts, keep = [retention.contract_verdict(exc.message)], False
+            else:
+                ref = reference_fingerprint(s, run.campaign_id, run.host_id)
+                _refresh_fingerprint(s, run, measured.fingerprint(b))
+                new = judge(b, ref)
+                verdicts, keep = new.verdicts, new.retained
+            changes += _replace_verdicts(s, run, old, verdicts)
             if keep != run.retained:
                 s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="recheck",
                                    message=f"{run.run_id}: {'retained' if keep else 'rejected'} "
                                            "under the current rules"))
                 run.retained = keep
+    return changes
+
+
+def _replace_verdicts(s: Session, run: Run, old: dict[str, Verdict],
+                      verdicts: list[retention.Verdict]) -> list[dict]:
+    """Store the verdicts that changed (version or outcome); returns the changes."""
+    changes = []
+    for v in verdicts:
+        o = old.get(v.rule)
+        if o is not None and (o.version, o.passed) == (v.version, v.passed):
+            continue
+        changes.append({"run_id": run.run_id, "rule": v.rule,
+                        "old": None if o is None else {"version": o.version, "passed": o.passed},
+                        "new": {"version": v.version, "passed": v.passed}, "reason": v.reason})
+        if o is not None:
+            o.current = False
+        s.add(Verdict(run_id=run.id, rule=v.rule, version=v.version, passed=v.passed,
+                      reason=v.reason, current=True))
     return changes
 
 

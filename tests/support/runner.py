@@ -125,6 +125,15 @@ def verify_manifest(bundle: Path) -> dict:
     return m
 
 
+def contract(bundle: Path):
+    """The bundle as the controller loads it: every part validated against the bundle
+    contract (bench.judge.bundle_schema), under the default caps; returns the Bundle."""
+    from bench.judge.bundle import load, read_dir
+    b = load(read_dir(bundle), str(bundle))
+    assert b.run_id == bundle.name
+    return b
+
+
 def sectors(text: str, dev: str) -> int:
     for line in text.splitlines():
         f = line.split()

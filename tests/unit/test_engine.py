@@ -147,6 +147,9 @@ def test_gates_find_backend_tokens_and_load():
     assert judge_engine.parse_tokens(OUT, "", rx["tokens_regex"]) == [1, 22, 333, -4]
     assert judge_engine.parse_tokens("x", "output token ids: 7 8", rx["tokens_regex"]) == [7, 8]
     assert judge_engine.parse_tokens("x", "y", rx["tokens_regex"]) is None
+    # a number no vocabulary has (5000 digits would not even convert): not token IDs
+    assert judge_engine.parse_tokens("output token ids: 1, " + "9" * 5000, "",
+                                     rx["tokens_regex"]) is None
     assert judge_engine.parse_load(OUT, "", rx["load_regex"]) == 12.5
     assert judge_engine.parse_load("cold load: fast s", "", r"^cold load: (\S+) s") is None
     assert judge_engine.output_sha256([1, 22]) == __import__("hashlib").sha256(b"1,22").hexdigest()

@@ -27,9 +27,10 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall",
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
         "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "judge.bundle",
-        "judge.counters", "judge.measured", "judge.retention", "judge.stats", "judge.engine",
-        "judge.identity",
-        "judge.judgement", "execute.progress", "errors", "units", "version"]
+        "judge.bundle_files", "judge.bundle_schema", "judge.bundle_check",
+        "judge.bundle_snapshots", "judge.counters", "judge.measured", "judge.retention",
+        "judge.stats", "judge.engine", "judge.identity", "judge.judgement", "execute.progress",
+        "errors", "units", "version"]
 
 
 def imports(path: Path) -> set[str]:

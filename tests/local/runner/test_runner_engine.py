@@ -19,7 +19,9 @@ import pytest
 
 from bench.matrix import engine
 from tests.support import paths
-from tests.support.runner import RUNNER, assert_private, read_json, start, verify_manifest, wait
+from tests.support.bundlegen import ensure_campaigns
+from tests.support.runner import (RUNNER, assert_private, contract, read_json, start, verify_manifest,
+                                  wait)
 
 REPO = paths.REPO
 ENGINE = REPO / "tests" / "fixtures" / "engine" / "engine.py"
@@ -156,11 +158,13 @@ def test_a_pair_runs_is_ingested_and_passes_every_gate(pool_and_prompts, work_di
         assert read_json(b / "mglru.json")["requested"] is None
         assert read_json(b / "capacity.json")["mechanism"] == "none"
         assert "output token ids:" in (b / "engine.stdout").read_text()
+        assert contract(b).engine == e          # an engine run's bundle validates too
         assert_private(b)
         # the engine keeps the umask runners always gave it; the bundle is private anyway
         assert "umask 0022" in (b / "engine.stderr").read_text()
         bundles.append(b)
     store = open_store(f"sqlite:///{tmp_path}/e2e.db")
+    ensure_campaigns(store, "e2e-test")
     try:
         for b in bundles:
             res = ingest_bundle(store, b)
@@ -203,6 +207,7 @@ def test_degenerate_wrong_backend_and_hung_engines_are_rejected(pool_and_prompts
     e = read_json(hung / "engine.json")
     assert e["timed_out"] is True and e["signal"] == 15 and 2 <= e["wall_s"] < 15
     store = open_store(f"sqlite:///{tmp_path}/faults.db")
+    ensure_campaigns(store, "e2e-test")
     try:
         failed = {b.name: ingest_bundle(store, b)["failed"] for b in (deg, wrong, hung)}
         assert failed["deg"] == ["engine_output_nondegenerate"]

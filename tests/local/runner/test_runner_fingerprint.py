@@ -18,6 +18,7 @@ import pytest
 
 from bench.judge.bundle import load, read_dir
 from bench.judge.measured import fingerprint, fingerprint_diff
+from tests.support.bundlegen import ensure_campaigns
 from tests.support.runner import REPO, make_spec, read_json, start, verify_manifest, wait
 
 HOOK = "BENCH_RUNNER_TEST_KERNEL_RELEASE"
@@ -65,6 +66,7 @@ def test_one_campaign_rejects_the_run_on_the_other_kernel(runs, tmp_path):
     from bench.store.ingest import ingest_bundle
     from bench.store.queries import list_runs
     store = open_store(f"sqlite:///{tmp_path}/bench.db")
+    ensure_campaigns(store, CAMPAIGN)             # the executor makes it; ingest never does
     try:
         ingest_bundle(store, runs["fp-this"])
         res = ingest_bundle(store, runs["fp-other"])
@@ -131,6 +133,7 @@ def test_probe_compares_this_host_with_its_campaign(runs, pool, tmp_path, capsys
     from bench.store.ingest import ingest_bundle
     db = f"sqlite:///{tmp_path}/bench.db"
     store = open_store(db)
+    ensure_campaigns(store, CAMPAIGN)
     try:
         ingest_bundle(store, runs["fp-other"])      # the campaign's reference: "another kernel"
     finally:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runner import (PYTHON, RUNNER, assert_private, make_spec,
+from tests.support.bundlegen import ensure_campaigns
+from tests.support.runner import (PYTHON, RUNNER, assert_private, contract, make_spec,
                                   measured_device_bytes, read_json, runner, start, timeline,
                                   verify_manifest, wait, wait_phase, write_spec)
 
@@ -70,6 +71,8 @@ def check_common(bundle: Path, st: dict, passes=2):
     assert host["cgroup_backend"] in ("v1", "v2") and host["pool_device"]["name"]
     tl = timeline(bundle)
     assert {r["phase"] for r in tl} == {"warmup", "measuring"}
+    b = contract(bundle)            # the runner's real output validates against the contract
+    assert b.completed and len(b.records) == passes * summary["iterations"]
     return summary
 
 
@@ -218,6 +221,7 @@ def assert_retained(bundle: Path, work_dir: Path) -> None:
     from bench.store.db import open_store
     from bench.store.ingest import ingest_bundle
     store = open_store(f"sqlite:///{work_dir}/results.db")
+    ensure_campaigns(store, "test")
     res = ingest_bundle(store, bundle)
     assert res["status"] == "ingested" and res["retained"] is True, res
     assert ingest_bundle(store, bundle)["status"] == "unchanged"
@@ -279,9 +283,12 @@ def test_balloon_killed_during_measured_pass(agent, loopfs, pool, plans, work_di
     assert b["alive_at_end"] is False and b["signal"] == signal.SIGKILL
     assert b["exited_before_teardown"] is True
     verify_manifest(bundle)
+    contract(bundle)
     from bench.store.db import open_store
     from bench.store.ingest import ingest_bundle
-    res = ingest_bundle(open_store(f"sqlite:///{work_dir}/results.db"), bundle)
+    store = open_store(f"sqlite:///{work_dir}/results.db")
+    ensure_campaigns(store, "test")
+    res = ingest_bundle(store, bundle)
     assert res["retained"] is False and "alive_throughout" in res["failed"], res
 
 
@@ -300,6 +307,7 @@ def test_host_lock_and_stop(agent, loopfs, pool, plans, work_dir):
         st = wait("locked-1", work_dir)
         assert st["phase"] == "failed" and "host lock" in st["reason"], st
         verify_manifest(Path(res["bundle"]))
+        assert not contract(Path(res["bundle"])).completed     # a failed run's partial bundle
     finally:
         os.close(fd)
     if memory_cgroup_backend() == "none":
@@ -314,6 +322,7 @@ def test_host_lock_and_stop(agent, loopfs, pool, plans, work_dir):
     st = wait("stop-1", work_dir)
     assert st["phase"] == "failed" and "stopped by request" in st["reason"], st
     verify_manifest(bundle)
+    assert not contract(bundle).completed
     assert not os.path.exists(read_json(bundle / "capacity.json")["path"])
     assert not (work_dir / "active" / "stop-1.json").exists()
     assert gone(st["children"]["agent"])
@@ -341,5 +350,6 @@ def test_runner_killed_is_settled_as_failed(agent, loopfs, pool, plans, work_dir
     assert gone(agent_pid)
     assert not os.path.exists(cg)
     verify_manifest(bundle)
+    assert not contract(bundle).completed       # a killed runner's bundle validates too
     rc, again = start(spec, work_dir)
     assert again["state"] == "ended" and again["status"]["phase"] == "failed"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bundlegen import make_bundle
+from tests.support.bundlegen import ensure_campaigns, make_bundle
 
 
 def _pg_bin() -> Path | None:
@@ -102,8 +102,11 @@ def fresh_db(db_url, request, tmp_path):
 
 @pytest.fixture
 def store(db_url):
+    """A fresh database holding campaign c1, the one generated bundles name by default
+    (ingest never creates a campaign)."""
     from bench.store.db import open_store
     st = open_store(db_url)
+    ensure_campaigns(st, "c1")
     yield st
     st.close()
 

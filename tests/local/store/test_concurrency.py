@@ -45,6 +45,10 @@ def test_processes_opening_a_fresh_database_migrate_it_once(fresh_db):
 
 
 def test_concurrent_ingests_of_a_new_host_cell_and_campaign(store, db_url, bundles):
+    """A new host and cell, and the campaign's host reference (the campaign itself exists:
+    ingest never creates one)."""
+    from bench.store.campaigns import create_campaign
+    create_campaign(store, "c-new")
     paths = [bundles(f"n{i}", "64m-cgroup-mglru", campaign="c-new", host="fresh-host",
                      position=i, seed=i) for i in range(N)]
     results = together(open_and_ingest, [(db_url, str(p)) for p in paths])

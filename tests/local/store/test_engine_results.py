@@ -14,6 +14,7 @@ from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
+from tests.support.bundlegen import ensure_campaigns
 from tests.support.golden import check_golden, render
 
 # (prompt, pair) -> (admit wall s, nocache wall s); cold load 2.0 s everywhere
@@ -29,6 +30,7 @@ def _other_tokens(p):
 
 
 def populate(store, bundles, mismatch=True):
+    ensure_campaigns(store, "c1", "c2")
     pos = 0
     for (prompt, pair), walls in sorted(WALLS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         first = engine.pair_orders(pair + 1, 0, prompt)[pair][0]

@@ -22,12 +22,25 @@ NAMES = ["[/]x", "[link=file:///etc/passwd]x[/link]", "h\x1b]0;pwned\x07[bold]y"
 
 @pytest.fixture
 def hostile_db(store, db_url, bundles):
+    """Bundles may not carry such names (the bundle contract refuses them) but a database may
+    (written by an older bench, or by hand): the runs are ingested under plain names, with
+    hostile text where bundles may hold it (a kernel log line, the runner's reason), then
+    their host and campaign renamed in the store."""
+    from sqlalchemy import update
+
+    from bench.store import campaigns
+    from bench.store.models import Host, Run
     for i, s in enumerate(NAMES):
         def edit(p, s=s):
             p["kmsg.txt"] = f"Buffer I/O error on dev vda {s}\n"
             p["status.json"]["reason"] = s
-        ingest_bundle(store, bundles(f"r{i}", "64m-cgroup-mglru", campaign=s, host=s,
-                                     position=i, edit=edit if i % 2 else None))
+        campaigns.create_campaign(store, s)
+        ingest_bundle(store, bundles(f"r{i}", "64m-cgroup-mglru", campaign=None,
+                                     host=f"plain-{i}", position=i,
+                                     edit=edit if i % 2 else None))
+        with store.session() as ses, ses.begin():
+            ses.execute(update(Run).where(Run.run_id == f"r{i}").values(campaign_id=s))
+            ses.execute(update(Host).where(Host.name == f"plain-{i}").values(name=s))
     return db_url
 
 

@@ -24,7 +24,7 @@ def test_ingest_stores_every_part(store, bundles):
     res = ingest_bundle(store, bundles("r1"))
     assert res == {"run_id": "r1", "status": "ingested", "retained": True, "failed": []}
     c = _counts(store)
-    assert c["runs"] == 1 and c["iterations"] == 24 and c["verdicts"] == 14
+    assert c["runs"] == 1 and c["iterations"] == 24 and c["verdicts"] == 18
     assert c["raw_files"] > 90 and c["timeline"] > 5 and c["counter_deltas"] > 100
     with store.session() as s:
         run = s.scalar(select(Run))
@@ -76,16 +76,16 @@ def test_nominal_given_gives_amplification(store, bundles):
 
 
 def test_campaign_api_and_journal(store, bundles):
-    campaigns.create_campaign(store, "c1", matrix="reclaim", seed=7)
-    campaigns.add_run(store, "c1", "r1", host="fixture-a", cell="64Mi-cgroup-mglru", position=0)
+    campaigns.create_campaign(store, "c3", matrix="reclaim", seed=7)
+    campaigns.add_run(store, "c3", "r1", host="fixture-a", cell="64Mi-cgroup-mglru", position=0)
     with pytest.raises(IllegalTransition, match="planned -> running"):
         campaigns.transition(store, "r1", "running", "never started before deploy")
     for state in ("boot_verified", "deployed", "running"):
         campaigns.transition(store, "r1", state)
-    assert campaigns.run_rows(store, "c1")[0].state == "running"
-    assert ingest_bundle(store, bundles("r1"))["status"] == "ingested"   # fills the planned run
-    assert campaigns.run_rows(store, "c1")[0].state == "ingested"
-    kinds = [j.kind for j in campaigns.journal_rows(store, "c1")]
+    assert campaigns.run_rows(store, "c3")[0].state == "running"
+    assert ingest_bundle(store, bundles("r1", campaign="c3"))["status"] == "ingested"  # the run
+    assert campaigns.run_rows(store, "c3")[0].state == "ingested"
+    kinds = [j.kind for j in campaigns.journal_rows(store, "c3")]
     assert kinds == ["campaign", "run", "state", "state", "state", "ingest"]
 
 
@@ -97,6 +97,29 @@ def test_ingest_into_a_finished_run_is_refused(store, bundles):
     for state in ("boot_verified", "deployed", "running", "collected", "validated"):
         campaigns.transition(store, "r1", state)
     with pytest.raises(IllegalTransition, match="validated -> ingested"):
-        ingest_bundle(store, bundles("r1"))
+        ingest_bundle(store, bundles("r1", campaign="c2"))
     assert campaigns.run_rows(store, "c2")[0].state == "validated"
     assert _counts(store)["iterations"] == 0
+
+
+def test_the_demand_models_plan_comes_from_the_plan_store_by_sha256(store, bundles, tmp_path):
+    """Not the spec's plan path (a path on the host): <data_dir>/plans/<plan_sha256>.bin, used
+    only when its content has that sha256."""
+    import hashlib
+    import shutil
+
+    from tests.support.runner import make_plan_file
+    plan = make_plan_file(tmp_path / "p.bin", 12)
+    sha = hashlib.sha256(plan.read_bytes()).hexdigest()
+    (tmp_path / "data" / "plans").mkdir(parents=True)
+    shutil.copyfile(plan, tmp_path / "data" / "plans" / f"{sha}.bin")
+    forged = "e" * 64
+    (tmp_path / "data" / "plans" / f"{forged}.bin").write_bytes(plan.read_bytes())
+    for rid, digest in (("r1", sha), ("r2", forged)):
+        ingest_bundle(store, bundles(rid, edit=lambda p, d=digest: p["spec.json"].update(
+            plan=str(plan), plan_sha256=d)), data_dir=tmp_path / "data")
+    with store.session() as s:
+        got = {r.run_id: (r.nominal_source, r.nominal_miss_bytes_per_iteration)
+               for r in s.scalars(select(Run))}
+    assert got["r1"][0] == f"demand:{sha}.bin" and got["r1"][1] > 0
+    assert got["r2"] == (None, None)            # a store file that is not what its name says

@@ -86,7 +86,7 @@ def test_a_directory_the_user_named_is_left_as_it_is(tmp_path, home):
 
 def test_collected_bundles_plans_traces_and_rejected_are_private(tmp_path, home):
     work = tmp_path / "host-work"                # what a host left, world-readable
-    make_bundle(work / "runs", "r1", "64m-cgroup-mglru", campaign=None)
+    make_bundle(work / "runs", "r1", "64m-cgroup-mglru", campaign=None, host="h1")
     for p in [work, *work.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     host = Host(name="h1", address="localhost", transport="local", pool_dir=str(tmp_path / "p"),

@@ -14,6 +14,7 @@ from bench.store import queries
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
 from tests.support import golden
+from tests.support.bundlegen import ensure_campaigns
 from tests.support.golden import check_golden, render
 
 # binary capacities: the fixture bundles come from a real 64 MiB + 32 MiB cgroup
@@ -24,6 +25,7 @@ CELLS = [("64Mi-balloon-mglru", 1.6), ("128Mi-balloon-mglru", 1.2),
 
 
 def populate(store, bundles, reps=2):
+    ensure_campaigns(store, "c1")
     pos = 0
     for rep in range(reps):
         for cell, speed in CELLS:
@@ -72,6 +74,7 @@ def test_cell_results_count_retained_only(full):
 
 def test_cross_check_warning_suggests_a_cell(tmp_path, bundles):
     st = open_store(f"sqlite:///{tmp_path}/b.db")
+    ensure_campaigns(st, "c1")
     for i, cell in enumerate(["64Mi-balloon-mglru", "160Mi-balloon-mglru"]):
         ingest_bundle(st, bundles(f"r{i}", cell))
     w = queries.cell_results(st, "64Mi-balloon-mglru")[0]["warnings"]

@@ -21,8 +21,17 @@ def _vmstat_bump(key, by):
     return edit
 
 
-def _drop_last_measured(p):
-    p["agent.jsonl"] = [r for r in p["agent.jsonl"] if not (r.get("pass") == 1 and r["iter"] == 11)]
+def _agent_errors(p):
+    p["agent.jsonl"][-1].update(ok=False, errors=2, reason="short read on L003/E0012.bin")
+
+
+def _twice_in_warmup(p):
+    recs = p["agent.jsonl"]
+    recs.insert(3, dict(recs[3]))
+
+
+def _negative_wall(p):
+    p["agent.jsonl"][2]["wall_ns"] = -1000
 
 
 def _low_timeline(p):
@@ -61,7 +70,7 @@ FAULTS = {
     "caches_dropped": ("64Mi-cgroup-mglru",
                        lambda p: p["drop.json"].update(cached_after_bytes=8 << 30)),
     "no_swap": ("64Mi-cgroup-mglru", _vmstat_bump("pswpin", 7)),
-    "measured_pass_complete": ("64Mi-cgroup-mglru", _drop_last_measured),
+    "measured_pass_complete": ("64Mi-cgroup-mglru", _agent_errors),
     "timeline_reaches_wall": ("64Mi-cgroup-mglru", _low_timeline),
     "kernel_log_clean": ("64Mi-cgroup-mglru", lambda p: p.update(
         {"kmsg.txt": "[ 12.3] blk_update_request: I/O error, dev vda, sector 2048\n"})),
@@ -69,6 +78,10 @@ FAULTS = {
         p, "pass1-start", "proc_self_status", r"^VmLck:.*$", "VmLck:\t       0 kB")),
     "hint_provenance": ("64Mi-cgroup-mglru-oracle-advice",
                         lambda p: p["spec.json"].update(hints_provenance=None)),
+    # impossible numbers
+    "numbers_possible": ("64Mi-cgroup-mglru", _negative_wall),
+    "passes_agree": ("64Mi-cgroup-mglru", lambda p: p["agent.jsonl"][-1].update(passes=3)),
+    "iterations_complete": ("64Mi-cgroup-mglru", _twice_in_warmup),
     # end-to-end engine runs (docs/engine.md)
     "engine_exit_ok": ("e2e-prose-admit", lambda p: p["engine.json"].update(exit_code=3)),
     "engine_backend": ("e2e-prose-nocache", _stdout(r"^MoE backend: .*$",
@@ -84,7 +97,8 @@ CLEAN_CELLS = ["64Mi-cgroup-mglru", "64Mi-balloon-mglru", "64Mi-balloon-classic"
 
 
 def test_every_rule_has_a_fault_test():
-    assert {r.name for r in retention.RULES} == set(FAULTS) | {"fingerprint_matches"}
+    assert {r.name for r in retention.RULES} == set(FAULTS) | {"fingerprint_matches",
+                                                               "bundle_contract"}
 
 
 @pytest.mark.parametrize("cell", CLEAN_CELLS)
@@ -205,3 +219,33 @@ def test_a_partial_bundle_of_a_failed_run_is_stored_and_rejected_with_the_runner
     with pytest.raises(BundleError, match="agent.jsonl"):
         load(read_dir(bundles("rg", "64Mi-balloon-mglru",
                               edit=lambda p: p.pop("agent.jsonl"))))
+
+
+def test_recheck_rejects_a_stored_bundle_that_no_longer_validates(store, bundles):
+    """A run stored before the contract (here: its stored spec says 1 pass, which ingest
+    refuses today) is rejected by bundle_contract on recheck, with the first problem; its
+    other verdicts stay."""
+    import hashlib
+    import json
+    import zlib
+
+    from sqlalchemy import select
+
+    from bench.store.ingest import recheck
+    from bench.store.models import RawFile
+    ingest_bundle(store, bundles("r1"))
+    with store.session() as s, s.begin():
+        raw = {rf.path: rf for rf in s.scalars(select(RawFile))}
+        spec = json.loads(zlib.decompress(raw["spec.json"].data))
+        spec["agent"]["passes"] = 1
+        data = json.dumps(spec).encode()
+        raw["spec.json"].data = zlib.compress(data)
+        m = json.loads(zlib.decompress(raw["manifest.json"].data))
+        m["files"]["spec.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        raw["manifest.json"].data = zlib.compress(json.dumps(m).encode())
+    changes = recheck(store)
+    assert [(c["rule"], c["new"]["passed"]) for c in changes] == [("bundle_contract", False)]
+    assert "spec.json: key 'agent.passes': must be at least 2" in changes[0]["reason"]
+    run = list_runs(store, rejected=True)[0]
+    assert run["run_id"] == "r1" and run["failed"] == ["bundle_contract"]
+    assert recheck(store) == []
