@@ -115,10 +115,12 @@ class HostFile(Table):
     name: Annotated[str, matches(NAME_RE, "is not a valid host name", _NAME_HINT)] | None = doc(
         "the host's name: equals the file's stem (default: the stem)", None,
         json_schema_extra={"pattern": NAME_RE.pattern})
-    address: str | None = doc("host name or IP the controller connects to (required for ssh)",
-                              None)
-    port: Annotated[int, at.Ge(1), at.Le(65535)] = doc("SSH port", 22)
-    user: str = doc("SSH user", "root")
+    address: str | None = doc("host name, IP or ssh_config alias the controller connects to "
+                              "(required for ssh)", None)
+    port: Annotated[int, at.Ge(1), at.Le(65535)] | None = doc(
+        "SSH port (default: ssh_config's Port for the address, else 22)", None)
+    user: str | None = doc("SSH user (default: ssh_config's User for the address, else root)",
+                           None)
     transport: Transport = doc("ssh, or local: the controller's own machine")
     tags: dict[str, str] = doc('free labels matrices select on: machine = "A", nvme = ...', {})
     ssh: SSHTable = doc("SSH options", default_factory=SSHTable.model_construct)
