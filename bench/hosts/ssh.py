@@ -92,27 +92,32 @@ _sync_logging()
 _CONFIG_CACHE: dict[tuple, paramiko.SSHConfig] = {}
 
 
-def _parsed(src: sshconfig.ConfigSource) -> paramiko.SSHConfig:
-    stamp = tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in src.files)
-    cfg = _CONFIG_CACHE.get(stamp)
+def _parsed(src: sshconfig.ConfigSource, alias: str) -> paramiko.SSHConfig:
+    """paramiko's parse of the text src gives for alias (cached while the files stay)."""
+    try:
+        key = (tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in src.files), alias)
+    except OSError as exc:
+        raise SSHConfigError(f"{exc.filename}: cannot read ssh config: {exc.strerror}") from None
+    cfg = _CONFIG_CACHE.get(key)
     if cfg is None:
-        text = sshconfig.config_text(src)
+        text = sshconfig.config_text(src, alias)
         try:
             cfg = paramiko.SSHConfig.from_text(text)
         except (paramiko.ssh_exception.ConfigParseError, ValueError) as exc:
             raise SSHConfigError(f"{src.label()}: {exc}",
                                  f"fix the file, or set {sshconfig.ENV}=none") from None
-        _CONFIG_CACHE.clear()
-        _CONFIG_CACHE[stamp] = cfg
+        if len(_CONFIG_CACHE) > 256:
+            _CONFIG_CACHE.clear()
+        _CONFIG_CACHE[key] = cfg
     return cfg
 
 
 def resolve_endpoint(host: Host) -> Endpoint:
     """Where and as whom bench connects to an inventory host (ssh_config applied)."""
     src = sshconfig.config_source(host.ssh.config)
-    cfg = _parsed(src)
 
     def lookup(alias: str) -> Mapping:
+        cfg = _parsed(src, alias)
         try:
             return cfg.lookup(alias)
         except Exception as exc:  # noqa: BLE001 - Match exec, tokens: a typed error

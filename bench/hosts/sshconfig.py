@@ -6,8 +6,8 @@ the text this module gathers with paramiko.SSHConfig and hands `resolve` its loo
 Which files (like `ssh -F`): the inventory's `ssh.config`, else $BENCH_SSH_CONFIG, else
 ~/.ssh/config then /etc/ssh/ssh_config (those that exist). `none` (either place) reads no file.
 An explicit file that does not exist is an error. `Include` lines are expanded in place (globs,
-relative paths from ~/.ssh for user files and /etc/ssh for system ones), at most 16 deep and
-4 MiB in all.
+relative paths from ~/.ssh for user files and /etc/ssh for system ones; inside a Host block
+only when the block applies), at most 16 deep and 4 MiB in all.
 
 Precedence, per value: the inventory (`address` is the name looked up, the alias; `user`,
 `port`, `ssh.identity_file` and `ssh.proxy_jump` when set), then ssh_config (first obtained
@@ -26,7 +26,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench.errors import InputError
@@ -105,11 +104,36 @@ def _include_paths(spec: str, base: str) -> list[str]:
     return out
 
 
-def expand_includes(path: str, base: str, depth: int = 0,
+def host_matches(patterns: str, alias: str) -> bool:
+    """A `Host` line's patterns (blank-separated, `*`/`?` wildcards, `!` negation) against a
+    name, as OpenSSH matches them (case-insensitive)."""
+    hit = False
+    for p in patterns.split():
+        neg = p.startswith("!")
+        rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
+                     for c in (p[1:] if neg else p).strip('"'))
+        if re.fullmatch(rx, alias, re.IGNORECASE):
+            if neg:
+                return False
+            hit = True
+    return hit
+
+
+def _active(header: str, alias: str) -> bool:
+    """Whether the block a line sits in applies to alias (Match blocks: assumed to apply;
+    paramiko decides them later)."""
+    m = _HEADER_RE.match(header)
+    if m is None or m.group(1).lower() != "host":
+        return True
+    return host_matches(header[m.end():], alias)
+
+
+def expand_includes(path: str, base: str, alias: str, depth: int = 0,
                     budget: list[int] | None = None) -> str:
-    """The text of an ssh_config file with its Include lines replaced by the files they
-    name. After an included text, the enclosing Host/Match line is repeated, so the lines that
-    follow stay in their block (as OpenSSH reads them)."""
+    """The text of an ssh_config file, for looking up `alias`, with its Include lines replaced
+    by the files they name. An Include inside a Host block is read only when that block
+    applies to alias (as OpenSSH does); after an included text the enclosing Host/Match line is
+    repeated, so the lines that follow stay in their block."""
     budget = budget if budget is not None else [MAX_TEXT]
     if depth > MAX_INCLUDE_DEPTH:
         raise SSHConfigError(f"{path}: Include nested more than {MAX_INCLUDE_DEPTH} deep "
@@ -123,20 +147,22 @@ def expand_includes(path: str, base: str, depth: int = 0,
                 header = line.strip()
             out.append(line)
             continue
+        if header and not _active(header, alias):
+            continue
         for inc in _include_paths(m.group(1), base):
-            out.append(expand_includes(inc, base, depth + 1, budget))
+            out.append(expand_includes(inc, base, alias, depth + 1, budget))
             out.append(header or "Host *")
     return "\n".join(out) + "\n"
 
 
-def config_text(src: ConfigSource) -> str:
-    """Every file of src, Includes expanded, one text (first obtained value wins across
-    files as across blocks, so concatenation keeps OpenSSH's order)."""
+def config_text(src: ConfigSource, alias: str) -> str:
+    """Every file of src, Includes expanded for alias, one text (first obtained value wins
+    across files as across blocks, so concatenation keeps OpenSSH's order)."""
     parts = []
     budget = [MAX_TEXT]
     for f in src.files:
         base = "/etc/ssh" if f == SYSTEM_CONFIG else os.path.expanduser("~/.ssh")
-        parts.append(expand_includes(f, base, 0, budget))
+        parts.append(expand_includes(f, base, alias, 0, budget))
         parts.append("Host *\n")  # a file's last block does not run into the next file
     return "".join(parts)
 
@@ -271,5 +297,3 @@ def _with_identity(ep: Endpoint, path: str) -> Endpoint:
                     ep.jumps, ep.proxy_command, ep.host_key_alias, ep.origins)
 
 
-def default_hint(path: Path | str) -> str:
-    return f"fix {path}, or point {ENV} (or the inventory's ssh.config) at another file"
