@@ -162,3 +162,33 @@ def test_missing_not_utf8_and_looping_files(tmp_path):
 ])
 def test_host_patterns(patterns, name, hit):
     assert host_matches(patterns, name) is hit
+
+
+def test_paramiko_log_reaches_bench_ssh_as_one_line(caplog, config):
+    """paramiko's records go to the `bench.ssh` logger (what `bench -v` shows), never above
+    INFO and without tracebacks; with that logger quiet, paramiko makes no records at all."""
+    import logging
+
+    from bench.hosts import ssh
+    caplog.set_level(logging.DEBUG, logger="bench.ssh")
+    ssh._sync_logging()
+    plog = logging.getLogger("paramiko.transport")
+    plog.debug("kex algos: %s", "curve25519-sha256")
+    try:
+        raise OSError("connection reset")
+    except OSError:
+        plog.error("Exception (client): Error reading SSH protocol banner", exc_info=True)
+    resolve_endpoint(host("lab-alias", config))
+    recs = [r for r in caplog.records if r.name == "bench.ssh"]
+    msgs = [(r.levelno, r.getMessage()) for r in recs]
+    assert (logging.DEBUG, "paramiko.transport: kex algos: curve25519-sha256") in msgs
+    assert (logging.INFO, "paramiko.transport: Exception (client): Error reading SSH protocol "
+            "banner (OSError: connection reset)") in msgs
+    assert all(r.exc_info is None for r in recs)
+    assert any("lab-alias:" in m and "port 2222 from ssh_config" in m for _, m in msgs)
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="bench.ssh")
+    ssh._sync_logging()
+    plog.error("quiet")
+    assert not logging.getLogger("paramiko").isEnabledFor(logging.CRITICAL)
+    assert [r for r in caplog.records if "quiet" in r.getMessage()] == []
