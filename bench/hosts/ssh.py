@@ -185,6 +185,15 @@ def _known(host: Host) -> KnownHosts:
 def _key_error(host: Host, ep: Endpoint, v: Verdict) -> HostKeyError:
     kh = host.known_hosts_path
     typ, fp = v.offered
+    if ep.alias != host.address and v.status in ("changed", "unknown"):
+        # a ProxyJump hop: `bench hosts trust HOST` pins the host, not its hops
+        return (ChangedHostKey if v.status == "changed" else UnknownHostKey)(
+            host.name, f"key of the ProxyJump hop {ep.where} ({typ} {fp}) is "
+            + ("not pinned" if v.status == "unknown" else "NOT the one pinned")
+            + f" in {kh} as {v.name}",
+            f"check it out of band, then pin it: `ssh-keyscan -p {ep.port} {ep.hostname}` "
+            f"gives the line, written as `{v.name} {typ} KEY` in {kh} (or trust an inventory "
+            "entry for the hop)")
     if v.status == "revoked" and v.revoked is not None:
         return RevokedHostKey(
             host.name, f"{ep.where} offers {typ} {fp}, which {kh}:{v.revoked.line} marks "
