@@ -151,3 +151,44 @@ def test_replace_refuses_a_pattern_line_and_a_stale_read(tmp_path, kh):
     p.write_bytes(b"\n" + before)  # every line moved: the entries read before are stale
     with pytest.raises(KnownHostsError, match="changed while"):
         knownhosts.replace(p, "10.0.0.21", kh.pinned("10.0.0.21"), *key("rsa"))
+
+
+def test_pin_host_key_appends_replaces_and_refuses(tmp_path):
+    """What `bench hosts trust` writes for each verdict (the offer made from data: the network
+    side is tests/fleet/test_ssh_config_lab.py)."""
+    from bench.errors import ChangedHostKey, InputError, RevokedHostKey, UnknownHostKey
+    from bench.hosts.inventory import Host, SSHOptions
+    from bench.hosts.ssh import HostKeyOffer, pin_host_key, refuse
+    from bench.hosts.sshconfig import Endpoint
+    p = tmp_path / "known_hosts"
+    h = Host(name="h", address="alias", transport="ssh", ssh=SSHOptions(known_hosts=str(p)))
+    ep = Endpoint(alias="alias", hostname="10.0.0.9", port=2222, user="root")
+
+    def offer(kind: str) -> HostKeyOffer:
+        typ, b64 = key(kind)
+        return HostKeyOffer("h", ep, typ, b64, knownhosts.fingerprint(b64), str(p),
+                            KnownHosts.load(p).check(ep.key_name, typ, b64))
+
+    first = offer("ed25519")
+    assert first.verdict.status == "unknown" and isinstance(refuse(h, first), UnknownHostKey)
+    with pytest.raises(InputError):
+        pin_host_key(first, replace="SHA256:nothing-pinned")
+    pin_host_key(first)
+    assert p.read_text().startswith("[10.0.0.9]:2222 ssh-ed25519 ")
+    assert offer("ed25519").verdict.status == "known"
+    changed = offer("rsa")
+    err = refuse(h, changed)
+    assert isinstance(err, ChangedHostKey)
+    assert err.old == (f"ssh-ed25519 {first.fingerprint}",) and err.new.startswith("ssh-rsa ")
+    with pytest.raises(InputError, match="already has pinned keys"):
+        pin_host_key(changed)
+    with pytest.raises(InputError, match="is not a key pinned"):
+        pin_host_key(changed, replace=changed.fingerprint)
+    pin_host_key(changed, replace=first.fingerprint)
+    assert [e.key_type for e in KnownHosts.load(p).entries] == ["ssh-rsa"]
+    with open(p, "a") as fh:
+        fh.write("@revoked * {} {}\n".format(*key("rsa")))
+    revoked = offer("rsa")
+    assert isinstance(refuse(h, revoked), RevokedHostKey)
+    with pytest.raises(InputError, match="revoked"):
+        pin_host_key(revoked)
