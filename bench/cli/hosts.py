@@ -42,10 +42,16 @@ def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None
         _say_error(no_hosts(inv.where))
 
 
+def _note(text: str, label: str = "") -> None:
+    """A line on stderr, whole (paths are never folded), literal text."""
+    parts = ((label, "bold"), f" {text}") if label else (text,)
+    views.err_console.print(compose(*parts), soft_wrap=True)
+
+
 def _say_error(exc: BenchError) -> None:
-    views.say(exc.message)
+    _note(exc.message)
     if exc.hint:
-        views.say(compose(("fix:", "bold"), f" {exc.hint}"))
+        _note(exc.hint, "fix:")
 
 
 @hosts_app.command("check")
@@ -59,7 +65,7 @@ def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> Non
         views.emit_json(rows)
     elif rows:
         views.print_table(fleet_views.inventory_check_table(rows))
-        views.say(f"inventory: {where.path} ({where.origin})")
+        _note(f"{where.path} ({where.origin})", "inventory:")
     if not rows:
         _say_error(no_hosts(where))
     if not all(r["ok"] for r in rows):
@@ -82,12 +88,12 @@ def hosts_init(directory: Annotated[Optional[Path], typer.Option(
         views.emit_json(res)
         return
     for f in res["written"]:
-        views.say(f"wrote {f}")
+        _note(f"wrote {f}")
     if res["active"]:
-        views.say(f"bench reads this inventory ({res['reads_origin']}): try `bench hosts list`")
+        _note(f"bench reads this inventory ({res['reads_origin']}): try `bench hosts list`")
     else:
-        views.say(f"note: bench reads {res['reads']} ({res['reads_origin']}) here; pass "
-                  f"--hosts-dir {res['dir']} or set BENCH_HOSTS={res['dir']} to use this one")
+        _note(f"bench reads {res['reads']} ({res['reads_origin']}) here; pass --hosts-dir "
+              f"{res['dir']} or set BENCH_HOSTS={res['dir']} to use this one", "note:")
 
 
 @hosts_app.command("probe")
