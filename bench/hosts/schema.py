@@ -238,7 +238,8 @@ class ExpectTable(Table):
 
 
 class HostFile(Table):
-    """A host of the inventory: hosts/NAME.toml (or $BENCH_HOSTS, --hosts-dir)."""
+    """A host of the inventory: NAME.toml in --hosts-dir, $BENCH_HOSTS, ./hosts or
+    $XDG_CONFIG_HOME/bench/hosts (the first given or found)."""
     name: Annotated[str, matches(NAME_RE, "is not a valid host name", _NAME_HINT)] | None = doc(
         "the host's name: equals the file's stem (default: the stem)", None,
         json_schema_extra={"pattern": NAME_RE.pattern})
