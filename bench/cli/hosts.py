@@ -60,7 +60,7 @@ def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> Non
     key), and the known_hosts, ssh config and identity files they name; exit 2 if any."""
     from bench.hosts.inventory import check_inventory, find_hosts_dir, no_hosts
     where = find_hosts_dir(hosts_dir)
-    rows = check_inventory(where.path)
+    rows = check_inventory(hosts_dir)
     if json_out:
         views.emit_json(rows)
     elif rows:

@@ -249,7 +249,7 @@ class HostFile(Table):
     port: Annotated[int, at.Ge(1), at.Le(65535)] = doc("SSH port", 22)
     user: Annotated[str, AfterValidator(_user)] = doc("SSH user", "root")
     transport: Transport = doc("ssh, or local: the controller's own machine")
-    tags: Annotated[dict[Label, Label], AfterValidator(_tags)] = doc(
+    tags: Annotated[dict[Label, Word], AfterValidator(_tags)] = doc(
         'free labels matrices select on: machine = "A", nvme = ...', {})
     ssh: SSHTable = doc("SSH options", default_factory=SSHTable.model_construct)
     memory: MemoryTable = doc("memory total and floor", default_factory=MemoryTable.model_construct)

@@ -118,8 +118,12 @@ REFUSED = [
     (sub("[ssh]", '[ssh]\nproxy_jump = "-oProxyCommand=x"'), "ssh.proxy_jump", ["jump host"]),
     (sub("[memory]", "[tags]\n" + "".join(f't{i} = "x"\n' for i in range(65)) + "[memory]"),
      "tags", ["at most 64"]),
-    (sub("[memory]", '[tags]\nmachine = "' + "x" * 300 + '"\n[memory]'), "tags.machine",
+    (sub("[memory]", "[tags]\n" + "k" * 300 + ' = "x"\n[memory]'), "tags." + "k" * 300,
      ["at most 256"]),
+    (sub("[memory]", '[tags]\nmachine = "' + "x" * 5000 + '"\n[memory]'), "tags.machine",
+     ["at most 4096"]),
+    (sub("[memory]", '[tags]\nmachine = "a\\u001b[2J"\n[memory]'), "tags.machine",
+     ["control character"]),
     # nesting: refused before validation, naming where
     (sub("[memory]", "[tags]\nx = " + "[" * 7 + "1" + "]" * 7 + "\n[memory]"),
      "tags.x[0][0][0][0]", ["nests more than 6"]),
@@ -296,3 +300,29 @@ def test_parse_host_is_pure(tmp_path):
     import tomllib
     data = tomllib.loads(SSH.replace("[ssh]", f'[ssh]\nknown_hosts = "{tmp_path / "kh"}"'))
     assert parse_host(data, tmp_path / "h1.toml").ssh.known_hosts == str(tmp_path / "kh")
+
+
+def test_inventories_bench_writes_itself_load(tmp_path):
+    """What the labs and the demo write (render_host_toml) passes the same checks: SSH hosts
+    with their own identity and known_hosts files, a reboot spec, tags holding paths."""
+    from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
+    (tmp_path / "id").write_text("key")
+    (tmp_path / "kh").write_text("")
+    netns = Host(name="bfa-1", address="10.200.81.2", transport="ssh", port=22, user="root",
+                 tags={"lab": "netns", "lab_state_dir": str(tmp_path / ("s" * 300))},
+                 ssh=SSHOptions(identity_file=str(tmp_path / "id"),
+                                known_hosts=str(tmp_path / "kh"), connect_timeout=5,
+                                banner_timeout=10, auth_timeout=10),
+                 reboot=RebootSpec(allowed=False, method="none", down_timeout=10, up_timeout=20),
+                 pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))
+    vm = Host(name="lab-a", address="127.0.0.1", transport="ssh", port=2222, user="root",
+              ssh=SSHOptions(identity_file=str(tmp_path / "id"), known_hosts=str(tmp_path / "kh")),
+              mem_total=1536 << 20, mem_floor=512 << 20,
+              reboot=RebootSpec(allowed=True, method="kexec", down_timeout=120.0, up_timeout=300.0,
+                                power_cycle=("/usr/bin/python3", "-m", "bench.lab.vm",
+                                             "power-cycle", "lab-a")),
+              pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
+    for h in (netns, vm):
+        back = load_host_file(write(tmp_path, render_host_toml(h), h.name))
+        assert (back.address, back.port, back.tags, back.ssh, back.reboot, back.mem_total) == (
+            h.address, h.port, h.tags, h.ssh, h.reboot, h.mem_total)
