@@ -11,7 +11,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from bench.errors import InventoryError
+from bench.errors import FormatError, InventoryError
 from bench.hosts.inventory import find_hosts_dir, init_hosts_dir
 from bench.hosts.procfs import parse_meminfo
 from bench.hosts.schema import MAX_MEMORY, MIN_MEMORY
@@ -30,7 +30,7 @@ def this_mem_total() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as f:
             return parse_meminfo(f.read(1 << 16)).get("MemTotal")
-    except (OSError, ValueError):
+    except (OSError, ValueError, FormatError):
         return None
 
 

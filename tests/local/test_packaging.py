@@ -52,7 +52,8 @@ def test_a_wheel_and_this_checkout_carry_one_controller_version(tmp_path):
 def test_a_wheel_finds_its_inventory_outside_the_checkout(tmp_path):
     """Unpacked from a wheel and run from an empty directory (no checkout, no BENCH_HOSTS):
     `hosts list` says there are no hosts (exit 0), `hosts init` writes the wheel's templates
-    into $XDG_CONFIG_HOME/bench/hosts, and `hosts list` then lists the local host."""
+    into $XDG_CONFIG_HOME/bench/hosts, `hosts list` then lists the local host and the smoke
+    matrix plans its runs on it."""
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                         "-q", "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -80,3 +81,8 @@ def test_a_wheel_finds_its_inventory_outside_the_checkout(tmp_path):
     assert r.returncode == 0, r.stderr
     assert [h["name"] for h in json.loads(r.stdout)] == ["local"]
     assert "Traceback" not in r.stderr
+    # the first campaign plan: smoke's relative capacities resolve from the MemTotal init wrote
+    r = bench("schedule", "--matrix", "smoke", "--hosts", "local", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["runs"] == 5 and plan["skipped"] == []
