@@ -16,8 +16,8 @@ Schema (see hosts/README.md for a commented example):
 
     name = "gh200-a"            # must equal the file's stem
     address = "10.0.0.21"       # host name or IP the controller connects to
-    port = 22                   # optional, default 22
-    user = "root"               # optional, default root
+    port = 22                   # optional: default ssh_config's Port, else 22
+    user = "root"               # optional: default ssh_config's User, else root
     transport = "ssh"           # ssh | local
     [tags]                      # free-form str -> str (machine = "A", nvme = "gen5" ...)
     [ssh]                       # optional: identity_file, proxy_jump, known_hosts, config,
@@ -78,8 +78,8 @@ class Host:
     name: str
     address: str
     transport: str
-    port: int = 22
-    user: str = "root"
+    port: int | None = None     # None: ssh_config's Port for the address, else 22
+    user: str | None = None     # None: ssh_config's User for the address, else root
     tags: dict[str, str] = field(default_factory=dict)
     ssh: SSHOptions = field(default_factory=SSHOptions)
     mem_total: int | None = None
@@ -189,7 +189,8 @@ def local_file_problems(h: Host) -> list[Problem]:
     checks = [
         (("ssh", "known_hosts"), h.known_hosts_path, False,
          given if h.ssh.known_hosts else default, "set ssh.known_hosts to a file"),
-        (("ssh", "config"), os.path.expanduser(h.ssh.config or "~/.ssh/config"),
+        (("ssh", "config"), "" if (h.ssh.config or "").lower() == "none"  # `ssh -F none`
+         else os.path.expanduser(h.ssh.config or "~/.ssh/config"),
          h.ssh.config is not None, given if h.ssh.config else default,
          "set ssh.config to an ssh_config file, or drop the key"),
         (("ssh", "identity_file"), os.path.expanduser(h.ssh.identity_file or ""), False, given,
@@ -392,8 +393,10 @@ def render_host_toml(h: Host) -> str:
             return "[" + ", ".join(q(x) for x in v) + "]"
         s = str(v).replace("\\", "\\\\").replace('"', '\\"')
         return f'"{s}"'
-    lines = [f"name = {q(h.name)}", f"address = {q(h.address)}", f"port = {h.port}",
-             f"user = {q(h.user)}", f"transport = {q(h.transport)}", ""]
+    lines = [f"name = {q(h.name)}", f"address = {q(h.address)}"]
+    lines += [f"port = {h.port}"] if h.port is not None else []
+    lines += [f"user = {q(h.user)}"] if h.user is not None else []
+    lines += [f"transport = {q(h.transport)}", ""]
     if h.tags:
         lines.append("[tags]")
         lines += [f"{k} = {q(v)}" for k, v in h.tags.items()] + [""]

@@ -244,10 +244,12 @@ class HostFile(Table):
         "the host's name: equals the file's stem (default: the stem)", None,
         json_schema_extra={"pattern": NAME_RE.pattern})
     address: Annotated[str, AfterValidator(_address)] | None = doc(
-        "host name or IP the controller connects to (required for ssh); never user@host or "
-        "host:port (`user`, `port`)", None)
-    port: Annotated[int, at.Ge(1), at.Le(65535)] = doc("SSH port", 22)
-    user: Annotated[str, AfterValidator(_user)] = doc("SSH user", "root")
+        "host name, IP or ssh_config alias the controller connects to (required for ssh); never "
+        "user@host or host:port (`user`, `port`)", None)
+    port: Annotated[int, at.Ge(1), at.Le(65535)] | None = doc(
+        "SSH port (default: ssh_config's Port for the address, else 22)", None)
+    user: Annotated[str, AfterValidator(_user)] | None = doc(
+        "SSH user (default: ssh_config's User for the address, else root)", None)
     transport: Transport = doc("ssh, or local: the controller's own machine")
     tags: Annotated[dict[Label, Word], AfterValidator(_tags)] = doc(
         'free labels matrices select on: machine = "A", nvme = ...', {})
