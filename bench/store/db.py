@@ -231,7 +231,7 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
 def _parse_url(url: str):
     try:
         u = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):         # ValueError: a port that is not a number
         raise InputError(f"database {url!r} is neither a path nor a URL",
                          hint=f"give {URL_EXAMPLES}") from None
     backend, _, driver = u.drivername.partition("+")
@@ -277,7 +277,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                 if u.get_backend_name() == "postgresql" else f"give {URL_EXAMPLES}")
         raise StoreError(f"no driver for {u.drivername}: {exc}", hint=hint) from None
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas if create else _sqlite_reader_pragmas)
     return engine
 
 
@@ -285,6 +285,15 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_reader_pragmas(dbapi_conn, _record) -> None:
+    """A reader's connection: no journal_mode (a database bench made is WAL already, and
+    setting it would write a header into an empty file)."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
