@@ -45,7 +45,9 @@ def test_command_tree_is_complete():
             # result identity: filter by workload digest, pool across groups only on request
             "results": ["pool", "workload"], "compare": ["pool", "workload"],
             "sizing": ["workload"], "plot": ["workload"],
-            "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"]}
+            "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
+            # conventions: every stored table exports, each with the text run id
+            "export": ["table"]}
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
