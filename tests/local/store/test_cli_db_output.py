@@ -91,7 +91,8 @@ def test_runs_in_a_narrow_terminal_never_cut_ids_or_numbers(long_db, capsys, mon
 
 # databases -----------------------------------------------------------------------------------
 
-READERS = [("runs",), ("results", "--matrix", "reclaim"), ("results", "--cell", "64Mi-cgroup-mglru"),
+READERS = [("runs",), ("results", "--matrix", "reclaim"),
+           ("results", "--cell", "64Mi-cgroup-mglru"),
            ("compare", "64Mi-cgroup-mglru", "64Mi-balloon-mglru"),
            ("sizing", "--target-seconds", "1"), ("export",), ("export", "--table", "timeline"),
            ("campaigns",), ("watch", "--once"), ("plot", "capacity", "-o", "x.png"),
