@@ -79,7 +79,7 @@ def _global(
         help="Print bench's version, the controller's source digest and the agent's source "
              "hash, and exit.")] = False,
     verbose: Annotated[int, typer.Option(
-        "-v", "--verbose", count=True,
+        "-v", "--verbose", count=True, show_default=False,
         help="More logs on stderr: -v shows SSH (bench.ssh, paramiko), -vv everything.")] = 0,
     quiet: Annotated[bool, typer.Option(
         "-q", "--quiet", help="Errors only: no progress messages or warnings on stderr.")]

@@ -248,7 +248,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
             if json_out:
                 views.emit_json(p)
             else:
-                views.console.print(campaign_views.campaign_renderable(p))
+                views.print_table(campaign_views.campaign_renderable(p))
             return
         seen = {"t": _time.monotonic()}
 

@@ -271,7 +271,8 @@ def _plots():
         if (exc.name or "").split(".")[0] != "matplotlib":
             raise
         raise BenchError("plots need matplotlib, which this install lacks",
-                         hint="pip install 'bench[plot]'") from None
+                         hint="install the plot extra: pip install 'bench[plot]' (from a "
+                         "checkout: pip install '.[plot]')") from None
     return plots
 
 

@@ -11,7 +11,7 @@ hide text or open a link in the terminal. Bench's own styling goes in as rich Te
 styled(text, style) or compose(("warning:", "yellow"), " ", message).
 
 Tables never cut a number or an id (print_table): in a terminal a LiteralTable wraps text
-cells at spaces and folds headers, but each column is at least as wide as the longest word
+cells at spaces (headers may abbreviate), but each column is at least as wide as the longest word
 (a run id, a number, a cell name) of its cells; a table that cannot fit even so is printed
 wider than the terminal, never cropped. When stdout is not a terminal (a pipe, a file) a
 table prints whole, as wide as its content (no ellipsis, no 80-column cut), so
@@ -119,13 +119,12 @@ class LiteralTable(Table):
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         """Rendered with no word of a cell cut: every column at least as wide as the longest
-        word of its cells (ids and numbers are one word), text wrapping at spaces, a header
-        longer than its column folding; wider than `options` when it must."""
+        word of its cells (ids and numbers are one word), text wrapping at spaces (a header
+        longer than its column may end in an ellipsis); wider than `options` when it must."""
         for col in self.columns:
             if col.width is None:
                 words = [longest_word(c) for c in col.cells]
                 col.min_width = max([col.min_width or 0, *words])
-                col.overflow = "fold"
         yield from super().__rich_console__(console, options)
 
 
@@ -139,9 +138,10 @@ def emit_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def print_table(table: Table) -> None:
-    """A table on stdout, never cut (module doc): in a terminal as wide as it fits (wider
-    when its words need it, never cropped); to a pipe or a file as wide as its content."""
+def print_table(table: RenderableType) -> None:
+    """A table (or a group of them) on stdout, never cut (module doc): in a terminal as wide
+    as it fits (wider when its words need it, never cropped); to a pipe or a file as wide as
+    its content."""
     if console.is_terminal:
         console.print(table, crop=False)
         return

@@ -273,7 +273,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     try:
         engine = create_engine(u, future=True)
     except (NoSuchModuleError, ImportError) as exc:
-        hint = ("install the PostgreSQL driver: pip install 'bench[postgres]'"
+        hint = ("install the postgres extra: pip install 'bench[postgres]' (from a "
+                "checkout: pip install '.[postgres]')"
                 if u.get_backend_name() == "postgresql" else f"give {URL_EXAMPLES}")
         raise StoreError(f"no driver for {u.drivername}: {exc}", hint=hint) from None
     if engine.dialect.name == "sqlite":
