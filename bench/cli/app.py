@@ -5,10 +5,10 @@ Each command group lives in its own module with a register(app); they are all im
 so a missing module is an ImportError, never a silently absent group.
 
 Global options (before the command): `--version`; `-v` (bench's logs at INFO, SSH's at DEBUG:
-the `bench.ssh` logger and paramiko's), `-vv` (everything at DEBUG), `-q` (errors only: no
-progress messages, no warnings); `--install-completion` / `--show-completion` (typer's shell
-completion, with real choices: bench.cli.complete). Help is plain text (no rich markup), so
-`[scale.NAME]` in a help string shows as written."""
+the `bench.ssh` logger and paramiko's), `-vv` (bench and paramiko at DEBUG), `-q` (errors
+only: no progress messages, no warnings); `--install-completion` / `--show-completion`
+(typer's shell completion, with real choices: bench.cli.complete). Help is plain text (no
+rich markup), so `[scale.NAME]` in a help string shows as written."""
 
 from __future__ import annotations
 
@@ -80,7 +80,8 @@ def _global(
              "hash, and exit.")] = False,
     verbose: Annotated[int, typer.Option(
         "-v", "--verbose", count=True, show_default=False,
-        help="More logs on stderr: -v shows SSH (bench.ssh, paramiko), -vv everything.")] = 0,
+        help="More logs on stderr: -v shows SSH (bench.ssh, paramiko), -vv all of bench's and "
+             "paramiko's at debug level.")] = 0,
     quiet: Annotated[bool, typer.Option(
         "-q", "--quiet", help="Errors only: no progress messages or warnings on stderr.")]
         = False,
