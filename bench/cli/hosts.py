@@ -115,7 +115,7 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     if campaign:
         from bench.store.db import open_store
         from bench.store.queries import probe_vs_campaign
-        store = open_store(db)
+        store = open_store(db, write=False)
         try:
             probe_vs_campaign(store, campaign, results)
         finally:

@@ -47,7 +47,9 @@ def test_command_tree_is_complete():
             "sizing": ["workload"], "plot": ["workload"],
             "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
             # a changed host key is replaced only by naming the old one
-            "hosts trust": ["replace"]}
+            "hosts trust": ["replace"],
+            # conventions: every stored table exports, each with the text run id
+            "export": ["table"]}
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
