@@ -104,7 +104,7 @@ def file_complete(path: str, header: bytes, expert_bytes: int) -> bool:
 
 # ----------------------------------------------------------------------------- keys
 
-KEY = re.compile(r"^([1-9][0-9]{0,9})x([1-9][0-9]{0,9})x([1-9][0-9]{0,19})-s([0-9]{1,20})$")
+KEY = re.compile(r"([1-9][0-9]{0,9})x([1-9][0-9]{0,9})x([1-9][0-9]{0,19})-s([0-9]{1,20})")
 
 
 def pool_key(layers: int, experts: int, expert_bytes: int, seed: int = 0) -> str:
@@ -115,7 +115,7 @@ def pool_key(layers: int, experts: int, expert_bytes: int, seed: int = 0) -> str
 
 def parse_key(key: str) -> tuple[int, int, int, int] | None:
     """(layers, experts, expert_bytes, seed) of a pool key, or None when it is not one."""
-    m = KEY.match(key)
+    m = KEY.fullmatch(key)
     return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3)),
                                    int(m.group(4)))
 

@@ -21,23 +21,31 @@ def _gb(v: object) -> str:
 
 
 def pools_table(host: str, res: dict) -> LiteralTable:
+    """One row per pool (its key says its shape and seed: <layers>x<experts>x<bytes>-s<seed>)."""
     t = LiteralTable(title=f"Pools of {host} under {res['root']}")
-    for col in ("key", "layers x experts x bytes", "seed", "state", "size", "on disk", "files",
-                "in use by", "note"):
+    for col in ("key", "state", "size", "on disk", "files", "in use by"):
         t.add_column(col)
     for p in res["pools"]:
-        shape = (f"{p['layers']} x {p['experts_per_layer']} x {p['expert_bytes']}"
-                 if "layers" in p else "-")
         state = p.get("state", "?")
-        note = p.get("reason") or ("old layout: moved into its keyed directory on next use"
-                                   if p.get("layout") == "old" else "")
-        if state == "complete" and p.get("sums") is False:
-            note = (note + "; " if note else "") + "no sampled digests (written before them)"
-        t.add_row(p["key"], shape, str(p.get("seed", "-")),
-                  state if state == "complete" else styled(state, "yellow"),
+        t.add_row(p["key"], state if state == "complete" else styled(state, "yellow"),
                   _gb(p.get("bytes")), _gb(p.get("disk_bytes")), str(p.get("files", "-")),
-                  ", ".join(p.get("in_use") or []) or "-", note or "-")
+                  ", ".join(p.get("in_use") or []) or "-")
     return t
+
+
+def pool_notes(res: dict) -> list[str]:
+    """A line for each pool that needs a word: old layout, no digests, why partial."""
+    out = []
+    for p in res["pools"]:
+        notes = [p["reason"]] if p.get("reason") else []
+        if p.get("layout") == "old":
+            notes.append(f"old layout (right in {res['root']}): moved into its keyed "
+                         "directory by the next run that uses it")
+        if p.get("state") == "complete" and p.get("sums") is False:
+            notes.append("no sampled digests (written before bench kept them): `bench pool "
+                         "check` cannot verify its content")
+        out += [f"{p['key']}: {n}" for n in notes]
+    return out
 
 
 def hosts_pools(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
@@ -71,6 +79,8 @@ def hosts_pools(host: Annotated[str, typer.Argument(help="Host name from the inv
                   f"{_gb(res.get('disk_bytes'))} on disk)")
     else:
         views.print_table(pools_table(h.name, res))
+        for line in pool_notes(res):
+            views.say(line)
         if res.get("note"):
             views.say(f"{h.name}: {res['note']}")
 
