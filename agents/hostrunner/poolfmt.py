@@ -28,6 +28,8 @@ HEADER = struct.Struct("<8sIIQQ")   # magic, layer, expert, expert_bytes, seed: 
 DEFAULT_PATH = "L{layer:03d}/E{expert:04d}.bin"
 MANIFEST = "pool.json"
 FORMAT = 1
+U32, U63 = (1 << 32) - 1, (1 << 63) - 1
+MAX_FILES = 1 << 24       # files per pool: the paper's model has 82,432
 MANIFEST_KEYS = ("layers", "experts_per_layer", "expert_bytes", "path", "seed", "format")
 TEMPLATE_FIELD = re.compile(r"\{(layer|expert)(?::0(\d+)d)?\}")
 
@@ -57,6 +59,11 @@ def geometry_problem(layers: int, experts: int, expert_bytes: int) -> str | None
             return f"pool {name} must be positive, got {v}"
     if expert_bytes < HEADER.size:
         return f"expert_bytes must be at least {HEADER.size}"
+    if layers > U32 or experts > U32 or expert_bytes > U63:
+        return "pool layers and experts_per_layer must fit 32 bits, expert_bytes 63 bits"
+    if layers * experts > MAX_FILES:
+        return (f"a pool of {layers} x {experts} files is more than bench handles "
+                f"({MAX_FILES:,} files)")
     return None
 
 
@@ -177,14 +184,27 @@ def sums_entry(sums_sha256: str) -> dict[str, Any]:
             "blocks": SAMPLE_BLOCKS, "digest": "sha256-128"}
 
 
-def write_sums(directory: str, digests: list[str]) -> str:
-    """pool.sums through a temp file and a rename; returns its sha256."""
-    text = "".join(d + "\n" for d in digests).encode()
-    path = os.path.join(directory, SUMS)
-    with open(path + ".tmp", "wb") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-    return hashlib.sha256(text).hexdigest()
+class SumsWriter:
+    """pool.sums written line by line (memory stays flat however many files), through a temp
+    file renamed by close(), which returns its sha256."""
+
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, SUMS)
+        self.f = open(self.path + ".tmp", "wb")
+        self.h = hashlib.sha256()
+
+    def add(self, digest: str) -> None:
+        line = (digest + "\n").encode()
+        self.f.write(line)
+        self.h.update(line)
+
+    def close(self) -> str:
+        self.f.close()
+        os.replace(self.path + ".tmp", self.path)
+        return self.h.hexdigest()
+
+    def abandon(self) -> None:
+        self.f.close()
 
 
 def read_manifest(directory: str) -> dict[str, Any]:

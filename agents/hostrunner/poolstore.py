@@ -33,6 +33,10 @@ USAGE = 2
 
 def _top_names(template: str, layers: int, experts: int) -> set[str]:
     """The first path components of every expert file (L000, L001, ... for the default)."""
+    first = template.split("/", 1)[0]
+    if "/" in template and "{expert" not in first:      # L{layer:03d}/...: one per layer
+        return {poolfmt.relpath(first + "/{expert}", layer, 0).split("/", 1)[0]
+                for layer in range(layers)}
     names = set()
     for layer in range(layers):
         for expert in range(experts):
@@ -106,6 +110,10 @@ def _entry(d: str, key: str, layout: str) -> dict[str, Any]:
     try:
         raw = poolfmt.read_manifest(d)
         f = poolfmt.parse_manifest(raw)
+        why = poolfmt.geometry_problem(f["layers"], f["experts_per_layer"], f["expert_bytes"]) \
+            or poolfmt.template_problem(f["path"])
+        if why:
+            raise ValueError(why)
     except FileNotFoundError:
         e.update(state="partial", reason="no pool.json yet (a write began and stopped)")
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -88,18 +88,22 @@ def write_pool(d: str, layers: int, experts: int, expert_bytes: int, seed: int =
     os.makedirs(d, exist_ok=True)
     poolfmt.write_manifest(d, want, complete=False)
     written = kept = 0
-    digests = []
-    for layer in range(layers):
-        for expert in range(experts):
-            p = os.path.join(d, poolfmt.relpath(template, layer, expert))
-            head = poolfmt.expert_header(layer, expert, expert_bytes, seed)
-            if poolfmt.file_complete(p, head, expert_bytes):
-                kept += 1
-            else:
-                write_expert(p, head, expert_bytes)
-                written += 1
-            digests.append(poolfmt.sample_digest(p, layer, expert, expert_bytes, seed))
-    sums = poolfmt.write_sums(d, digests)
+    sums_out = poolfmt.SumsWriter(d)
+    try:
+        for layer in range(layers):
+            for expert in range(experts):
+                p = os.path.join(d, poolfmt.relpath(template, layer, expert))
+                head = poolfmt.expert_header(layer, expert, expert_bytes, seed)
+                if poolfmt.file_complete(p, head, expert_bytes):
+                    kept += 1
+                else:
+                    write_expert(p, head, expert_bytes)
+                    written += 1
+                sums_out.add(poolfmt.sample_digest(p, layer, expert, expert_bytes, seed))
+    except BaseException:
+        sums_out.abandon()
+        raise
+    sums = sums_out.close()
     os.sync()
     poolfmt.write_manifest(d, dict(want, sums=poolfmt.sums_entry(sums)), complete=True)
     os.sync()

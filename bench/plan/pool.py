@@ -164,21 +164,25 @@ def make_pool(directory: str | Path, spec: PoolSpec, progress: ProgressFn | None
     total = spec.layers * spec.experts_per_layer
     written = kept = 0
     done_bytes = 0
-    digests = []
-    for layer in range(spec.layers):
-        for expert in range(spec.experts_per_layer):
-            path = d / spec.relpath(layer, expert)
-            if _is_complete(path, spec, layer, expert):
-                kept += 1
-            else:
-                _write_expert(path, spec, layer, expert)
-                written += 1
-                done_bytes += spec.expert_bytes
-            digests.append(poolfmt.sample_digest(str(path), layer, expert, spec.expert_bytes,
-                                                 spec.seed))
-            if progress is not None:
-                progress(written + kept, total, done_bytes)
-    sums = poolfmt.write_sums(str(d), digests)
+    sums_out = poolfmt.SumsWriter(str(d))
+    try:
+        for layer in range(spec.layers):
+            for expert in range(spec.experts_per_layer):
+                path = d / spec.relpath(layer, expert)
+                if _is_complete(path, spec, layer, expert):
+                    kept += 1
+                else:
+                    _write_expert(path, spec, layer, expert)
+                    written += 1
+                    done_bytes += spec.expert_bytes
+                sums_out.add(poolfmt.sample_digest(str(path), layer, expert,
+                                                   spec.expert_bytes, spec.seed))
+                if progress is not None:
+                    progress(written + kept, total, done_bytes)
+    except BaseException:
+        sums_out.abandon()
+        raise
+    sums = sums_out.close()
     _write_manifest(d, spec, complete=True, sums=sums)
     return {"directory": str(d), "created": created, "key": spec.key, "experts": total,
             "written": written, "kept": kept, "bytes": spec.total_bytes}

@@ -176,7 +176,10 @@ def test_a_pool_written_before_the_digests_is_checked_but_for_content(pool):
     (None, "pool.json: missing"), ("{not json", "pool.json: unreadable"),
     ("[1]", "not a JSON object"), ('{"layers": 2}', "pool.json: unreadable"),
     ('{"layers": 0, "experts_per_layer": 1, "expert_bytes": 64}', "layers must be positive"),
-    ("x" * (poolfmt.MAX_MANIFEST_BYTES + 1), "larger than")])
+    ("x" * (poolfmt.MAX_MANIFEST_BYTES + 1), "larger than"),
+    ('{"layers": 1000000000, "experts_per_layer": 1000000000, "expert_bytes": 64}',
+     "more than bench handles"),
+    ('{"layers": 5000000000, "experts_per_layer": 1, "expert_bytes": 64}', "fit 32 bits")])
 def test_a_bad_manifest_is_one_line(tmp_path, text, why):
     d = tmp_path / "p"
     d.mkdir()

@@ -167,3 +167,30 @@ def test_a_relative_root_is_a_usage_error(tmp_path):
     rc, res = runner("pool", "--root", "rel/pool", "--layers", 1, "--experts", 1,
                      "--expert-bytes", 64)
     assert rc == 2 and "not an absolute path" in res["reason"]
+
+
+def test_an_absurd_old_manifest_is_listed_as_unreadable_not_walked(dirs):
+    root, work = dirs
+    root.mkdir()
+    (root / "pool.json").write_text(json.dumps({"layers": 10 ** 9, "experts_per_layer": 10 ** 9,
+                                                "expert_bytes": 64, "complete": True}))
+    rc, res = runner("pools", "--root", root, "--work-dir", work)
+    (p,) = res["pools"]
+    assert p["state"] == "unreadable" and "more than bench handles" in p["reason"]
+    rc, res = make(root, 1, 2, 64)
+    assert rc == 3 and "unusable shape" in res["reason"]
+
+
+def test_pool_rm_of_an_old_layout_pool_moves_then_removes_it(dirs):
+    root, work = dirs
+    poolwriter.write_pool(str(root), 2, 3, S1, 0)
+    make_keyed = make(root, 1, 1, 64)          # moves the old pool aside first
+    assert make_keyed[0] == 0
+    rc, res = runner("pool-rm", "2x3x10000-s0", "--root", root, "--work-dir", work)
+    assert rc == 0 and sorted(os.listdir(root)) == ["1x1x64-s0"]
+    poolwriter.write_pool(str(root / "old"), 2, 3, S1, 0)
+    for n in os.listdir(root / "old"):
+        os.rename(root / "old" / n, root / n)
+    os.rmdir(root / "old")
+    rc, res = runner("pool-rm", "2x3x10000-s0", "--root", root, "--work-dir", work)
+    assert rc == 0 and sorted(os.listdir(root)) == ["1x1x64-s0"]
