@@ -75,6 +75,10 @@ def ensure_pool(t: Transport, host: Host, geometry: tuple[int, int, int], seed: 
     return res
 
 
+DEPLOY_HINT = ("the host needs a current runner: `bench hosts deploy HOST` (a runner from "
+               "before the pool keys has no `pools` or `pool-rm`)")
+
+
 def host_pools(t: Transport, host: Host) -> dict:
     """`runner.py pools`: {"root", "pools": [{key, dir, layout, state, layers, ..., bytes,
     disk_bytes, files, in_use}]} of the pools under host.pool_dir."""
@@ -82,7 +86,7 @@ def host_pools(t: Transport, host: Host) -> dict:
     res = last_json(r.stdout)
     if r.rc != 0 or res is None or not isinstance(res.get("pools"), list):
         raise CommandFailed(host.name, ["runner.py", "pools", "--root", host.pool_dir], r.rc,
-                            (res or {}).get("reason") or r.stderr or r.stdout)
+                            (res or {}).get("reason") or r.stderr or r.stdout, DEPLOY_HINT)
     return res
 
 
@@ -102,7 +106,8 @@ def remove_host_pool(t: Transport, host: Host, key: str) -> dict:
               check=False)
     res = last_json(r.stdout)
     if res is None:
-        raise CommandFailed(host.name, ["runner.py", "pool-rm", key], r.rc, r.stderr or r.stdout)
+        raise CommandFailed(host.name, ["runner.py", "pool-rm", key], r.rc, r.stderr or r.stdout,
+                            DEPLOY_HINT)
     if not res.get("ok"):
         raise HostError(host.name, f"pool {key}: {res.get('reason')}",
                         "`bench hosts pools HOST` lists the pools and the runs using them")
