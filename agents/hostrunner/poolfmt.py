@@ -28,7 +28,7 @@ HEADER = struct.Struct("<8sIIQQ")   # magic, layer, expert, expert_bytes, seed: 
 DEFAULT_PATH = "L{layer:03d}/E{expert:04d}.bin"
 MANIFEST = "pool.json"
 FORMAT = 1
-U32, U63 = (1 << 32) - 1, (1 << 63) - 1
+U32, U63, U64 = (1 << 32) - 1, (1 << 63) - 1, (1 << 64) - 1
 MAX_FILES = 1 << 24       # files per pool: the paper's model has 82,432
 MANIFEST_KEYS = ("layers", "experts_per_layer", "expert_bytes", "path", "seed", "format")
 TEMPLATE_FIELD = re.compile(r"\{(layer|expert)(?::0(\d+)d)?\}")
@@ -67,6 +67,13 @@ def geometry_problem(layers: int, experts: int, expert_bytes: int) -> str | None
     return None
 
 
+def seed_problem(seed: int) -> str | None:
+    """Why a data seed is unusable (the header holds it as a u64), or None."""
+    if not 0 <= seed <= U64:
+        return f"pool seed must be 0..{U64}, got {seed}"
+    return None
+
+
 def relpath(template: str, layer: int, expert: int) -> str:
     return template.format(layer=layer, expert=expert)
 
@@ -80,9 +87,12 @@ def manifest_fields(layers: int, experts: int, expert_bytes: int, template: str 
 def parse_manifest(raw: Any) -> dict[str, Any]:
     """A loaded pool.json as manifest_fields (defaults for path, seed, format). Raises
     KeyError, TypeError or ValueError when it lacks or garbles a field."""
+    seed = int(raw.get("seed", 0))
+    if seed_problem(seed):
+        raise ValueError(seed_problem(seed))
     return manifest_fields(int(raw["layers"]), int(raw["experts_per_layer"]),
                            int(raw["expert_bytes"]), str(raw.get("path", DEFAULT_PATH)),
-                           int(raw.get("seed", 0)), int(raw.get("format", FORMAT)))
+                           seed, int(raw.get("format", FORMAT)))
 
 
 def manifest_text(fields: dict[str, Any], complete: bool) -> str:

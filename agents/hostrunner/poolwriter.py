@@ -77,7 +77,7 @@ def write_pool(d: str, layers: int, experts: int, expert_bytes: int, seed: int =
                template: str = poolfmt.DEFAULT_PATH) -> tuple[dict[str, Any], int]:
     """Make, resume or find the pool; returns (the JSON answer, the exit code)."""
     problem = poolfmt.geometry_problem(layers, experts, expert_bytes) \
-        or poolfmt.template_problem(template)
+        or poolfmt.template_problem(template) or poolfmt.seed_problem(seed)
     if problem:
         return {"ok": False, "reason": problem}, USAGE
     t0 = time.monotonic()
@@ -119,7 +119,7 @@ def write_keyed(root: str, layers: int, experts: int, expert_bytes: int, seed: i
     layout (pool.json right in root) is first moved into its own keyed directory. The answer
     names the directory (`dir`) and the key."""
     problem = poolfmt.geometry_problem(layers, experts, expert_bytes) \
-        or poolfmt.template_problem(template)
+        or poolfmt.template_problem(template) or poolfmt.seed_problem(seed)
     if problem:
         return {"ok": False, "reason": problem}, USAGE
     if not os.path.isabs(root):

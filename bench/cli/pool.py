@@ -28,8 +28,13 @@ def pool_make(
 ) -> None:
     """Write per-expert files of real data with pool.json and pool.sums (sampled digests);
     resumable; never overwrites another pool."""
-    from bench.plan.pool import PoolSpec, make_pool  # numpy: loaded only when used
-    spec = PoolSpec(layers, experts, expert_bytes, seed=seed)
+    from bench.errors import InputError, PoolError
+    from bench.plan.pool import PoolSpec, make_pool
+    try:
+        spec = PoolSpec(layers, experts, expert_bytes, seed=seed)
+    except PoolError as e:          # options no pool can have: bad input (exit 2)
+        raise InputError(e.message, hint="--layers, --experts >= 1, --expert-bytes >= 32, "
+                         "--seed >= 0") from None
     with views.progress_bar(f"pool {directory}", layers * experts) as update:
         result = make_pool(directory, spec, update, parents=parents)
     if json_out:

@@ -43,7 +43,7 @@ class PoolSpec:
 
     def __post_init__(self) -> None:
         why = (poolfmt.geometry_problem(self.layers, self.experts_per_layer, self.expert_bytes)
-               or poolfmt.template_problem(self.path))
+               or poolfmt.template_problem(self.path) or poolfmt.seed_problem(self.seed))
         if why:
             raise PoolError(why)
 

@@ -213,3 +213,39 @@ def test_make_creates_the_pool_directory_only_inside_an_existing_parent(tmp_path
         make_pool(tmp_path / "file", spec)
     digest = hashlib.sha256((tmp_path / "pool" / "pool.sums").read_bytes()).hexdigest()
     assert json.loads((tmp_path / "pool" / "pool.json").read_text())["sums"]["sha256"] == digest
+
+
+# --------------------------------------------------------------------------- the commands
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    from bench.cli import main
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_pool_make_and_check_commands(capsys, tmp_path):
+    shape = ("--layers", 2, "--experts", 3, "--expert-bytes", S)
+    rc, _, err = cli(capsys, "pool", "make", tmp_path / "a" / "pool", *shape)
+    assert rc == 2 and "parent directory" in err and "--parents" in err
+    assert not (tmp_path / "a").exists()
+    rc, _, err = cli(capsys, "pool", "make", tmp_path / "pool", *shape)
+    assert rc == 0 and f"created {tmp_path / 'pool'}" in err and "2x3x20000-s0" in err
+    rc, _, err = cli(capsys, "pool", "make", tmp_path / "pool", *shape)
+    assert rc == 0 and "created" not in err and "6 kept" in err
+    rc, _, err = cli(capsys, "pool", "make", tmp_path / "a" / "b", *shape, "--parents")
+    assert rc == 0 and f"created {tmp_path / 'a' / 'b'}" in err
+    rc, _, err = cli(capsys, "pool", "make", tmp_path / "s", *shape, "--seed", -1)
+    assert rc == 2 and "seed" in err and not (tmp_path / "s").exists()
+    rc, out, err = cli(capsys, "pool", "check", tmp_path / "pool")
+    assert rc == 0 and "content of sampled blocks checked" in err and "0 problem(s)" in err
+    os.truncate(tmp_path / "pool" / "L001" / "E0002.bin", 5)
+    (tmp_path / "pool" / "extra.bin").write_bytes(b"x")
+    rc, out, err = cli(capsys, "pool", "check", tmp_path / "pool")
+    assert rc == 1 and "2 problem(s)" in err
+    flat = "".join(err.split())             # the terminal may wrap the line anywhere
+    assert f"/pool/L001/E0002.bin:5bytes,pool.jsonsays{S}(truncated)" in flat
+    assert "/pool/extra.bin:notpartofthepool(extrafile)" in flat
+    rc, out, _ = cli(capsys, "pool", "check", tmp_path / "pool", "--json")
+    rep = json.loads(out)
+    assert rc == 1 and [p["kind"] for p in rep["problems"]] == ["size", "extra"]
