@@ -87,6 +87,8 @@ def manifest_fields(layers: int, experts: int, expert_bytes: int, template: str 
 def parse_manifest(raw: Any) -> dict[str, Any]:
     """A loaded pool.json as manifest_fields (defaults for path, seed, format). Raises
     KeyError, TypeError or ValueError when it lacks or garbles a field."""
+    if not isinstance(raw, dict):
+        raise TypeError("pool.json is not a JSON object")
     seed = int(raw.get("seed", 0))
     if seed_problem(seed):
         raise ValueError(seed_problem(seed))
@@ -215,6 +217,7 @@ class SumsWriter:
 
     def abandon(self) -> None:
         self.f.close()
+        os.unlink(self.path + ".tmp")
 
 
 def read_manifest(directory: str) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def write_pool(d: str, layers: int, experts: int, expert_bytes: int, seed: int =
                     write_expert(p, head, expert_bytes)
                     written += 1
                 sums_out.add(poolfmt.sample_digest(p, layer, expert, expert_bytes, seed))
-    except BaseException:
+    except BaseException:           # interrupted anyhow: drop the partial pool.sums, re-raise
         sums_out.abandon()
         raise
     sums = sums_out.close()

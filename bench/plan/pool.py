@@ -179,7 +179,7 @@ def make_pool(directory: str | Path, spec: PoolSpec, progress: ProgressFn | None
                                                    spec.expert_bytes, spec.seed))
                 if progress is not None:
                     progress(written + kept, total, done_bytes)
-    except BaseException:
+    except BaseException:           # interrupted anyhow: drop the partial pool.sums, re-raise
         sums_out.abandon()
         raise
     sums = sums_out.close()
