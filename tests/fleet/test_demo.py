@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.agents.hostrunner import poolfmt
 from bench.store import queries
 from bench.store.campaigns import campaign_list, campaign_row, run_rows
 from bench.store.db import open_store
@@ -69,7 +70,11 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     assert measured["67M-cgroup-classic"]["device_bytes_per_iteration"] > \
         measured["268M-none-classic"]["device_bytes_per_iteration"]
     # pool, work dir and bundles live under --out
-    assert (out / "pool" / "pool.json").is_file() and (out / "work" / "runs").is_dir()
+    # (the pool in its keyed directory <L>x<E>x<S>-s<seed>: one shape, one pool)
+    (manifest,) = (out / "pool").glob("*/pool.json")
+    assert poolfmt.parse_key(manifest.parent.name) is not None
+    assert json.loads(manifest.read_text())["complete"] is True
+    assert (out / "work" / "runs").is_dir()
     bundles = out / "data" / "bundles" / "local"
 
     balloons = [c for c in cells if "-balloon-" in c]

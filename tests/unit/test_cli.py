@@ -38,7 +38,8 @@ def test_command_tree_is_complete():
     lost = {name: sorted(params - got.get(name, set())) for name, params in known.items()}
     assert {name: p for name, p in lost.items() if p or name not in got} == {}
     assert set(got) - set(known) == {"schema", "schema inventory", "schema matrix",
-                                     "schema engine", "schema bundle"}
+                                     "schema engine", "schema bundle",
+                                     "hosts pools"}        # several pools per host
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],
@@ -49,7 +50,8 @@ def test_command_tree_is_complete():
             # a changed host key is replaced only by naming the old one
             "hosts trust": ["replace"],
             # conventions: every stored table exports, each with the text run id
-            "export": ["table"]}
+            "export": ["table"],
+            "pool make": ["parents"]}   # a missing parent is an error unless asked for
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
