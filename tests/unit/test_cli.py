@@ -45,7 +45,10 @@ def test_command_tree_is_complete():
             # result identity: filter by workload digest, pool across groups only on request
             "results": ["pool", "workload"], "compare": ["pool", "workload"],
             "sizing": ["workload"], "plot": ["workload"],
-            "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"]}
+            "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
+            # hosts checked before a campaign; the protocol of a matrix for one run
+            "schedule": ["facts_file", "facts_max_age"],
+            "run": ["balloon_max", "cgroup_headroom"]}
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
