@@ -11,6 +11,7 @@ watch` continue, list and follow campaigns (watch reads the database only)."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time as _time
@@ -95,8 +96,9 @@ def _preflight(matrix: str, scale: str | None, names: list[str] | None,
         raise InputError("--facts is for --dry-run only",
                          hint="a campaign probes its hosts itself (facts younger than "
                               "--facts-max-age are reused)")
-    if max_age < 0:
-        raise InputError(f"--facts-max-age must be 0 or more seconds, got {max_age:g}")
+    if not math.isfinite(max_age) or max_age < 0:
+        raise InputError(f"--facts-max-age must be a finite number of seconds, 0 or more; "
+                         f"got {max_age:g}", hint="0 probes every host anew")
     load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), names)
     given = load_facts_file(facts_file) if facts_file is not None else None

@@ -358,3 +358,12 @@ def test_a_plan_with_no_run_is_an_error_saying_why_each_cell_was_skipped(tmp_pat
                "--db", f"sqlite:///{tmp_path / 'x.db'}"])
     assert rc == 2 and "--facts is for --dry-run only" in capsys.readouterr().err
     assert not (tmp_path / "x.db").exists()
+
+
+def test_the_facts_age_is_a_finite_number_of_seconds(tmp_path, capsys):
+    from bench.cli import main
+    inv = _inventory(tmp_path, box="")
+    for bad in ("-1", "nan", "inf"):
+        rc = main(["schedule", "--matrix", "smoke", "--hosts-dir", str(inv), "--dry-run",
+                   "--facts-max-age", bad, "--data-dir", str(tmp_path)])
+        assert rc == 2 and "--facts-max-age must be a finite number" in capsys.readouterr().err

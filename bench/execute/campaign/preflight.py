@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.errors import BenchError, InputError
 from bench.hosts.facts import HostResult, probe_hosts
@@ -181,13 +180,3 @@ def facts_note(hf: HostFacts) -> str:
         by.setdefault(src, []).append(h)
     parts = [f"{', '.join(names)} {src}" for src, names in by.items()]
     return f"host facts: {'; '.join(parts) or 'none'} ({hf.seconds:.1f}s)"
-
-
-def facts_of(results: Sequence[Any]) -> dict[str, dict]:
-    """{host: facts} of probe results (HostResult or their as_dict()) without an error."""
-    out = {}
-    for r in results:
-        d = r.as_dict() if hasattr(r, "as_dict") else r
-        if not d.get("error"):
-            out[d["host"]] = d.get("facts") or {}
-    return out

@@ -109,3 +109,34 @@ def test_a_deterministic_input_error_is_not_retried(tmp_path):
         assert not (tmp_path / "work" / "runs").exists()     # nothing reached the host
     finally:
         store.close()
+
+
+def test_the_runner_refusing_a_spec_is_a_final_failure(tmp_path):
+    """The real host runner (deployed on this machine) refuses a spec whose plan is not on the
+    host with exit 2: `start_run` raises SpecRefused, which a campaign never retries. Needs
+    root and a C toolchain (deploy builds the agent)."""
+    import os
+    import shutil
+
+    import pytest
+
+    from bench.execute.campaign.record import deterministic
+    from bench.execute.hostrun import SpecRefused, start_run
+    from bench.hosts.deploy import REPO as SRC
+    from bench.hosts.deploy import deploy, source_hash
+    from bench.hosts.inventory import load_inventory
+    from bench.hosts.transport import LocalTransport
+    from bench.matrix.runspec import RunOptions, build_spec
+    from bench.plan.planinfo import PlanInfo
+    if os.geteuid() != 0 or any(shutil.which(t) is None for t in ("make", "cc", "python3")):
+        pytest.skip("needs root, make, cc and python3 (deploy builds the agent)")
+    host = load_inventory(_local_inventory(tmp_path))["local"]
+    t = LocalTransport("local")
+    deploy(t, host)
+    spec = build_spec("64M-none-classic", host, PlanInfo("a" * 64, 4, 32, 65536, 10, "t"),
+                      run_id="refused-1",
+                      options=RunOptions(source_sha256=source_hash(SRC / "native")))
+    with pytest.raises(SpecRefused, match="the runner refused the spec: bad spec") as e:
+        start_run(t, host, spec)
+    assert deterministic(e.value)
+    assert not (tmp_path / "work" / "runs" / "refused-1").exists()
