@@ -208,10 +208,11 @@ class Executor:
         retried (its attempts are FINAL, here and for `bench resume`)."""
         host = self.rows[rid].host
         self.workers[host].ready = None
+        n = self.attempts.get(rid, 0) + 1
         self.attempts[rid] = FINAL
         try:
             self.set_state(rid, "failed", f"not retried (its input is refused): {exc.message}",
-                           {"attempt": 1, "final": True, "deterministic": True,
+                           {"attempt": n, "final": True, "deterministic": True,
                             "error": type(exc).__name__})
         except IllegalTransition as refused:
             self._overruled(host, rid, refused)
