@@ -178,6 +178,13 @@ def probed_memory(facts: Facts | None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
+def memory_text(n: int) -> str:
+    """A memory size as bench writes it, or (a probed MemTotal that no unit divides) in GB
+    with its bytes: `480G`, `25.28 GB (25276510208 bytes)`."""
+    text = format_size(n)
+    return text if not text.isdigit() else f"{n / 1e9:.2f} GB ({n} bytes)"
+
+
 def memory_bound(host, facts: Facts | None) -> int | None:
     """What a capacity may not exceed: the probed MemTotal of a boot without mem=, else the
     inventory's memory.total (bench.matrix.runspec.host_memory reads it the same way)."""
@@ -264,7 +271,7 @@ def _resolve(m: Matrix, p: Point, host, facts: Facts | None
     bound = host.mem_total if p.mechanism == "memboot" else memory_bound(host, facts)
     if bound is not None and cap > bound:
         return None, (f"capacity {format_size(cap)} is above the host's memory "
-                      f"{format_size(bound)}"), cell.name
+                      f"{memory_text(bound)}"), cell.name
     mem = None
     if p.mechanism == "memboot":
         mem = cap + m.memboot_overhead
@@ -278,7 +285,7 @@ def _resolve(m: Matrix, p: Point, host, facts: Facts | None
                           f"{format_size(host.mem_floor)}"), cell.name
         if installed is not None and mem > installed:
             return None, (f"mem={format_size(mem)} is above the host's memory "
-                          f"{format_size(installed)}"), cell.name
+                          f"{memory_text(installed)}"), cell.name
     lru = None
     if m.mglru_at_boot:
         if not host.reboot.allowed:
