@@ -94,8 +94,9 @@ def run(cell: Annotated[str, typer.Argument(
         ) -> None:
     """Run one cell on each host in parallel, end to end; print the bundle's key figures
     (median iteration time of the measured pass, pool-device GB per iteration between
-    loop entry and pass end, verdicts if ingested). The protocol a matrix sets in
-    [protocol] is set here with --cgroup-headroom and --balloon-max (recorded in the spec).
+    loop entry and pass end, verdicts if ingested). The protocol a matrix sets in its
+    protocol table is set here with --cgroup-headroom and --balloon-max (recorded in the
+    spec).
     Exit 1 if any host failed."""
     from bench.matrix.cells import parse_cell
     from bench.matrix.runspec import RunOptions
