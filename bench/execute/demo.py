@@ -7,32 +7,36 @@ per-layer and global, same-domain and off-domain static tables), run the demand 
 capacity sweep (Table 2's miss column, capacities scaled to the model's pool), and write the
 replay plan, hint plans and a frequency table the agent reads.
 
-The measured part (`prepare_campaign`, then `DemoExecutor`; needs root) runs a small campaign on
+The measured part (`prepare_campaign`, then the executor; needs root) runs a small campaign on
 the local host through the real executor: a synthetic trace of 8 layers x 32 experts x 1 MiB (a
 256 MiB pool, made under --out), cgroup walls at 1/4 and 1/2 of the pool (they bite: the pool
-does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small C
-would lock nearly the whole machine: balloon cells run only where that lock is at most
+does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small
+C would lock nearly the whole machine: balloon cells run only where that lock is at most
 `max_lock` (default 2G = 2 x 10^9 bytes) and are skipped with the reason otherwise. One balloon
 cell is sized to run: C = MemAvailable - max_lock/2 rounded to a whole GB (balloon_grain), so
 that its name stays the same from one demo to the next while MemAvailable drifts, and the
-capacity an earlier demo used is kept while its lock still lies in [max_lock/4, 3 max_lock/4]
-(`23G-balloon-classic`). That window is also why the runner never refuses it: the runner locks
-MemAvailable - C as it reads it at run time and refuses more than balloon_max (= max_lock); the
-demo reads MemAvailable the same way (after drop_caches) and runs the balloon first, seconds
-later, so MemAvailable would have to rise by max_lock/4 (0.5 GB) in those seconds. Before, the
-lock was planned at max_lock/2 and the balloon ran third, a minute or more after the read; on
-this 2-core, 23 GiB machine MemAvailable rose by 0.14-0.24 GB in 20 s with nothing else of
-ours running, and by a whole balloon when another demo (or test) ended its balloon meanwhile:
-two demos with different --out dirs do not share the runner's host lock (it lives in the work
-dir), so the one that planned while the other's balloon held 1 GB saw that GB come back and
-its runner refused the lock (the "balloon ... above the spec's balloon_max_bytes" rejection).
-So the measured part now holds a machine-wide lock (DEMO_LOCK, flock) from the MemAvailable read
-to the end of its campaign, and a second demo waits for it. A run that is rejected or fails
-anyway makes the demo say so and exit 1.
-Capacities relative to the pool resolve to whole decimal MB (1/4 of
-the 256 MiB pool is `67M`): every cell name is canonical (bench.units). Cells the host cannot
-run are listed as skipped with the reason: memboot (the local host never reboots), MGLRU where
-the kernel has no /sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
+capacity an earlier demo used is kept while its lock still lies in [max_lock/8, 7 max_lock/8]
+(`23G-balloon-classic`); a new one locks within [max_lock/4, 3 max_lock/4].
+
+That window is also why the runner does not refuse it: the runner locks MemAvailable - C as it
+reads it at run time and refuses more than balloon_max (= max_lock); the demo reads
+MemAvailable the same way (after drop_caches) and runs the balloon first, seconds later, so
+MemAvailable would have to rise by max_lock/8 in those seconds (0.25 GB; 0.5 GB for a new
+capacity). Before, the lock was planned at max_lock/2 and the balloon ran third, up to a minute
+after the read; on this 2-core, 23 GiB machine MemAvailable rose by 0.14-0.24 GB in 20 s with
+nothing else of ours running, and by a whole balloon when another demo (or test) ended its
+balloon meanwhile: two demos with different --out dirs do not share the runner's host lock (it
+lives in the work dir), so one that planned while the other's balloon held 1 GB saw that GB
+come back and its runner refused the lock (the "balloon ... above the spec's balloon_max_bytes"
+rejection). So the measured part now holds a machine-wide lock (DEMO_LOCK, flock) from the
+MemAvailable read to the end of its campaign, and a second demo waits for it. A run that is
+rejected or fails anyway makes the demo say so and exit 1 (`balloon_notes` explains a fast
+balloon cell: its C leaves room for the whole pool).
+
+Capacities relative to the pool resolve to whole decimal MB (1/4 of the 256 MiB pool is `67M`):
+every cell name is canonical (bench.units). Cells the host cannot run are listed as skipped
+with the reason: memboot (the local host never reboots), MGLRU where the kernel has no
+/sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
 
 Why its own matrix, written to <out>/matrix.toml, rather than the shipped `smoke`: smoke's
 capacities are fractions of the host's memory (3-6 GiB here) on the 8 MiB `tiny` pool, so no
@@ -294,25 +298,32 @@ def balloon_grain(max_lock: int) -> int:
     return next((g for g in (1000 * MB, 100 * MB, 10 * MB) if g <= max_lock // 2), MB)
 
 
-def balloon_window(max_lock: int) -> tuple[int, int]:
-    """The lock (MemAvailable - C) a demo balloon may start with: [max_lock/4, 3 max_lock/4],
-    so that MemAvailable may move by max_lock/4 either way before the run (up: the runner would
-    refuse a lock above max_lock; down: nothing left to lock) and the rounding fits inside."""
+def balloon_window(max_lock: int, keep: bool = False) -> tuple[int, int]:
+    """The lock (MemAvailable - C) a demo balloon may start with: [max_lock/4, 3 max_lock/4]
+    for a new capacity, so that MemAvailable may move by max_lock/4 either way before the run
+    (up: the runner refuses a lock above max_lock; down: nothing left to lock) with the
+    rounding inside; [max_lock/8, 7 max_lock/8] to keep an earlier demo's capacity."""
+    if keep:
+        return max(1, max_lock // 8), max(1, max_lock * 7 // 8)
     return max(1, max_lock // 4), max(1, max_lock * 3 // 4)
 
 
 def balloon_capacity(avail: int, max_lock: int, previous: Iterable[int] = ()) -> int:
     """C of the demo's balloon cell. A capacity an earlier demo used (`previous`, newest
-    first) is kept while its lock still lies in balloon_window, so that the cell's name, and
-    the results, add up from one demo to the next; otherwise MemAvailable - max_lock/2 rounded
-    to the nearest balloon_grain (the lock then lies in the window, at least 1 MB)."""
-    lo, hi = balloon_window(max_lock)
+    first) is kept while its lock still lies in the wider keep window, so that the cell's name,
+    and the results, add up from one demo to the next; otherwise MemAvailable - max_lock/2
+    rounded to the nearest balloon_grain, moved by whole MB into the window where rounding
+    left it (small MemAvailable), at least 1 MB."""
+    klo, khi = balloon_window(max_lock, keep=True)
     for c in previous:
-        if c > 0 and lo <= avail - c <= hi:
+        if c > 0 and klo <= avail - c <= khi:
             return c
+    lo, hi = balloon_window(max_lock)
     grain = balloon_grain(max_lock)
     c = (avail - max_lock // 2 + grain // 2) // grain * grain
-    return max(MB, min(c, (avail - lo) // MB * MB))
+    c = min(c, (avail - lo) // MB * MB)             # lock at least lo
+    c = max(c, -(-(avail - hi) // MB) * MB)         # lock at most hi
+    return max(MB, c)
 
 
 def matrix_text(trace: Path, avail: int, max_lock: int, balloon: int) -> str:
