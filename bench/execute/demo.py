@@ -24,11 +24,12 @@ MemAvailable the same way (after drop_caches) and runs the balloon first, second
 MemAvailable would have to rise by max_lock/8 in those seconds (0.25 GB; 0.5 GB for a new
 capacity). Before, the lock was planned at max_lock/2 and the balloon ran third, up to a minute
 after the read; on this 2-core, 23 GiB machine MemAvailable rose by 0.14-0.24 GB in 20 s with
-nothing else of ours running, and by a whole balloon when another demo (or test) ended its
-balloon meanwhile: two demos with different --out dirs do not share the runner's host lock (it
-lives in the work dir), so one that planned while the other's balloon held 1 GB saw that GB
-come back and its runner refused the lock (the "balloon ... above the spec's balloon_max_bytes"
-rejection). So the measured part now holds a machine-wide lock (DEMO_LOCK, flock) from the
+nothing else of ours running; it rises by a whole balloon when another demo (or a test) ends
+its balloon meanwhile: two demos with different --out dirs do not share the runner's host lock
+(it lives in the work dir), so a demo that plans while another's balloon holds 1 GB sees that
+GB come back and its runner refuses the lock (the "balloon ... above the spec's
+balloon_max_bytes" rejection; tests/fleet/test_demo.py provokes it by reading MemAvailable
+1.5 GB low). So the measured part now holds a machine-wide lock (DEMO_LOCK, flock) from the
 MemAvailable read to the end of its campaign, and a second demo waits for it. A run that is
 rejected or fails anyway makes the demo say so and exit 1 (`balloon_notes` explains a fast
 balloon cell: its C leaves room for the whole pool).
