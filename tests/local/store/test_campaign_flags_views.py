@@ -235,3 +235,35 @@ def test_upgrade_marks_the_demo_campaigns_already_stored(db_url):
                                   "v_verdicts"])
 def test_views_exist_after_open(store, view):
     assert view in sa.inspect(store.engine).get_view_names()
+
+
+def _doc_sqlite3_queries() -> list[str]:
+    """The SQL of every `sqlite3 ...` command in docs/results.md's sqlite3 block."""
+    import re
+    import shlex
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[3] / "docs" / "results.md").read_text()
+    block = re.search(r"### sqlite3\n\n```sh\n(.*?)```", text, re.S).group(1)
+    lines = [x for x in block.replace("\\\n", " ").splitlines() if not x.startswith("#")]
+    cmds = [c for c in "\n".join(lines).split("\n\n") if c.strip()]
+    assert all(c.strip().startswith("sqlite3") for c in cmds), cmds
+    return [shlex.split(c)[-1] for c in cmds]
+
+
+def test_the_documented_queries_run(tmp_path, bundles):
+    """docs/results.md's sqlite3 examples, on a file made by the real migrations: each runs
+    and finds the run it names (the documented run id replaced by one stored here)."""
+    path = tmp_path / "bench.db"
+    st = open_store(f"sqlite:///{path}")
+    try:
+        _fill(st, bundles, {"c1": [("c1-gh200-a-004", "64Mi-cgroup-mglru")]})
+    finally:
+        st.close()
+    queries_ = _doc_sqlite3_queries()
+    assert len(queries_) == 3
+    con = sqlite3.connect(path)
+    try:
+        for q in queries_:
+            assert con.execute(q).fetchall(), q
+    finally:
+        con.close()
