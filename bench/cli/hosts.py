@@ -13,8 +13,10 @@ from bench.results import fleet_views, views
 from bench.results.views import compose
 from bench.units import parse_size
 
-hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
-                                                   "keys, facts, agent deploy.")
+hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (NAME.toml files in "
+                                                   "--hosts-dir, $BENCH_HOSTS, ./hosts or "
+                                                   "~/.config/bench/hosts), host keys, facts, "
+                                                   "agent deploy.")
 
 HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (default: all).",
                                                          show_default=False)]
@@ -27,25 +29,71 @@ def _hosts(hosts_dir: Path | None, names: list[str] | None):
 
 @hosts_app.command("list")
 def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
-    """List the inventory's hosts."""
-    rows = [h.as_dict() for h in _hosts(hosts_dir, None)]
+    """List the inventory's hosts. With none (a missing or empty inventory directory) it says
+    where it looked and how to add hosts, and exits 0."""
+    from bench.hosts.inventory import load_inventory, no_hosts
+    inv = load_inventory(hosts_dir)
+    rows = [h.as_dict() for h in inv.values()]
     if json_out:
         views.emit_json(rows)
-    else:
+    elif rows:
         views.print_table(fleet_views.hosts_table(rows))
+    if not rows:
+        _say_error(no_hosts(inv.where))
+
+
+def _note(text: str, label: str = "") -> None:
+    """A line on stderr, whole (paths are never folded), literal text."""
+    parts = ((label, "bold"), f" {text}") if label else (text,)
+    views.err_console.print(compose(*parts), soft_wrap=True)
+
+
+def _say_error(exc: BenchError) -> None:
+    _note(exc.message)
+    if exc.hint:
+        _note(exc.hint, "fix:")
 
 
 @hosts_app.command("check")
 def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
-    """Validate every inventory file (all problems, not just the first); exit 2 if any."""
-    from bench.hosts.inventory import check_inventory
+    """Validate every inventory file (all problems, not just the first, each with its file and
+    key), and the known_hosts, ssh config and identity files they name; exit 2 if any."""
+    from bench.hosts.inventory import check_inventory, find_hosts_dir, no_hosts
+    where = find_hosts_dir(hosts_dir)
     rows = check_inventory(hosts_dir)
     if json_out:
         views.emit_json(rows)
-    else:
+    elif rows:
         views.print_table(fleet_views.inventory_check_table(rows))
+        _note(f"{where.path} ({where.origin})", "inventory:")
+    if not rows:
+        _say_error(no_hosts(where))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(2)
+
+
+@hosts_app.command("init")
+def hosts_init(directory: Annotated[Optional[Path], typer.Option(
+                   "--dir", help="Where to write (default: $BENCH_HOSTS, else "
+                   "$XDG_CONFIG_HOME/bench/hosts, i.e. ~/.config/bench/hosts).")] = None,
+               force: Annotated[bool, typer.Option(
+                   "--force", help="Overwrite the example files if they exist.")] = False,
+               json_out: JsonOpt = False) -> None:
+    """Write a commented example inventory: local.toml (this machine, transport local, its
+    MemTotal as memory.total) and gh200.toml.example (an SSH host to copy to NAME.toml).
+    Refuses to overwrite them without --force (exit 2)."""
+    from bench.hosts.templates import init_inventory
+    res = init_inventory(directory, force=force)
+    if json_out:
+        views.emit_json(res)
+        return
+    for f in res["written"]:
+        _note(f"wrote {f}")
+    if res["active"]:
+        _note(f"bench reads this inventory ({res['reads_origin']}): try `bench hosts list`")
+    else:
+        _note(f"bench reads {res['reads']} ({res['reads_origin']}) here; pass --hosts-dir "
+              f"{res['dir']} or set BENCH_HOSTS={res['dir']} to use this one", "note:")
 
 
 @hosts_app.command("probe")

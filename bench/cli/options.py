@@ -16,7 +16,8 @@ FilesArg = Annotated[list[Path], typer.Argument(help="Trace files (JSONL).", sho
 BatchOpt = Annotated[bool, typer.Option("--batch", help="Merge the traces iteration by iteration "
                                         "(batch union, truncated to the shortest) and use that.")]
 HostsDirOpt = Annotated[Optional[Path], typer.Option(
-    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else the repo's hosts/).")]
+    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else ./hosts if it exists, "
+                        "else $XDG_CONFIG_HOME/bench/hosts, i.e. ~/.config/bench/hosts).")]
 DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
                                               "else the local SQLite).")]
 DataDirOpt = Annotated[Optional[Path], typer.Option(

@@ -148,8 +148,10 @@ def test_plan_recall_demand_pool(capsys, tmp_path):
 
 @pytest.mark.parametrize("cell", ["64G-balloon-mglru", "64g-balloon-mglru", "64Gi-cgroup-mglru",
                                   "E2E-prose-admit"])
-def test_bench_run_accepts_cell_names_in_any_case(capsys, tmp_path, cell):
-    """The cell parses (any case): bench run goes on to the next check, the host."""
+def test_bench_run_accepts_cell_names_in_any_case(capsys, tmp_path_factory, cell):
+    """The cell parses (any case): bench run goes on to the next check, the host. (The empty
+    inventory's message names its directory: one whose path does not say "cell".)"""
+    tmp_path = tmp_path_factory.mktemp("inventory")
     rc, _, err = run(capsys, "run", cell, "--host", "nosuch", "--trace", tmp_path / "t.jsonl",
                      "--hosts-dir", tmp_path)
     assert rc == 2 and "unknown host(s): nosuch" in err and "cell" not in err
