@@ -20,6 +20,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from bench.cli import campaigns
 from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt
 from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
@@ -271,67 +272,8 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
     _execute(cid, s, json_out)
 
 
-def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """List campaigns with their progress (runs per state)."""
-    from bench.store.campaigns import campaign_list
-    from bench.store.db import open_store
-    store = open_store(db, write=False)
-    try:
-        rows = [c.as_listing() for c in campaign_list(store)]
-    finally:
-        store.close()
-    if json_out:
-        views.emit_json(rows)
-    else:
-        views.print_table(campaign_views.campaigns_table(rows))
-
-
-def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
-              interval: Annotated[float, typer.Option("--interval", help="Seconds between "
-                                                      "polls.")] = 1.0,
-              once: Annotated[bool, typer.Option("--once", help="Print one snapshot and "
-                                                 "exit.")] = False,
-              json_out: JsonOpt = False) -> None:
-    """Follow a campaign from another shell (read-only: polls the database, touches no host);
-    ends when no controller holds the campaign any more, or on Ctrl-C."""
-
-    from bench.execute.campaign.watch import progress
-    from bench.store.campaigns import journal_rows, latest_campaign
-    from bench.store.controller_lock import lock_holder
-    from bench.store.db import StoreError, open_store
-    store = open_store(db, write=False)
-    try:
-        cid = campaign or latest_campaign(store)
-        if cid is None:
-            raise StoreError("no campaign in the database")
-        if once or json_out:
-            p = progress(store, cid)
-            if json_out:
-                views.emit_json(p)
-            else:
-                views.print_table(campaign_views.campaign_renderable(p))
-            return
-        seen = {"t": _time.monotonic()}
-
-        def finished():
-            # stop when no live controller drives it (after a grace for a restarting one)
-            from bench.store.controller_lock import lock_is_stale
-            h = lock_holder(store, cid)
-            if h and not lock_is_stale(h, 30.0):
-                seen["t"] = _time.monotonic()
-            return _time.monotonic() - seen["t"] > 5.0
-        try:
-            campaign_views.campaign_live(lambda: progress(store, cid), finished, interval,
-                                journal=lambda after: journal_rows(store, cid, after))
-        except KeyboardInterrupt:
-            pass
-    finally:
-        store.close()
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(matrix_app, name="matrix")
     app.command("schedule")(schedule_cmd)
     app.command("resume")(resume_cmd)
-    app.command("campaigns")(campaigns_cmd)
-    app.command("watch")(watch_cmd)
+    campaigns.register(app)             # `bench campaigns ...` and `bench watch`

@@ -39,12 +39,16 @@ def test_command_tree_is_complete():
     assert {name: p for name, p in lost.items() if p or name not in got} == {}
     assert set(got) - set(known) == {"schema", "schema inventory", "schema matrix",
                                      "schema engine", "schema bundle",
-                                     "hosts pools"}        # several pools per host
+                                     "hosts pools",        # several pools per host
+                                     # campaigns: a group whose default is the list
+                                     "campaigns list", "campaigns hide", "campaigns unhide",
+                                     "campaigns rm"}
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],
             # result identity: filter by workload digest, pool across groups only on request
-            "results": ["pool", "workload"], "compare": ["pool", "workload"],
+            "results": ["include_demo", "pool", "workload"], "compare": ["pool", "workload"],
+            "campaigns": ["include_hidden"],
             "sizing": ["workload"], "plot": ["workload"],
             "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
             # a changed host key is replaced only by naming the old one
