@@ -5,6 +5,9 @@ traceback; the values at the edges of what is allowed still load."""
 import json
 import math
 import os
+import shutil
+
+from pathlib import Path
 
 import pytest
 
@@ -252,15 +255,57 @@ def test_known_hosts_below_a_file(tmp_path):
         load_host_file(p)
 
 
-def test_unreadable_known_hosts(tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root reads any file: permissions cannot make one unreadable")
-    kh = tmp_path / "kh"
-    kh.write_text("")
-    kh.chmod(0)
-    p = write(tmp_path, SSH.replace("[ssh]", f'[ssh]\nknown_hosts = "{kh}"'))
-    with pytest.raises(InventoryError, match="ssh.known_hosts.*permission denied"):
-        load_host_file(p)
+def _load_as(uid: int, path) -> str:
+    """load_host_file(path) in a child process running as `uid` (root reads any file, so the
+    permission check needs an unprivileged reader): the error message, or "" if it loaded."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:        # child: drop to uid for good, report through the pipe, never return
+        code = 0
+        try:
+            os.close(r)
+            os.environ["HOME"] = str(Path(path).parent)   # root's ~/.ssh is not nobody's
+            if uid != os.geteuid():
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            try:
+                load_host_file(path)
+                msg = ""
+            except InventoryError as e:
+                msg = e.message
+            os.write(w, msg.encode())
+        except BaseException:           # noqa: BLE001 - a child must never return into pytest
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return out
+
+
+def test_unreadable_known_hosts():
+    """A known_hosts the user cannot read is refused at load time. As root (CI), the load runs
+    in a child as nobody (65534), since root reads a file whatever its mode."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="bench-kh-"))
+    try:
+        d.chmod(0o755)
+        kh = d / "kh"
+        kh.write_text("")
+        kh.chmod(0)
+        p = write(d, SSH.replace("[ssh]", f'[ssh]\nknown_hosts = "{kh}"'))
+        p.chmod(0o644)
+        uid = 65534 if os.geteuid() == 0 else os.geteuid()
+        msg = _load_as(uid, p)
+        assert "ssh.known_hosts" in msg and "permission denied" in msg, msg
+        kh.chmod(0o644)             # the same file, readable: loads (the check can pass)
+        assert _load_as(uid, p) == ""
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_default_known_hosts_that_is_a_directory(tmp_path, monkeypatch):
