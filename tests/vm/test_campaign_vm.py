@@ -91,7 +91,7 @@ def test_reclaim_campaign_completes_unattended_with_real_reboots(campaign, lab_h
         mine = [r.data for r in reboots if r.get("host") == host]
         into = [r for r in mine if not r.get("restore")]
         # the lower bound: one reboot per distinct memboot boot config, each proven
-        assert sorted(r["boot"]["mem"] for r in into) == ["568M", "980M"], mine
+        assert sorted(r["boot"]["mem"] for r in into) == ["1108M", "696M"], mine
         assert all(r["ok"] for r in mine), mine
         assert [r for r in mine if r.get("restore")], f"{host} was not restored: {mine}"
         # restored: the default command line (no mem=) and the full memory again
@@ -122,7 +122,7 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
         assert r["mglru_loop_entry"] is want and r["mglru_end"] is want, r
         if r["mechanism"] == "memboot":
             # mem = C + 256M, in exact bytes (relative capacities resolve to whole MB)
-            mem = {"312M": 568, "724M": 980}[r["cell"].split("-")[0]] * 10 ** 6
+            mem = {"312M": 696, "724M": 1108}[r["cell"].split("-")[0]] * 10 ** 6
             # the guest really ran with mem=: MemTotal a little below the mem= it booted
             assert r["mem_total_bytes"] is not None and mem * 0.75 < r["mem_total_bytes"] <= mem, r
         else:
