@@ -234,13 +234,16 @@ def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-me
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
          db: DbOpt = None) -> None:
     """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory; one series per
-    host, workload and fingerprint, one mechanism per curve."""
+    host, workload and fingerprint, one mechanism per curve. OUT's directory must exist; its
+    suffix picks the format (.png, .svg, .pdf...; none: PNG)."""
+    from bench.cli.outpath import output_file
     from bench.results import plots  # matplotlib: loaded only when used
     from bench.store import queries
-    store = _store(db)
     kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}
     if kind not in kinds:
         raise InputError(f"unknown plot {kind!r}", hint="capacity, reclaim or equal-memory")
+    plots.image_format(output_file(out, "-o"))
+    store = _store(db)
     m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload)
     plots.draw(kind, m, out)
     views.say(f"wrote {out}")
