@@ -72,13 +72,14 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Store run bundles (one transaction each; refused bundles move to rejected/). A bundle
     is validated against the contract (bench schema bundle) before anything is stored; the
-    demand model's plan is --plan or <data-dir>/plans/<plan_sha256>.bin."""
+    demand model's plan is --plan or <data-dir>/plans/<plan_sha256>.bin. A directory without
+    spec.json and manifest.json is not a bundle: refused and left in place (exit 2)."""
     from bench.judge.bundle import Caps
-    from bench.store.ingest import ingest_bundle
+    from bench.store.ingest import NotABundle, ingest_bundle
     caps = Caps.from_env(file_bytes=_size(max_file_bytes, "--max-file-bytes"),
                          total_bytes=_size(max_bundle_bytes, "--max-bundle-bytes"))
     store = _store(db)
-    results, failed = [], 0
+    results, failed, exit_code = [], 0, 1
     nominal = None if nominal_gb is None else nominal_gb * 1e9
     for b in bundles:
         try:
@@ -86,6 +87,7 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
                                          data_dir=data_dir, caps=caps))
         except BenchError as exc:
             failed += 1
+            exit_code = 2 if isinstance(exc, NotABundle) else exit_code
             results.append({"bundle": str(b), "status": "refused", "error": exc.message})
     if json_out:
         views.emit_json(results)
@@ -100,7 +102,7 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
                 views.say(f"{r['run_id']}: {r['status']}"
                           + (f", {what}" if r["status"] == "ingested" else ""))
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(exit_code)
 
 def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
          rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
