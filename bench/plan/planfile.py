@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.errors import BenchError, FormatError, InputError, TraceError
-from bench.trace.parse import (BATCH, ITERATION_KINDS, Iteration, Pass, Trace, check_shape,
-                               loads_line)
+from bench.trace.parse import (BATCH, ITERATION_KINDS, BigInt, Iteration, Pass, Trace,
+                               check_shape, loads_line)
 
 MAGIC = b"BPLN"
 VERSION = 1
@@ -218,6 +218,13 @@ def _meta(raw: bytes, source: str) -> dict:
     if not isinstance(meta, dict):
         raise FormatError(f"{source}: plan metadata must be a JSON object, got "
                           f"{type(meta).__name__}")
+    stack: list[tuple[str, object]] = [("", meta)]
+    while stack:                    # iterative: json already bounded the depth
+        key, v = stack.pop()
+        if isinstance(v, BigInt):
+            raise FormatError(f"{source}: plan metadata key {key!r}: {v!r}")
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        stack.extend((f"{key}.{k}" if key else str(k), x) for k, x in items)
     return meta
 
 

@@ -21,8 +21,9 @@ iteration, a token and a read are. The rules are those of DESIGN.md:
 * Prefill is excluded: records tagged ``"phase": "prefill"`` (production engine) or carrying
   ``"n_tokens" > 1`` (the llama.cpp eval-callback batch shape) are counted and skipped.
 * A trace is untrusted input: a line is at most MAX_LINE_CHARS characters (read that far and
-  no further), an integer at most MAX_INT_DIGITS digits (checked before Python converts it),
-  NaN and Infinity are refused, and a header's sizes are checked against LIMITS before
+  no further), an integer at most MAX_INT_DIGITS digits (checked before Python converts it;
+  a longer one is kept as a BigInt marker and refused by the key that holds it), NaN and
+  Infinity are refused, and a header's sizes are checked against LIMITS before
   anything is sized from them: k, layers, experts_per_layer, their product (the (layer,
   expert) slots analysis and simulators allocate) and expert_bytes. A headerless trace's
   layers and expert ids are held to the same bounds. Every refusal is a TraceError naming
@@ -58,7 +59,7 @@ _LLAMA_NAME = re.compile(r"^ffn_moe_topk-(\d{1,9})$")
 # 17.55 MB) and below what would make a header's claim exhaust memory: every array of the
 # analysis and the simulators is at most one entry per (layer, expert) slot.
 MAX_LINE_CHARS = 1 << 20
-MAX_INT_DIGITS = 19                     # an int64 has at most 19 digits
+MAX_INT_DIGITS = 20                     # a uint64 has at most 20 digits
 MAX_NAME_CHARS = 256
 LIMITS = {"k": 1024, "layers": 4096, "experts_per_layer": 1 << 20, "slots": 1 << 24,
           "expert_bytes": 1 << 40}
@@ -184,6 +185,8 @@ def check_shape(path: str, line: int | None, **sizes: int | None) -> None:
 def _shown(value: object) -> str:
     """A value for an error message with its JSON type, cut short (a hostile record may hold
     megabytes)."""
+    if isinstance(value, BigInt):
+        return repr(value)
     kind = {bool: "bool", int: "int", float: "float", str: "str", list: "list",
             dict: "object"}.get(type(value), type(value).__name__)
     text = repr(value)
@@ -194,6 +197,8 @@ def _int_field(rec: dict, key: str, path: str, line: int) -> int | None:
     value = rec.get(key)
     if value is None:
         return None
+    if isinstance(value, BigInt):
+        raise TraceError(path, line, f"key {key!r}: {value!r}")
     if isinstance(value, bool) or not isinstance(value, int):
         raise TraceError(path, line, f"{key!r} must be an integer, got {_shown(value)}")
     return value
@@ -251,6 +256,8 @@ def _record(rec: dict, path: str, line: int, model: Model) -> _Record:
     if len(experts) not in (k, 2 * k):
         raise TraceError(path, line, f"record width {len(experts)} is neither k={k} nor 2k={2 * k}")
     for e in experts:
+        if isinstance(e, BigInt):
+            raise TraceError(path, line, f"key 'experts': expert id of {e!r}")
         if isinstance(e, bool) or not isinstance(e, int):
             raise TraceError(path, line, f"expert id {_shown(e)} is not an integer")
     layers = model.layers or LIMITS["layers"]
@@ -274,11 +281,23 @@ class _Refused(ValueError):
     """A JSON literal bench refuses to convert (raised from json's parse hooks)."""
 
 
-def _int_literal(text: str) -> int:
+class BigInt:
+    """What stands for an integer literal of more than MAX_INT_DIGITS digits: never converted
+    (Python's conversion is quadratic, and refused past 4300 digits), refused by whoever reads
+    the key it sits under, naming it."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits (at most {MAX_INT_DIGITS})"
+
+
+def _int_literal(text: str) -> int | BigInt:
     digits = len(text) - text.startswith("-")
-    if digits > MAX_INT_DIGITS:
-        raise _Refused(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
+    return BigInt(digits) if digits > MAX_INT_DIGITS else int(text)
 
 
 def _constant(text: str) -> float:

@@ -41,6 +41,7 @@ def host(tmp_path) -> Host:
     return Host(name="fixture-a", address="localhost", transport="local", work_dir=str(work))
 
 
+@pytest.mark.root
 def test_a_full_controller_disk_is_a_disk_error_naming_the_path(tiny_fs, host):
     make_bundle(Path(host.work_dir) / "runs", "r5", "64m-cgroup-mglru")
     data = tiny_fs / "data"
