@@ -176,10 +176,15 @@ def sim(
         if not Path(train).exists():
             raise InputError(f"--train {train!r} is neither window, oracle nor a trace file")
         trained = parse_trace(Path(train), k)
+    from bench.trace.parse import LIMITS
+    budget_list = tuple(ints(budgets, "--budgets"))
+    bad = [b for b in budget_list if not 1 <= b <= LIMITS["slots"]]
+    if bad:
+        raise InputError(f"--budgets: {bad[0]} is outside [1, {LIMITS['slots']}] experts")
     rows = []
     for t in _traces(files, k, batch):
         rows += simulate(t, policies=tuple(split_csv(policy, "--policy")), regime=regime,
-                         budgets=tuple(ints(budgets, "--budgets")), window=window,
+                         budgets=budget_list, window=window,
                          train=None if trained == "window" else trained)
     if json_out:
         views.emit_json(rows)

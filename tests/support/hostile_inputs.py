@@ -333,7 +333,25 @@ PATHS = [
                "not a directory (left in place)", left=("good.jsonl",)),
 ]
 
-ALL = TRACES + PLANS + PATHS
+# numbers in options of the same commands: named by the option (or the parameter)
+OPTIONS = [
+    _path_case("synth-negative-seed", lambda d, g: ["trace", "synth", "-", "--seed", "-1"],
+               "synth: seed", "must be >= 0"),
+    _path_case("synth-infinite-alpha", lambda d, g: ["trace", "synth", "-", "--alpha", "inf"],
+               "synth: alpha", "must be a finite number, got inf"),
+    _path_case("synth-10^12-tokens", lambda d, g: ["trace", "synth", "-", "--tokens",
+                                                   str(10 ** 12)],
+               "synth: tokens", "must be at most 1000000"),
+    _path_case("sim-23-digit-budget", lambda d, g: ["sim", str(g), "--budgets", "9" * 23],
+               "--budgets", "is outside [1, 16777216] experts"),
+    _path_case("k-10^9", lambda d, g: ["trace", "parse", str(g), "--k", str(10 ** 9)],
+               "--k", "must be in [1, 1024], got 1000000000"),
+    _path_case("plan-10^30-expert-bytes", lambda d, g: [
+        "demand", str(g), "--capacity", "1G", "--expert-bytes", str(10 ** 30)],
+        "{d}/good.jsonl", "header field 'expert_bytes': 1" + "0" * 30 + " is outside"),
+]
+
+ALL = TRACES + PLANS + PATHS + OPTIONS
 
 
 # running bench in a capped child ----------------------------------------------------------------
