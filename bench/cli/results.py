@@ -87,8 +87,10 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
                                          data_dir=data_dir, caps=caps))
         except BenchError as exc:
             failed += 1
-            exit_code = 2 if isinstance(exc, NotABundle) else exit_code
-            results.append({"bundle": str(b), "status": "refused", "error": exc.message})
+            refusal: dict = {"bundle": str(b), "status": "refused", "error": exc.message}
+            if isinstance(exc, NotABundle):     # bad input: say what a bundle is
+                exit_code, refusal["fix"] = 2, exc.hint
+            results.append(refusal)
     if json_out:
         views.emit_json(results)
     else:
@@ -96,6 +98,9 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
             if r["status"] == "refused":        # one line per problem, never wrapped
                 for line in r["error"].splitlines():
                     views.err_console.print(compose(("refused", "red"), f" {line}"),
+                                            soft_wrap=True)
+                if r.get("fix"):
+                    views.err_console.print(compose(("fix:", "bold"), f" {r['fix']}"),
                                             soft_wrap=True)
             else:
                 what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
