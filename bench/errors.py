@@ -62,6 +62,26 @@ class HostKeyError(HostError):
     """The host's key is unknown or does not match known_hosts."""
 
 
+class UnknownHostKey(HostKeyError):
+    """No key is pinned for the host in its known_hosts file (`bench hosts trust HOST`)."""
+
+
+class ChangedHostKey(HostKeyError):
+    """known_hosts pins other keys for the host (of any type) than the one it offers: a
+    possible man-in-the-middle. `old` holds the pinned keys as 'type SHA256:...', `new` the
+    offered one."""
+
+    def __init__(self, host: str, message: str, hint: str | None = None, *,
+                 old: tuple[str, ...] = (), new: str = ""):
+        super().__init__(host, message, hint)
+        self.old = old
+        self.new = new
+
+
+class RevokedHostKey(HostKeyError):
+    """The host offers a key that known_hosts marks @revoked: never accepted."""
+
+
 class CommandTimeout(HostError):
     """A remote or local command ran past its timeout."""
 

@@ -8,6 +8,13 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
+def _no_user_ssh_config(monkeypatch):
+    """No test reads the real ~/.ssh/config or /etc/ssh/ssh_config: bench reads the file
+    $BENCH_SSH_CONFIG names, here none (a test that wants one sets its own)."""
+    monkeypatch.setenv("BENCH_SSH_CONFIG", "none")
+
+
+@pytest.fixture(autouse=True)
 def _root_marker(request):
     if request.node.get_closest_marker("root") and os.geteuid() != 0:
         pytest.skip("needs root (loop devices, drop_caches, mlock beyond RLIMIT_MEMLOCK, cgroups)")

@@ -214,7 +214,7 @@ def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """List campaigns with their progress (runs per state)."""
     from bench.store.campaigns import campaign_list
     from bench.store.db import open_store
-    store = open_store(db)
+    store = open_store(db, write=False)
     try:
         rows = [c.as_listing() for c in campaign_list(store)]
     finally:
@@ -238,7 +238,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
     from bench.store.campaigns import journal_rows, latest_campaign
     from bench.store.controller_lock import lock_holder
     from bench.store.db import StoreError, open_store
-    store = open_store(db)
+    store = open_store(db, write=False)
     try:
         cid = campaign or latest_campaign(store)
         if cid is None:
@@ -248,7 +248,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
             if json_out:
                 views.emit_json(p)
             else:
-                views.console.print(campaign_views.campaign_renderable(p))
+                views.print_table(campaign_views.campaign_renderable(p))
             return
         seen = {"t": _time.monotonic()}
 

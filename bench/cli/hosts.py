@@ -8,13 +8,15 @@ from typing import Annotated, Optional
 import typer
 
 from bench.cli.options import DbOpt, HostsDirOpt, JsonOpt
-from bench.errors import BenchError, HostError
+from bench.errors import BenchError, InputError
 from bench.results import fleet_views, views
 from bench.results.views import compose
 from bench.units import parse_size
 
-hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (hosts/*.toml), host "
-                                                   "keys, facts, agent deploy.")
+hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (NAME.toml files in "
+                                                   "--hosts-dir, $BENCH_HOSTS, ./hosts or "
+                                                   "~/.config/bench/hosts), host keys, facts, "
+                                                   "agent deploy.")
 
 HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (default: all).",
                                                          show_default=False)]
@@ -27,25 +29,71 @@ def _hosts(hosts_dir: Path | None, names: list[str] | None):
 
 @hosts_app.command("list")
 def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
-    """List the inventory's hosts."""
-    rows = [h.as_dict() for h in _hosts(hosts_dir, None)]
+    """List the inventory's hosts. With none (a missing or empty inventory directory) it says
+    where it looked and how to add hosts, and exits 0."""
+    from bench.hosts.inventory import load_inventory, no_hosts
+    inv = load_inventory(hosts_dir)
+    rows = [h.as_dict() for h in inv.values()]
     if json_out:
         views.emit_json(rows)
-    else:
+    elif rows:
         views.print_table(fleet_views.hosts_table(rows))
+    if not rows:
+        _say_error(no_hosts(inv.where))
+
+
+def _note(text: str, label: str = "") -> None:
+    """A line on stderr, whole (paths are never folded), literal text."""
+    parts = ((label, "bold"), f" {text}") if label else (text,)
+    views.err_console.print(compose(*parts), soft_wrap=True)
+
+
+def _say_error(exc: BenchError) -> None:
+    _note(exc.message)
+    if exc.hint:
+        _note(exc.hint, "fix:")
 
 
 @hosts_app.command("check")
 def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
-    """Validate every inventory file (all problems, not just the first); exit 2 if any."""
-    from bench.hosts.inventory import check_inventory
+    """Validate every inventory file (all problems, not just the first, each with its file and
+    key), and the known_hosts, ssh config and identity files they name; exit 2 if any."""
+    from bench.hosts.inventory import check_inventory, find_hosts_dir, no_hosts
+    where = find_hosts_dir(hosts_dir)
     rows = check_inventory(hosts_dir)
     if json_out:
         views.emit_json(rows)
-    else:
+    elif rows:
         views.print_table(fleet_views.inventory_check_table(rows))
+        _note(f"{where.path} ({where.origin})", "inventory:")
+    if not rows:
+        _say_error(no_hosts(where))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(2)
+
+
+@hosts_app.command("init")
+def hosts_init(directory: Annotated[Optional[Path], typer.Option(
+                   "--dir", help="Where to write (default: $BENCH_HOSTS, else "
+                   "$XDG_CONFIG_HOME/bench/hosts, i.e. ~/.config/bench/hosts).")] = None,
+               force: Annotated[bool, typer.Option(
+                   "--force", help="Overwrite the example files if they exist.")] = False,
+               json_out: JsonOpt = False) -> None:
+    """Write a commented example inventory: local.toml (this machine, transport local, its
+    MemTotal as memory.total) and gh200.toml.example (an SSH host to copy to NAME.toml).
+    Refuses to overwrite them without --force (exit 2)."""
+    from bench.hosts.templates import init_inventory
+    res = init_inventory(directory, force=force)
+    if json_out:
+        views.emit_json(res)
+        return
+    for f in res["written"]:
+        _note(f"wrote {f}")
+    if res["active"]:
+        _note(f"bench reads this inventory ({res['reads_origin']}): try `bench hosts list`")
+    else:
+        _note(f"bench reads {res['reads']} ({res['reads_origin']}) here; pass --hosts-dir "
+              f"{res['dir']} or set BENCH_HOSTS={res['dir']} to use this one", "note:")
 
 
 @hosts_app.command("probe")
@@ -67,7 +115,7 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     if campaign:
         from bench.store.db import open_store
         from bench.store.queries import probe_vs_campaign
-        store = open_store(db)
+        store = open_store(db, write=False)
         try:
             probe_vs_campaign(store, campaign, results)
         finally:
@@ -108,39 +156,61 @@ def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
 @hosts_app.command("trust")
 def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
                 hosts_dir: HostsDirOpt = None,
-                yes: Annotated[bool, typer.Option("--yes", help="Append without asking (only "
+                yes: Annotated[bool, typer.Option("--yes", help="Write without asking (only "
                                                   "after checking the fingerprint!).")] = False,
+                replace: Annotated[Optional[str], typer.Option(
+                    "--replace", metavar="OLD_FINGERPRINT",
+                    help="Replace the pinned key with this SHA256 fingerprint (shown when a "
+                    "changed key is refused) by the key the host offers now.")] = None,
                 json_out: JsonOpt = False) -> None:
-    """Fetch a host's SSH key, show its SHA256 fingerprint and append it to the host's
-    known_hosts after confirmation. A changed key is refused (remove the old one first)."""
-    from bench.hosts.ssh import append_known_host, fetch_host_key, known_host_status
+    """Fetch a host's SSH key (through ssh_config's HostName, Port, ProxyJump, as a
+    connection goes), show its SHA256 fingerprint and append it to the host's known_hosts
+    after confirmation, under the name OpenSSH and paramiko look up (HostName, or
+    [HostName]:Port). A changed key, of any type, is refused with both fingerprints unless
+    --replace names the old one; a revoked key is always refused."""
+    from bench.hosts.ssh import fetch_host_key, pin_host_key, refuse
     (h,) = _hosts(hosts_dir, [host])
     if h.transport == "local":
         raise BenchError(f"{h.name} uses the local transport: there is no host key")
-    key_type, key_b64, fp = fetch_host_key(h)
-    status = known_host_status(h, key_type, key_b64)
-    info = {"host": h.name, "address": h.address, "port": h.port, "key_type": key_type,
-            "fingerprint": fp, "known_hosts": h.known_hosts_path, "status": status}
-    if status == "changed":
-        raise HostError(h.name, f"{h.known_hosts_path} holds a DIFFERENT {key_type} key for "
-                        f"{h.address}; the host now offers {fp}",
-                        "verify out of band; remove the old line with ssh-keygen -R first")
-    if status == "known":
-        info["added"] = False
-    else:
+    offer = fetch_host_key(h)
+    v, ep = offer.verdict, offer.endpoint
+    info = {"host": h.name, "address": h.address, "hostname": ep.hostname, "port": ep.port,
+            "user": ep.user, "known_hosts_name": v.name, "key_type": offer.key_type,
+            "fingerprint": offer.fingerprint, "known_hosts": offer.known_hosts,
+            "status": v.status, "replaced": [], "added": False}
+    if v.status == "revoked" or (v.status == "changed" and replace is None):
+        raise refuse(h, offer)
+    if v.status == "unknown" and replace is not None:
+        raise BenchError(f"{h.name}: nothing is pinned for {v.name} in {offer.known_hosts}, "
+                         "so there is nothing to replace", "run it again without --replace")
+    old = [f"{e.key_type} {e.fingerprint}" for e in v.pinned if e.fingerprint == replace]
+    if v.status == "changed" and not old:
+        raise InputError(f"{h.name}: --replace {replace} is not a key pinned for {v.name} in "
+                         f"{offer.known_hosts} (pinned: "
+                         + ", ".join(e.describe() for e in v.pinned) + ")",
+                         "copy the old fingerprint from the refusal message")
+    if v.status != "known":
         if not yes:
             if json_out:
                 raise BenchError("--json needs --yes (no interactive confirmation)")
-            views.say(f"{h.name} ({h.address}:{h.port}) offers {key_type} key {fp}")
-            if not typer.confirm(f"append it to {h.known_hosts_path}?", default=False):
+            views.say(f"{h.name} ({ep.where}) offers {offer.key_type} key {offer.fingerprint}")
+            if v.authorities:
+                views.say(f"({offer.known_hosts}:{v.authorities[0].line} trusts a host CA for "
+                          f"{v.name}; bench cannot verify host certificates)")
+            for o in old:
+                views.say(f"it replaces the pinned key {o}")
+            verb = "replace it in" if old else "append it to"
+            if not typer.confirm(f"{verb} {offer.known_hosts} as {v.name}?", default=False):
                 raise typer.Exit(1)
-        append_known_host(h, key_type, key_b64)
-        info["added"] = True
+        pin_host_key(offer, replace)
+        info["added"], info["replaced"] = True, old
     if json_out:
         views.emit_json(info)
     else:
-        views.say(f"{h.name}: {key_type} {fp} " + ("added to " if info["added"]
-                                                    else "already in ") + h.known_hosts_path)
+        done = ("replaced " + ", ".join(info["replaced"]) + " with it in " if info["replaced"]
+                else "added to " if info["added"] else "already in ")
+        views.say(f"{h.name}: {offer.key_type} {offer.fingerprint} {done}"
+                  f"{offer.known_hosts} (as {v.name})")
 
 
 @hosts_app.command("collect")

@@ -16,9 +16,13 @@ FilesArg = Annotated[list[Path], typer.Argument(help="Trace files (JSONL).", sho
 BatchOpt = Annotated[bool, typer.Option("--batch", help="Merge the traces iteration by iteration "
                                         "(batch union, truncated to the shortest) and use that.")]
 HostsDirOpt = Annotated[Optional[Path], typer.Option(
-    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else the repo's hosts/).")]
-DbOpt = Annotated[Optional[str], typer.Option("--db", help="Database URL (default $BENCH_DB, "
-                                              "else the local SQLite).")]
+    "--hosts-dir", help="Inventory directory (default: $BENCH_HOSTS, else ./hosts if it exists, "
+                        "else $XDG_CONFIG_HOME/bench/hosts, i.e. ~/.config/bench/hosts).")]
+DbOpt = Annotated[Optional[str], typer.Option(
+    "--db", metavar="PATH|URL",
+    help="Results database: a SQLite file's path (./bench.db) or a URL (sqlite:////abs/x.db, "
+         "postgresql+psycopg://user@host/db). Default $BENCH_DB, else "
+         "$XDG_DATA_HOME/bench/bench.db. Commands that only read never create one.")]
 DataDirOpt = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, else "
                        "~/.local/share/bench).")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -15,6 +15,8 @@ from bench.results import store_views, views
 from bench.results.views import compose
 from bench.units import format_size
 
+MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "end-to-end"]
+PlotKind = Literal["capacity", "reclaim", "equal-memory"]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
 CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
 WorkloadOpt = Annotated[Optional[str], typer.Option(
@@ -25,9 +27,10 @@ PoolOpt = Annotated[bool, typer.Option(
                    "output says what differs and that it was pooled.")]
 
 
-def _store(db: str | None):
+def _store(db: str | None, *, write: bool = False):
+    """The results database: readers (write=False) never create nor migrate it."""
     from bench.store.db import open_store
-    return open_store(db)
+    return open_store(db, write=write)
 
 
 db_app = typer.Typer(no_args_is_help=True, help="The results database schema.")
@@ -45,7 +48,7 @@ def db_upgrade(db: DbOpt = None) -> None:
 def db_current(db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Show the database's schema revision and the head this bench knows."""
     from bench.store.db import check, head_revision, make_engine
-    engine = make_engine(db)
+    engine = make_engine(db, create=False)
     cur, head = check(engine), head_revision()
     if json_out:
         views.emit_json({"url": engine.url.render_as_string(), "current": cur, "head": head})
@@ -78,7 +81,7 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
     from bench.store.ingest import NotABundle, ingest_bundle
     caps = Caps.from_env(file_bytes=_size(max_file_bytes, "--max-file-bytes"),
                          total_bytes=_size(max_bundle_bytes, "--max-bundle-bytes"))
-    store = _store(db)
+    store = _store(db, write=True)
     results, failed, exit_code = [], 0, 1
     nominal = None if nominal_gb is None else nominal_gb * 1e9
     for b in bundles:
@@ -144,9 +147,9 @@ def rules(json_out: JsonOpt = False) -> None:
 
 def results(cell: Annotated[Optional[str], typer.Option(
                 "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).")] = None,
-            matrix: Annotated[Optional[str], typer.Option(
-                "--matrix", help="reclaim, capacity, equal-memory, prefetch or end-to-end "
-                                 "(engine pairs: Table 3)")] = None,
+            matrix: Annotated[Optional[MatrixKind], typer.Option(
+                "--matrix", help="A campaign-shaped matrix (end-to-end: the engine pairs "
+                                 "of Table 3).")] = None,
             host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
             pool: PoolOpt = False,
             verbose: Annotated[bool, typer.Option("-v", "--verbose",
@@ -199,8 +202,8 @@ def _sizing_answer(r: dict) -> str:
 
 def sizing(target_seconds: Annotated[float, typer.Option(
                "--target-seconds", help="Target seconds per iteration.")],
-           reclaim: Annotated[str, typer.Option(
-               help="Reclaim of the capacity curve to read (mglru or classic).")] = "mglru",
+           reclaim: Annotated[Literal["mglru", "classic"], typer.Option(
+               help="Reclaim of the capacity curve to read.")] = "mglru",
            host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """DRAM needed for a target iteration time, off the measured capacity curves: one curve
@@ -222,38 +225,66 @@ def sizing(target_seconds: Annotated[float, typer.Option(
     for g in r["groups"]:
         print(f"{g['id']}: {group_text(g)}")
 
-def export(fmt: Annotated[str, typer.Option("--format", help="csv or json")] = "csv",
+def export(table: Annotated[Literal["runs", "iterations", "counters", "timeline"], typer.Option(
+               "--table", help="runs: one row per run with its metrics; iterations, counters, "
+               "timeline: the per-run detail tables. Every table carries the text run id "
+               "(column run_id), as bench runs shows it.")] = "runs",
+           fmt: Annotated[Literal["csv", "json"], typer.Option(
+               "--format", help="csv (a header line, then one line per row) or json (an "
+               "array of objects).")] = "csv",
            host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
-    """Every stored run with its metrics, to stdout."""
-    from bench.store.queries import export_rows
-    rows = export_rows(_store(db), host=host, campaign=campaign)
+    """Stored results to stdout, one table at a time, for sqlite3, pandas or a spreadsheet:
+    the runs with their metrics, or a per-run detail table keyed by the text run id."""
+    from bench.store.export import export_table
+    cols, rows = export_table(_store(db), table, host=host, campaign=campaign)
     if fmt == "json":
-        return views.emit_json(rows)
-    if fmt != "csv":
-        raise InputError(f"unknown format {fmt!r}", hint="csv or json")
-    if rows:
-        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        _json_array(rows)
+        return
+    w = csv.DictWriter(sys.stdout, fieldnames=cols)
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
 
-def plot(kind: Annotated[str, typer.Argument(help="capacity, reclaim or equal-memory")],
-         out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
+
+def _json_array(rows) -> None:
+    """A JSON array written row by row (an export can be larger than memory allows at once)."""
+    import json
+    first = True
+    sys.stdout.write("[")
+    for r in rows:
+        sys.stdout.write(("\n  " if first else ",\n  ") + json.dumps(r, default=str))
+        first = False
+    sys.stdout.write("\n]\n" if not first else "]\n")
+
+def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
+         out: Annotated[Path, typer.Option("-o", "--out", help="Image file to write (its "
+                                           "suffix picks the format; none: PNG).")],
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
          db: DbOpt = None) -> None:
     """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory; one series per
     host, workload and fingerprint, one mechanism per curve. OUT's directory must exist; its
     suffix picks the format (.png, .svg, .pdf...; none: PNG)."""
     from bench.cli.outpath import output_file
-    from bench.results import plots  # matplotlib: loaded only when used
     from bench.store import queries
-    kinds = {"capacity": "capacity", "reclaim": "reclaim", "equal-memory": "equal-memory"}
-    if kind not in kinds:
-        raise InputError(f"unknown plot {kind!r}", hint="capacity, reclaim or equal-memory")
+    plots = _plots()
     plots.image_format(output_file(out, "-o"))
     store = _store(db)
     m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload)
     plots.draw(kind, m, out)
     views.say(f"wrote {out}")
+
+
+def _plots():
+    """bench.results.plots, or a clear error naming the extra when matplotlib is missing."""
+    try:
+        from bench.results import plots  # matplotlib: loaded only when used
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "matplotlib":
+            raise
+        raise BenchError("plots need matplotlib, which this install lacks",
+                         hint="install the plot extra: pip install 'bench[plot]' (from a "
+                         "checkout: pip install '.[plot]')") from None
+    return plots
 
 
 def register(app: typer.Typer) -> None:

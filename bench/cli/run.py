@@ -75,8 +75,8 @@ def run(cell: Annotated[str, typer.Argument(
             "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, "
             "else ~/.local/share/bench).")] = None,
         hosts_dir: Annotated[Optional[Path], typer.Option(
-            "--hosts-dir", help="Inventory directory (default $BENCH_HOSTS, else the "
-            "repo's hosts/).")] = None,
+            "--hosts-dir", help="Inventory directory (default $BENCH_HOSTS, else ./hosts if "
+            "it exists, else ~/.config/bench/hosts).")] = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Longest a run may take "
                                                "(seconds).")] = 6 * 3600.0,
         reconnect_timeout: Annotated[Optional[float], typer.Option(

@@ -2,24 +2,34 @@
 
 The only module that imports fabric or paramiko. Rules it enforces:
 
+- where a host is comes from ssh_config as OpenSSH users expect (bench.hosts.sshconfig): the
+  inventory's `address` is looked up like `ssh ADDRESS` would (HostName, Port, User,
+  IdentityFile, ProxyJump, ProxyCommand, HostKeyAlias; Include and Match as paramiko's
+  SSHConfig supports them), and what the inventory sets explicitly (user, port,
+  ssh.identity_file, ssh.proxy_jump) wins; defaults root and 22 apply only when neither sets
+  them. The files: the inventory's `ssh.config`, else $BENCH_SSH_CONFIG, else ~/.ssh/config and
+  /etc/ssh/ssh_config. Fabric's own ssh_config loading is off: every value it gets is resolved.
 - host keys are verified against the host's known_hosts file (inventory `ssh.known_hosts`,
-  default ~/.ssh/known_hosts) with a reject policy, for the host and for every ProxyJump hop;
-  nothing is ever added silently. An unknown key is a HostKeyError whose hint is
-  `bench hosts trust HOST`, which fetches the key, shows its SHA256 fingerprint and appends
-  it only after --yes or an interactive confirmation (`fetch_host_key`, `append_known_host`).
+  default ~/.ssh/known_hosts), read by bench.hosts.knownhosts (markers understood), for the
+  host and for every ProxyJump hop, under the name OpenSSH looks up (HostKeyAlias, or the
+  HostName, `[HostName]:Port` off port 22); nothing is ever added silently. Unknown:
+  UnknownHostKey, whose hint is `bench hosts trust HOST`. Another key pinned, of any type:
+  ChangedHostKey with both fingerprints (replace with `bench hosts trust HOST --replace OLD`).
+  A key under @revoked: RevokedHostKey. Host certificates (@cert-authority) are not verified
+  (paramiko cannot): the host's own key must be pinned, and the message says so.
 - every command is an argv, quoted element by element by bench.hosts.transport.quote_argv; an
   environment is passed as `env -- K=V argv...` (quoted too), never through the server's
   AcceptEnv and never pasted into a shell string.
-- ~/.ssh/config (or inventory `ssh.config`) is honoured by fabric for keys, ProxyJump and
-  ProxyCommand; the inventory's identity file and proxy_jump come first.
 - paramiko's connect, banner and auth timeouts come from the inventory; a command's timeout
   is CommandTimeout. Connection problems are Unreachable, refused credentials AuthError.
+- paramiko's log goes to the `bench.ssh` logger (its records at DEBUG or INFO, never higher:
+  its errors reach the caller as typed HostErrors), with what each host resolved to; nothing
+  shows unless that logger is enabled (`bench -v`).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import logging
 import os
@@ -27,120 +37,252 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from bench.errors import (AuthError, CommandFailed, CommandTimeout, HostError, HostKeyError,
-                          InputError, Unreachable)
+from bench.errors import (AuthError, BenchError, ChangedHostKey, CommandFailed, CommandTimeout,
+                          HostError, HostKeyError, InputError, RevokedHostKey, Unreachable,
+                          UnknownHostKey)
+from bench.hosts import knownhosts, sshconfig
 from bench.hosts.inventory import Host
+from bench.hosts.knownhosts import KnownHosts, Verdict
+from bench.hosts.sshconfig import Endpoint, SSHConfigError
 from bench.hosts.transport import LocalTransport, Result, Transport, quote_argv
 
-# paramiko logs every failed banner read (a rebooting host) as a traceback on stderr; its
-# errors reach the caller as typed HostErrors, so its log stays quiet.
-logging.getLogger("paramiko").addHandler(logging.NullHandler())
+log = logging.getLogger("bench.ssh")
+_paramiko_log = logging.getLogger("paramiko")
 
 
-class _UnknownHostKey(paramiko.SSHException):
-    def __init__(self, hostname: str, key: paramiko.PKey):
-        super().__init__(f"unknown host key for {hostname}")
-        self.hostname = hostname
-        self.key = key
+class _ToBenchSSH(logging.Handler):
+    """paramiko's records, re-logged on `bench.ssh` at DEBUG (INFO for its INFO and above: a
+    failed banner read while a host reboots is no error of bench's), exceptions as one line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = logging.DEBUG if record.levelno <= logging.DEBUG else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text += f" ({type(exc).__name__}: {exc})"
+        log.log(level, "%s: %s", record.name, text)
 
 
-class _Reject(paramiko.MissingHostKeyPolicy):
-    """Like paramiko.RejectPolicy, but keeps the offered key so the error can show it."""
+_paramiko_log.addHandler(_ToBenchSSH())
+_paramiko_log.propagate = False
+
+
+def _sync_logging() -> None:
+    """paramiko makes records only at the levels `bench.ssh` shows (checked per connection,
+    so `-v` set after import counts)."""
+    level = (logging.DEBUG if log.isEnabledFor(logging.DEBUG)
+             else logging.INFO if log.isEnabledFor(logging.INFO) else logging.CRITICAL + 1)
+    _paramiko_log.setLevel(level)
+
+
+_sync_logging()
+
+
+# resolution -------------------------------------------------------------------------------------
+
+_CONFIG_CACHE: dict[tuple, paramiko.SSHConfig] = {}
+
+
+def _parsed(src: sshconfig.ConfigSource, alias: str) -> paramiko.SSHConfig:
+    """paramiko's parse of the text src gives for alias (cached while the files stay)."""
+    try:
+        key = (tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in src.files), alias)
+    except OSError as exc:
+        raise SSHConfigError(f"{exc.filename}: cannot read ssh config: {exc.strerror}") from None
+    cfg = _CONFIG_CACHE.get(key)
+    if cfg is None:
+        text = sshconfig.config_text(src, alias)
+        try:
+            cfg = paramiko.SSHConfig.from_text(text)
+        except (paramiko.ssh_exception.ConfigParseError, ValueError) as exc:
+            raise SSHConfigError(f"{src.label()}: {exc}",
+                                 f"fix the file, or set {sshconfig.ENV}=none") from None
+        if len(_CONFIG_CACHE) > 256:
+            _CONFIG_CACHE.clear()
+        _CONFIG_CACHE[key] = cfg
+    return cfg
+
+
+def resolve_endpoint(host: Host) -> Endpoint:
+    """Where and as whom bench connects to an inventory host (ssh_config applied)."""
+    src = sshconfig.config_source(host.ssh.config)
+
+    def lookup(alias: str) -> Mapping:
+        cfg = _parsed(src, alias)
+        try:
+            return cfg.lookup(alias)
+        except Exception as exc:  # noqa: BLE001 - Match exec, tokens: a typed error
+            raise SSHConfigError(f"{src.label()} (host {alias}): {type(exc).__name__}: {exc}",
+                                 f"fix the file, or set {sshconfig.ENV}=none") from None
+
+    ep = sshconfig.resolve(host.address, lookup, source=src, user=host.user, port=host.port,
+                           identity_file=host.ssh.identity_file,
+                           proxy_jump=host.ssh.proxy_jump)
+    log.debug("%s: %s (ssh_config: %s, %s)", host.name, ep.describe(), src.label(), src.origin)
+    return ep
+
+
+# host keys ----------------------------------------------------------------------------------------
+
+class _KeyRefused(paramiko.SSHException):
+    def __init__(self, ep: Endpoint, verdict: Verdict):
+        super().__init__(f"host key of {ep.where}: {verdict.status}")
+        self.ep = ep
+        self.verdict = verdict
+
+
+class _Verify(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko for a key it holds nothing of that type for: the verdict of the
+    known_hosts file decides (known: accept; anything else: refuse, keeping the verdict)."""
+
+    def __init__(self, ep: Endpoint, known: KnownHosts):
+        self.ep = ep
+        self.known = known
 
     def missing_host_key(self, client, hostname, key):
-        raise _UnknownHostKey(hostname, key)
+        v = self.known.check(self.ep.key_name, key.get_name(), key.get_base64())
+        if v.status != "known":
+            raise _KeyRefused(self.ep, v)
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's SHA256 fingerprint: SHA256:<unpadded base64 of sha256(key blob)>."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+def _pkeys(ep: Endpoint, known: KnownHosts) -> list[paramiko.PKey]:
+    out = []
+    for e in known.pinned(ep.key_name):
+        try:
+            out.append(paramiko.PKey.from_type_string(e.key_type,
+                                                      base64.b64decode(e.key_b64)))
+        except Exception:  # noqa: BLE001 - a key type paramiko cannot load is never matched
+            log.debug("%s:%d: paramiko cannot load a %s key; skipped", known.path, e.line,
+                      e.key_type)
+    return out
 
 
-def known_hosts_entry(address: str, port: int) -> str:
-    return address if port == 22 else f"[{address}]:{port}"
+def _arm(client: paramiko.SSHClient, ep: Endpoint, known: KnownHosts) -> None:
+    """The client verifies ep's key: the pinned keys under paramiko's own lookup name (so it
+    asks the server for a pinned type first), the rest decided by _Verify."""
+    client.set_missing_host_key_policy(_Verify(ep, known))
+    name = knownhosts.host_name(ep.hostname, ep.port)
+    for k in _pkeys(ep, known):
+        client.get_host_keys().add(name, k.get_name(), k)
 
 
-def _trust_hint(host: Host) -> str:
+def _known(host: Host) -> KnownHosts:
+    kh = KnownHosts.load(host.known_hosts_path)
+    for line, why in kh.skipped:
+        log.debug("%s:%d: skipped (%s)", kh.path, line, why)
+    return kh
+
+
+def _key_error(host: Host, ep: Endpoint, v: Verdict) -> HostKeyError:
+    kh = host.known_hosts_path
+    typ, fp = v.offered
+    if ep.alias != host.address and v.status in ("changed", "unknown"):
+        # a ProxyJump hop: `bench hosts trust HOST` pins the host, not its hops
+        return (ChangedHostKey if v.status == "changed" else UnknownHostKey)(
+            host.name, f"key of the ProxyJump hop {ep.where} ({typ} {fp}) is "
+            + ("not pinned" if v.status == "unknown" else "NOT the one pinned")
+            + f" in {kh} as {v.name}",
+            f"check it out of band, then pin it: `ssh-keyscan -p {ep.port} {ep.hostname}` "
+            f"gives the line, written as `{v.name} {typ} KEY` in {kh} (or trust an inventory "
+            "entry for the hop)")
+    if v.status == "revoked" and v.revoked is not None:
+        return RevokedHostKey(
+            host.name, f"{ep.where} offers {typ} {fp}, which {kh}:{v.revoked.line} marks "
+            "@revoked: refused", "the host needs a new host key; a revoked key is never "
+            "accepted")
+    if v.status == "changed":
+        old = tuple(f"{e.key_type} {e.fingerprint}" for e in v.pinned)
+        return ChangedHostKey(
+            host.name, f"host key of {ep.where} does NOT match {kh}: it offers {typ} {fp}, "
+            f"{kh} pins " + ", ".join(f"{o} (line {e.line})" for o, e in zip(old, v.pinned))
+            + f" for {v.name} (possible man-in-the-middle, or the host was reinstalled)",
+            "verify the new key out of band; if the change is legitimate run `bench hosts "
+            f"trust {host.name} --replace {v.pinned[0].fingerprint}`", old=old,
+            new=f"{typ} {fp}")
+    ca = ""
+    if v.authorities:
+        ca = (f"; {kh}:{v.authorities[0].line} trusts a host certificate authority for it, "
+              "but bench (paramiko) cannot verify host certificates: pin the host's own key")
+    return UnknownHostKey(host.name, f"host key of {ep.where} is not in {kh} as {v.name} "
+                          f"({typ} {fp}){ca}", _trust_hint(host, ep))
+
+
+def _trust_hint(host: Host, ep: Endpoint) -> str:
     return (f"check the fingerprint out of band, then run `bench hosts trust {host.name}` "
-            f"(appends it to {host.known_hosts_path})")
+            f"(appends it to {host.known_hosts_path} as {ep.key_name})")
 
 
-def _config(host: Host) -> Config:
-    if host.ssh.config:
-        return Config(runtime_ssh_path=os.path.expanduser(host.ssh.config))
-    return Config()
+# connections ------------------------------------------------------------------------------------
 
-
-def _harden(conn: Connection, known_hosts: str) -> None:
-    conn.client.set_missing_host_key_policy(_Reject())
-    if os.path.exists(known_hosts):
-        conn.client.load_host_keys(known_hosts)
-    gw = conn.gateway
-    if isinstance(gw, Connection):
-        _harden(gw, known_hosts)
-
-
-def _connect_kwargs(host: Host) -> dict:
+def _connect_kwargs(host: Host, ep: Endpoint) -> dict:
     kw: dict[str, float | list[str]] = {
         "banner_timeout": host.ssh.banner_timeout, "auth_timeout": host.ssh.auth_timeout,
         "channel_timeout": host.ssh.auth_timeout}
-    if host.ssh.identity_file:
-        kw["key_filename"] = [os.path.expanduser(host.ssh.identity_file)]
+    if ep.identity_files:
+        kw["key_filename"] = list(ep.identity_files)
     return kw
 
 
-def _gateway(host: Host, config: Config):
-    """A ProxyJump chain from the inventory (hop1,hop2 with user@host:port), or None to let
-    fabric take it from ssh config (hardened afterwards)."""
-    if not host.ssh.proxy_jump:
-        return None
-    prev = None
-    for hop in host.ssh.proxy_jump.split(","):
-        kwargs = {"config": config.clone(), "connect_timeout": int(host.ssh.connect_timeout),
-                  "connect_kwargs": _connect_kwargs(host)}
-        if prev is not None:
-            kwargs["gateway"] = prev
-        prev = Connection(hop.strip(), **kwargs)
-    return prev
-
-
-def _connection(host: Host) -> Connection:
-    config = _config(host)
-    conn = Connection(host.address, user=host.user, port=host.port, config=config,
-                      gateway=_gateway(host, config),
-                      connect_timeout=max(1, int(host.ssh.connect_timeout)),
-                      connect_kwargs=_connect_kwargs(host))
-    _harden(conn, host.known_hosts_path)
+def _fabric(host: Host, ep: Endpoint, known: KnownHosts, gateway) -> Connection:
+    for f in ep.identity_files:
+        if not os.path.isfile(f):
+            raise InputError(f"{host.name}: identity file {f} does not exist",
+                             "fix ssh.identity_file in the inventory (or IdentityFile)")
+    try:
+        conn = Connection(ep.hostname, user=ep.user, port=ep.port,
+                          config=Config(ssh_config=paramiko.SSHConfig()),
+                          gateway=gateway if gateway is not None else ep.proxy_command,
+                          connect_timeout=max(1, int(host.ssh.connect_timeout)),
+                          connect_kwargs=_connect_kwargs(host, ep))
+    except ValueError as exc:
+        raise InputError(f"{host.name}: cannot connect to {ep.where}: {exc}") from None
+    _arm(conn.client, ep, known)
     return conn
 
 
-def _translate(host: Host, exc: BaseException) -> HostError:
-    """A paramiko/socket exception raised while connecting or talking -> a typed HostError."""
-    where = f"{host.user}@{host.address}:{host.port}"
-    if isinstance(exc, _UnknownHostKey):
-        return HostKeyError(host.name, f"host key of {where} is not in {host.known_hosts_path} "
-                            f"({exc.key.get_name()} {fingerprint(exc.key)})", _trust_hint(host))
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return HostKeyError(
-            host.name, f"host key of {where} does NOT match {host.known_hosts_path}: got "
-            f"{fingerprint(exc.key)}, expected {fingerprint(exc.expected_key)} (possible "
-            "man-in-the-middle, or the host was reinstalled)",
-            f"verify out of band; if the change is legitimate remove the old entry with "
-            f"`ssh-keygen -f {host.known_hosts_path} -R "
-            f"'{known_hosts_entry(host.address, host.port)}'`"
-            f" and run `bench hosts trust {host.name}`")
+def _gateway(host: Host, ep: Endpoint, known: KnownHosts) -> Connection | None:
+    """The ProxyJump chain (outermost hop first), each hop verified; None without jumps."""
+    prev = None
+    for hop in ep.jumps:
+        prev = _fabric(host, hop, known, prev)
+    return prev
+
+
+def _connection(host: Host) -> tuple[Connection, Endpoint, KnownHosts]:
+    _sync_logging()
+    ep = resolve_endpoint(host)
+    known = _known(host)
+    return _fabric(host, ep, known, _gateway(host, ep, known)), ep, known
+
+
+def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
+               known: KnownHosts | None = None) -> BenchError:
+    """A paramiko/socket exception raised while connecting or talking -> a typed error."""
+    where = ep.where if ep is not None else f"{host.user or '?'}@{host.address}"
+    if isinstance(exc, _KeyRefused):
+        return _key_error(host, exc.ep, exc.verdict)
+    if isinstance(exc, paramiko.BadHostKeyException) and ep is not None and known is not None:
+        bad = next((e for e in (ep, *ep.jumps) if e.hostname == exc.hostname), ep)
+        return _key_error(host, bad, known.check(bad.key_name, exc.key.get_name(),
+                                                 exc.key.get_base64()))
     if isinstance(exc, paramiko.AuthenticationException):
         return AuthError(host.name, f"{where} refused our credentials ({exc})",
-                         "check ssh.identity_file and the host's authorized_keys")
+                         "check ssh.identity_file (or IdentityFile in ssh_config) and the "
+                         "host's authorized_keys")
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return Unreachable(host.name, f"{where}: timed out connecting", "is the host up?")
+    if isinstance(exc, socket.gaierror):
+        return Unreachable(host.name, f"{where}: cannot resolve the name ({exc.strerror})",
+                           "is the address (or ssh_config HostName) right?")
     if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
         text = str(exc) or type(exc).__name__
         return Unreachable(host.name, f"{where}: {text}", "is the host up and sshd running?")
@@ -195,23 +337,25 @@ class SSHTransport:
         self.host = host.name
         self.entry = host
         self._conn: Connection | None = None
+        self._ep: Endpoint | None = None
+        self._known: KnownHosts | None = None
         self._lock = threading.Lock()
 
     def _open(self) -> Connection:
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn
-            conn = _connection(self.entry)
+            conn, self._ep, self._known = _connection(self.entry)
             try:
                 conn.open()
             except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
-                try:
-                    conn.close()
-                except Exception:  # noqa: BLE001 - closing a failed connection
-                    pass
-                raise _translate(self.entry, exc) from None
+                _close(conn)
+                raise self._error(exc) from None
             self._conn = conn
             return conn
+
+    def _error(self, exc: BaseException) -> BenchError:
+        return _translate(self.entry, self._ep, exc, self._known)
 
     def connect(self) -> None:
         self._open()
@@ -237,7 +381,7 @@ class SSHTransport:
             raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             self.close()
-            raise _translate(self.entry, exc) from None
+            raise self._error(exc) from None
         res = Result(self.host, tuple(argv), r.exited, r.stdout, r.stderr, time.monotonic() - t0)
         if check and r.exited != 0:
             raise CommandFailed(self.host, argv, r.exited, r.stderr)
@@ -258,10 +402,10 @@ class SSHTransport:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             raise self._io_error("get", remote, exc) from None
 
-    def _io_error(self, what: str, remote: str, exc: Exception) -> HostError:
+    def _io_error(self, what: str, remote: str, exc: Exception) -> BenchError:
         if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
             return CommandFailed(self.host, [what, remote], 1, str(exc))
-        return _translate(self.entry, exc)
+        return self._error(exc)
 
     def spawn(self, argv: Sequence[str]) -> RemoteProcess:
         """Start a long-running command; its stdin stays open until RemoteProcess.close()."""
@@ -270,16 +414,13 @@ class SSHTransport:
             chan = conn.client.get_transport().open_session()
             chan.exec_command(quote_argv(argv))
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
-            raise _translate(self.entry, exc) from None
+            raise self._error(exc) from None
         return RemoteProcess(chan)
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
-                try:
-                    self._conn.close()
-                except Exception:  # noqa: BLE001 - closing a dead connection
-                    pass
+                _close(self._conn)
                 self._conn = None
 
 
@@ -290,57 +431,104 @@ def transport_for(host: Host) -> Transport:
     return SSHTransport(host)
 
 
+def _close(conn: Connection) -> None:
+    """Close a connection and its ProxyJump chain (fabric leaves gateways open)."""
+    while isinstance(conn, Connection):
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection
+            pass
+        conn = conn.gateway
+
+
 # trust ------------------------------------------------------------------------------------------
 
-def fetch_host_key(host: Host) -> tuple[str, str, str]:
-    """Connect far enough to get the server's host key (no authentication, nothing stored):
-    (key type, base64 blob, SHA256 fingerprint). ProxyJump hops must already be trusted."""
-    config = _config(host)
-    sock = None
-    gw = _gateway(host, config)
-    t = None
+@dataclass(frozen=True)
+class HostKeyOffer:
+    """The key a host offers (fetched without authenticating) and what its known_hosts file
+    says about it under the name OpenSSH and paramiko look up (`verdict.name`)."""
+    host: str
+    endpoint: Endpoint
+    key_type: str
+    key_b64: str
+    fingerprint: str
+    known_hosts: str
+    verdict: Verdict
+
+
+def _prefer(t: paramiko.Transport, pinned: list[knownhosts.Entry]) -> None:
+    """Ask the server for a pinned key type first (as paramiko's SSHClient does), so a host
+    that has several keys offers the one trusted, and a different one means a changed key."""
+    opts = t.get_security_options()
+    want = []
+    for e in pinned:
+        for k in (["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"] if e.key_type == "ssh-rsa"
+                  else [e.key_type]):
+            if k in opts.key_types and k not in want:
+                want.append(k)
+    opts.key_types = tuple(want + [k for k in opts.key_types if k not in want])
+
+
+def _server_sock(host: Host, ep: Endpoint, gw: Connection | None):
+    if gw is not None:
+        gw.open()
+        return gw.transport.open_channel("direct-tcpip", (ep.hostname, ep.port), ("", 0))
+    if ep.proxy_command:
+        return paramiko.ProxyCommand(ep.proxy_command)
+    return socket.create_connection((ep.hostname, ep.port), timeout=host.ssh.connect_timeout)
+
+
+def fetch_host_key(host: Host) -> HostKeyOffer:
+    """Connect far enough to get the server's host key (no authentication, nothing stored),
+    through ssh_config's HostName, Port, ProxyJump or ProxyCommand as a connection would go.
+    ProxyJump hops must already be trusted."""
+    _sync_logging()
+    ep = resolve_endpoint(host)
+    known = _known(host)
+    gw = _gateway(host, ep, known)
+    sock = t = None
     try:
-        if gw is not None:
-            _harden(gw, host.known_hosts_path)
-            gw.open()
-            sock = gw.transport.open_channel("direct-tcpip", (host.address, host.port), ("", 0))
-        else:
-            sock = socket.create_connection((host.address, host.port),
-                                            timeout=host.ssh.connect_timeout)
+        sock = _server_sock(host, ep, gw)
         t = paramiko.Transport(sock)
         t.banner_timeout = host.ssh.banner_timeout
+        _prefer(t, known.pinned(ep.key_name))
         t.start_client(timeout=host.ssh.banner_timeout)
         key = t.get_remote_server_key()
     except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
-        raise _translate(host, exc) from None
+        raise _translate(host, ep, exc, known) from None
     finally:
         if t is not None:
             t.close()
         elif sock is not None:
             sock.close()
         if gw is not None:
-            gw.close()
-    return key.get_name(), key.get_base64(), fingerprint(key)
+            _close(gw)
+    typ, b64 = key.get_name(), key.get_base64()
+    return HostKeyOffer(host.name, ep, typ, b64, knownhosts.fingerprint(b64),
+                        host.known_hosts_path, known.check(ep.key_name, typ, b64))
 
 
-def known_host_status(host: Host, key_type: str, key_b64: str) -> str:
-    """'known' (this exact key is there), 'changed' (another key of this type is) or 'unknown'."""
-    path = host.known_hosts_path
-    if not os.path.exists(path):
-        return "unknown"
-    keys = paramiko.HostKeys(path)
-    entry = keys.lookup(known_hosts_entry(host.address, host.port))
-    if not entry or key_type not in entry:
-        return "unknown"
-    return "known" if entry[key_type].get_base64() == key_b64 else "changed"
+def refuse(host: Host, offer: HostKeyOffer) -> HostKeyError:
+    """The typed error a connection would raise for this offer (revoked, changed, unknown)."""
+    return _key_error(host, offer.endpoint, offer.verdict)
 
 
-def append_known_host(host: Host, key_type: str, key_b64: str) -> str:
-    """Append one line to the host's known_hosts file (created 0600 if missing); returns it."""
-    path = Path(host.known_hosts_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = f"{known_hosts_entry(host.address, host.port)} {key_type} {key_b64}\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a") as fh:
-        fh.write(line)
-    return line
+def pin_host_key(offer: HostKeyOffer, replace: str | None = None) -> str:
+    """Write the offered key to known_hosts under its lookup name: appended when nothing is
+    pinned; with `replace` (the SHA256 fingerprint of a pinned key) that key is replaced.
+    Returns the line written. A revoked key is never written."""
+    v = offer.verdict
+    if v.status == "revoked":
+        raise InputError(f"{offer.host}: a revoked key is never pinned")
+    if replace is None:
+        if v.status != "unknown":
+            raise InputError(f"{offer.host}: {v.name} already has pinned keys; "
+                             "--replace OLD_FINGERPRINT names the one to replace")
+        return knownhosts.append(offer.known_hosts, v.name, offer.key_type, offer.key_b64)
+    old = [e for e in v.pinned if e.fingerprint == replace]
+    if not old:
+        pinned = ", ".join(e.describe() for e in v.pinned) or "nothing"
+        raise InputError(f"{offer.host}: --replace {replace} is not a key pinned for {v.name} "
+                         f"in {offer.known_hosts} (pinned: {pinned})",
+                         "copy the old fingerprint from the refusal message")
+    return knownhosts.replace(offer.known_hosts, v.name, old, offer.key_type, offer.key_b64)

@@ -15,7 +15,9 @@ def hosts_table(hosts: Sequence[dict]) -> LiteralTable:
         t.add_column(col)
     for h in hosts:
         r = h["reboot"]
-        addr = "-" if h["transport"] == "local" else f"{h['user']}@{h['address']}:{h['port']}"
+        addr = "-" if h["transport"] == "local" else (
+            (f"{h['user']}@" if h.get("user") else "") + str(h["address"])
+            + (f":{h['port']}" if h.get("port") else ""))
         t.add_row(h["name"], h["transport"], addr,
                   " ".join(f"{k}={v}" for k, v in h["tags"].items()) or "-",
                   size_text(h.get("mem_total")), size_text(h.get("mem_floor")),

@@ -8,18 +8,28 @@ as markup: a `str` handed to say(), to a LiteralTable (cells, headers, title, ca
 compose() is literal (no rich markup, no :emoji: codes), and visible() shows every control
 character as an escape (`\\x1b`), so nothing a host wrote can move the cursor, set a title,
 hide text or open a link in the terminal. Bench's own styling goes in as rich Text:
-styled(text, style) or compose(("warning:", "yellow"), " ", message)."""
+styled(text, style) or compose(("warning:", "yellow"), " ", message).
+
+Tables never cut a number or an id (print_table): in a terminal a LiteralTable wraps text
+cells at spaces (headers may abbreviate), but each column is at least as wide as the longest word
+(a run id, a number, a cell name) of its cells; a table that cannot fit even so is printed
+wider than the terminal, never cropped. When stdout is not a terminal (a pipe, a file) a
+table prints whole, as wide as its content (no ellipsis, no 80-column cut), so
+`bench runs | grep ID` finds the id; `--json` is the format for programs."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Union
 
-from rich.console import Console, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.style import StyleType
@@ -30,6 +40,13 @@ from bench.units import format_size
 
 console = Console()
 err_console = Console(stderr=True)
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """`bench -q`: say() prints nothing (errors are printed by the CLI, not through say)."""
+    global _quiet
+    _quiet = quiet
 
 
 # C0 and C1 controls and DEL (tab and newline apart), the Unicode marks that reorder or hide
@@ -100,17 +117,48 @@ class LiteralTable(Table):
         super().add_row(*(lit(r) if isinstance(r, str) else r for r in renderables),
                         style=style, end_section=end_section)
 
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        """Rendered with no word of a cell cut: every column at least as wide as the longest
+        word of its cells (ids and numbers are one word), text wrapping at spaces (a header
+        longer than its column may end in an ellipsis); wider than `options` when it must."""
+        for col in self.columns:
+            if col.width is None:
+                words = [longest_word(c) for c in col.cells]
+                col.min_width = max([col.min_width or 0, *words])
+        yield from super().__rich_console__(console, options)
+
+
+def longest_word(cell: RenderableType) -> int:
+    """Cells of the longest whitespace-free run of a text cell (0 for other renderables)."""
+    plain = cell.plain if isinstance(cell, Text) else cell if isinstance(cell, str) else ""
+    return max((cell_len(w) for w in plain.split()), default=0)
+
 
 def emit_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def print_table(table: Table) -> None:
-    console.print(table)
+def print_table(table: RenderableType) -> None:
+    """A table (or a group of them) on stdout, never cut (module doc): in a terminal as wide
+    as it fits (wider when its words need it, never cropped); to a pipe or a file as wide as
+    its content."""
+    if console.is_terminal:
+        console.print(table, crop=False)
+        return
+    natural = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    width = console.width
+    try:
+        console.width = max(width, natural)
+        console.print(table, crop=False)
+    finally:
+        console.width = width
 
 
 def say(message: str | Text) -> None:
-    """A message on stderr: a str is literal text (visible()), a Text keeps bench's styling."""
+    """A message on stderr: a str is literal text (visible()), a Text keeps bench's styling.
+    Silent under `bench -q`."""
+    if _quiet:
+        return
     text = lit(message) if isinstance(message, str) else message
     err_console.print(err_console.highlighter(text))
 
@@ -119,6 +167,22 @@ def show(message: str | Text) -> None:
     """say() on stdout."""
     text = lit(message) if isinstance(message, str) else message
     console.print(console.highlighter(text))
+
+
+class LogHandler(logging.Handler):
+    """Log records on stderr, one line each, as literal text: `bench.ssh: message` (a
+    record's text often quotes a host: control characters show as escapes, never markup)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                msg += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+            level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+            err_console.print(compose((f"{record.name}:", "dim"), f" {level}",
+                                      visible(msg, lines=False)), soft_wrap=True)
+        except Exception:  # noqa: BLE001 - logging must never raise into the code that logs
+            self.handleError(record)
 
 
 @contextmanager

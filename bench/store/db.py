@@ -1,9 +1,19 @@
 """Open the results database: resolve its URL, bring it to the migrations' head or refuse it.
 
-URL: `--db URL`, else $BENCH_DB, else a SQLite file $XDG_DATA_HOME/bench/bench.db
-(~/.local/share/bench/bench.db). SQLite runs with WAL and foreign keys on; PostgreSQL URLs
-(postgresql+psycopg://...) run the same code. Every database bench opens is upgraded to head,
-or refused when it is not a bench database or is newer than this bench's migrations.
+Where: `--db`, else $BENCH_DB, else a SQLite file $XDG_DATA_HOME/bench/bench.db
+(~/.local/share/bench/bench.db). Either is a URL (`sqlite:////abs/x.db`,
+`postgresql+psycopg://user@host/db`; `postgresql://` and `postgres://` mean psycopg) or, without
+`://`, the path of a SQLite file (`/tmp/x.db`, `./x.db`, `~/x.db`). SQLite runs with WAL and
+foreign keys on; PostgreSQL (the `postgres` extra: `pip install 'bench[postgres]'`) runs the
+same code.
+
+Writers and readers: a command that stores results (open_store(write=True): campaigns, runs,
+ingest, `bench db upgrade`) creates the database when it is new and upgrades it to head; a
+command that only reads (write=False: runs, results, compare, export, campaigns, watch, ...)
+never creates nor migrates one: a missing SQLite file, an empty database or one at an older
+revision is a StoreError naming the fix (`bench db upgrade`), and the file is left as it was
+(absent stays absent). Both refuse what is not a bench database (a foreign schema, a file that
+is not SQLite at all, a revision newer than this bench's migrations) with one line.
 
 Several bench processes may open one database at once (a campaign, `bench watch`, a second
 controller, `bench ingest`): reading the schema revision and upgrading it happen under one
@@ -44,7 +54,7 @@ from sqlalchemy import (CursorResult, Result, create_engine, event, inspect, lit
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bench.errors import BenchError, InputError
@@ -111,6 +121,23 @@ def default_url() -> str:
     if os.environ.get("BENCH_DB"):
         return os.environ["BENCH_DB"]
     return f"sqlite:///{bench_home() / 'bench.db'}"
+
+
+def resolve_url(db: str | None = None) -> str:
+    """The URL of `db` (--db's text: a URL, or a SQLite file's path), default_url() for None.
+    A path becomes sqlite:/// and its absolute path (`~` expanded)."""
+    text = db or default_url()
+    if "://" in text:
+        return text
+    if not text.strip():
+        raise InputError("--db is empty", hint="give a path (./bench.db) or a URL")
+    return f"sqlite:///{Path(text).expanduser().absolute()}"
+
+
+# backends bench runs on, and the driver a bare scheme means
+_BACKENDS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg",
+             "postgres": "postgresql+psycopg"}
+URL_EXAMPLES = "a path (./bench.db), sqlite:////abs/bench.db or postgresql+psycopg://user@host/db"
 
 
 def _private_sqlite(path: Path) -> None:
@@ -201,24 +228,57 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
             os.close(fd)            # releases the flock
 
 
-def make_engine(url: str | None = None) -> Engine:
-    url = url or default_url()
+def _parse_url(url: str):
     try:
         u = make_url(url)
-    except ArgumentError:
-        raise InputError(f"database URL {url!r} is not a URL",
-                         hint="e.g. sqlite:////path/bench.db or "
-                              "postgresql+psycopg://user@host/db") from None
-    if u.drivername.startswith("sqlite") and u.database and u.database != ":memory:" \
-            and not u.database.startswith("file:"):
-        _private_sqlite(Path(u.database).expanduser())
+    except (ArgumentError, ValueError):         # ValueError: a port that is not a number
+        raise InputError(f"database {url!r} is neither a path nor a URL",
+                         hint=f"give {URL_EXAMPLES}") from None
+    backend, _, driver = u.drivername.partition("+")
+    if backend not in _BACKENDS:
+        raise InputError(f"database URL {u.render_as_string()!r}: bench stores results in "
+                         f"SQLite or PostgreSQL, not {backend!r}", hint=f"give {URL_EXAMPLES}")
+    if not driver and backend != "sqlite":
+        u = u.set(drivername=_BACKENDS[backend])
+    return u
+
+
+def _sqlite_file(u) -> Path | None:
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:" \
+            or u.database.startswith("file:"):
+        return None
+    return Path(u.database).expanduser()
+
+
+def _existing_sqlite(path: Path) -> None:
+    """A reader's SQLite file: it must exist and be a file (never created here)."""
+    if not path.exists():
+        raise StoreError(f"no database at {path}",
+                         hint="run a campaign (or `bench db upgrade --db PATH` to make an "
+                              "empty one), or point --db / BENCH_DB at your database")
+    if not path.is_file():
+        raise StoreError(f"{path} is not a database file (a directory?)",
+                         hint="point --db at a SQLite file")
+    for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
+        tighten(path.with_name(path.name + suffix), PRIVATE_FILE)
+
+
+def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine for `url` (resolve_url: a URL or a SQLite path; None: the default).
+    create=False (readers): a SQLite file must already exist; nothing is created."""
+    u = _parse_url(resolve_url(url))
+    path = _sqlite_file(u)
+    if path is not None:
+        (_private_sqlite if create else _existing_sqlite)(path)
     try:
         engine = create_engine(u, future=True)
     except (NoSuchModuleError, ImportError) as exc:
-        raise StoreError(f"no driver for {u.drivername}: {exc}",
-                         hint="install psycopg[binary] for postgresql+psycopg:// URLs") from None
+        hint = ("install the postgres extra: pip install 'bench[postgres]' (from a "
+                "checkout: pip install '.[postgres]')"
+                if u.get_backend_name() == "postgresql" else f"give {URL_EXAMPLES}")
+        raise StoreError(f"no driver for {u.drivername}: {exc}", hint=hint) from None
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_pragmas if create else _sqlite_reader_pragmas)
     return engine
 
 
@@ -226,6 +286,15 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_reader_pragmas(dbapi_conn, _record) -> None:
+    """A reader's connection: no journal_mode (a database bench made is WAL already, and
+    setting it would write a header into an empty file)."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
@@ -251,11 +320,16 @@ def check(engine: Engine) -> str | None:
 
 @contextmanager
 def _opening(engine: Engine) -> Iterator[None]:
+    """DBAPI errors while opening (unreachable server, unreadable file, a file that is not
+    SQLite: "file is not a database") as one StoreError line."""
     try:
         yield
-    except OperationalError as exc:
+    except DBAPIError as exc:
+        first = (str(exc.orig).strip().splitlines() or ["?"])[0]
+        hint = ("point --db at a bench database, or a new file for a new one"
+                if "not a database" in first else None)
         raise StoreError(f"cannot open the database {engine.url.render_as_string()}: "
-                         f"{exc.orig}") from None
+                         f"{first}", hint=hint) from None
 
 
 def _check(engine: Engine, conn: Connection) -> str | None:
@@ -288,15 +362,33 @@ class Store:
         self.engine.dispose()
 
 
-def open_store(url: str | None = None, *, upgrade_schema: bool = True) -> Store:
-    """Open (and by default upgrade) the database; refuse it when it cannot be brought to head."""
-    engine = make_engine(url)
-    if upgrade_schema:
-        upgrade(engine)
-    elif check(engine) != head_revision():
-        raise StoreError(f"database {engine.url.render_as_string()} is not at the schema head",
-                         hint="run `bench db upgrade`")
+def open_store(url: str | None = None, *, write: bool = True) -> Store:
+    """Open the database. write=True (a command that stores): create it when new and upgrade
+    it to head. write=False (a reader): it must exist at head; never created nor migrated
+    (module doc). Refused, either way, when it is not a bench database."""
+    engine = make_engine(url, create=write)
+    try:
+        if write:
+            upgrade(engine)
+        else:
+            require_head(engine)
+    except BaseException:
+        engine.dispose()
+        raise
     return Store(engine, sessionmaker(engine, expire_on_commit=False))
+
+
+def require_head(engine: Engine) -> str:
+    """The revision of a database a reader may use: at head; else a StoreError with the fix."""
+    where = engine.url.render_as_string()
+    cur, head = check(engine), head_revision()
+    if cur is None:
+        raise StoreError(f"{where} holds no bench results yet (an empty database)",
+                         hint="run a campaign, or `bench db upgrade` to give it the schema")
+    if cur != head:
+        raise StoreError(f"{where} is at schema revision {cur}, older than this bench's "
+                         f"{head}", hint="run `bench db upgrade` (add --db as here)")
+    return cur
 
 
 def _revision(message: str) -> None:

@@ -59,7 +59,8 @@ def test_memory_sizes_decimal_or_binary_and_written_back_canonical(tmp_path):
 
 def test_good_file(tmp_path):
     h = load_host_file(write(tmp_path, GOOD))
-    assert (h.name, h.port, h.user, h.reboot.method, h.pool_dir) == ("h1", 22, "root", "kexec",
+    # port and user unset: ssh_config's Port/User apply, else 22/root (tests/unit/test_ssh_resolve)
+    assert (h.name, h.port, h.user, h.reboot.method, h.pool_dir) == ("h1", None, None, "kexec",
                                                                      "/data/pool")
 
 
