@@ -9,11 +9,15 @@ hostrunner/ (agents/README.md lists its modules). Writes the run bundle of docs/
     python3 runner.py status RUN_ID --work-dir DIR             -> status.json (+ "live")
     python3 runner.py wait   RUN_ID --work-dir DIR [--timeout S]
     python3 runner.py stop   RUN_ID --work-dir DIR             -> SIGTERM to the runner
-    python3 runner.py pool   --dir D --layers L --experts E --expert-bytes S
-                             [--seed N] [--template T]         -> {"ok","status",...}
+    python3 runner.py pool   --dir D | --root POOL_DIR --layers L --experts E
+                             --expert-bytes S [--seed N] [--template T] -> {"ok","status",...}
+    python3 runner.py pools  --root POOL_DIR --work-dir DIR    -> {"ok","root","pools":[...]}
+    python3 runner.py pool-rm KEY --root POOL_DIR --work-dir DIR -> {"ok","key","removed",...}
 
 Exit codes: 0 ok (started, re-attached, done; pool made, resumed or present), 1 run failed /
-runner error, 2 bad spec or usage, 3 wait timed out or pool refused. `--work-dir` defaults to
+runner error, 2 bad spec or usage, 3 wait timed out or pool refused (or not removed: no such
+pool, or a live run reads it). `--root` pools live in `<root>/<L>x<E>x<S>-s<seed>/`
+(hostrunner/poolstore.py). `--work-dir` defaults to
 $BENCH_WORK_DIR, else /var/lib/bench.
 
 Files under work_dir: runs/<run_id>/ (the bundle), host.lock (flock, held for a whole run),

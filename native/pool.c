@@ -65,10 +65,105 @@ static int manifest_member(void *vctx, const char *key, enum jtype t, const char
 	return 0;
 }
 
+/* What a non-regular file is, for the one-line reason. */
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ?
+	       "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" :
+	       S_ISLNK(m) ? "a symbolic link" : "not a regular file";
+}
+
+/* Open a pool file for checking: never following a symlink in its last component and never
+ * blocking (a FIFO would block an O_RDONLY open until a writer came), then fstat: a file that
+ * is not regular (a symlink to /dev/zero, a FIFO, a directory) is refused with its kind.
+ * Returns the fd (O_NONBLOCK cleared again) or -errno with the reason set. */
+static int open_regular(int dirfd, const char *rel, const char *what, const char *shown,
+			int flags, struct stat *st, char *reason, size_t rlen)
+{
+	int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | flags);
+	int ret;
+
+	if (fd < 0) {
+		ret = -errno;
+		if (ret == -EINVAL && (flags & O_DIRECT)) {
+			/* open(2): "The filesystem does not support the O_DIRECT flag" */
+			set_reason(reason, rlen, "O_DIRECT is not supported on the pool's filesystem "
+				   "(open of %s: EINVAL)", shown);
+			return -EOPNOTSUPP;
+		}
+		if (ret == -ELOOP)
+			set_reason(reason, rlen, "%s %s is a symbolic link, not a regular file",
+				   what, shown);
+		else
+			set_reason(reason, rlen, "cannot open %s %s: %s", what, shown, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, st)) {
+		ret = -errno;
+		set_reason(reason, rlen, "fstat %s: %s", shown, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		set_reason(reason, rlen, "%s %s is %s, not a regular file", what, shown,
+			   file_kind(st->st_mode));
+		close(fd);
+		return -EINVAL;
+	}
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) {
+		ret = -errno;
+		set_reason(reason, rlen, "fcntl %s: %s", shown, strerror(-ret));
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+/* pool.json, checked as open_regular does, read whole into text (at most cap - 1 bytes). */
+static int read_manifest_text(const char *dir, char *text, size_t cap, char *reason, size_t rlen)
+{
+	char shown[PATH_MAX + 16];
+	struct stat st;
+	size_t got = 0;
+	int fd, ret = 0;
+
+	snprintf(shown, sizeof(shown), "%s/pool.json", dir);
+	fd = open_regular(AT_FDCWD, shown, "pool manifest", shown, 0, &st, reason, rlen);
+	if (fd < 0) {
+		if (fd != -EINVAL && fd != -ELOOP)
+			set_reason(reason, rlen, "pool %s: cannot read pool.json: %s", dir,
+				   strerror(-fd));
+		return fd;
+	}
+	if ((uint64_t)st.st_size >= cap) {
+		set_reason(reason, rlen, "pool %s: pool.json is larger than %zu bytes", dir, cap - 1);
+		close(fd);
+		return -EFBIG;
+	}
+	while (got < cap - 1) {
+		ssize_t n = read(fd, text + got, cap - 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			set_reason(reason, rlen, "pool %s: cannot read pool.json: %s", dir,
+				   strerror(-ret));
+			break;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	text[got] = '\0';
+	close(fd);
+	return ret;
+}
+
 int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rlen)
 {
 	struct manifest_ctx c = { .p = p, .reason = reason, .rlen = rlen };
-	char path[PATH_MAX + 16], text[65536], probe[PATH_MAX];
+	char text[65536], probe[PATH_MAX];
 	int ret;
 
 	memset(p, 0, sizeof(*p));
@@ -78,12 +173,9 @@ int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rle
 		return -ENAMETOOLONG;
 	}
 	strcpy(p->dir, dir);
-	snprintf(path, sizeof(path), "%s/pool.json", dir);
-	ret = read_text_file(path, text, sizeof(text), NULL);
-	if (ret) {
-		set_reason(reason, rlen, "pool %s: cannot read pool.json: %s", dir, strerror(-ret));
+	ret = read_manifest_text(dir, text, sizeof(text), reason, rlen);
+	if (ret)
 		return ret;
-	}
 	reason[0] = '\0';
 	ret = json_scan_object(text, manifest_member, &c);
 	if (ret) {
@@ -233,9 +325,11 @@ static uint64_t ra_window_of(dev_t dev)
 	return best;
 }
 
+/* A read's descriptor in the per-read strategy (checked by open_regular up front): never
+ * through a symlink swapped in since. */
 static int open_one(const struct pool *p, const char *rel, int *out)
 {
-	int fd = openat(p->dirfd, rel, O_RDONLY | O_CLOEXEC | p->open_flags);
+	int fd = openat(p->dirfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | p->open_flags);
 	int ret;
 
 	if (fd < 0)
@@ -325,24 +419,19 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 
 		pool_expert_path(p, layer, expert, path, sizeof(path));
 		rel = path + dlen; /* openat on the pool directory: no repeated walk of its path */
-		ret = open_one(p, rel, &fd);
-		if (ret == -EINVAL && (open_flags & O_DIRECT)) {
-			/* open(2): "The filesystem does not support the O_DIRECT flag" */
-			set_reason(reason, rlen,
-				   "O_DIRECT is not supported on the pool's filesystem (open of %s: "
-				   "EINVAL)", path);
-			ret = -EOPNOTSUPP;
+		fd = open_regular(p->dirfd, rel, "expert file", path, open_flags, &st, reason, rlen);
+		if (fd < 0) {
+			ret = fd;
 			goto fail;
 		}
-		if (ret) {
-			set_reason(reason, rlen, "cannot open expert file %s: %s", path, strerror(-ret));
-			goto fail;
-		}
-		if (fstat(fd, &st)) {
-			ret = -errno;
-			set_reason(reason, rlen, "fstat %s: %s", path, strerror(-ret));
-			close(fd);
-			goto fail;
+		if (p->fadv && !p->per_read) {
+			ret = posix_fadvise(fd, 0, 0, p->fadv);
+			if (ret) {
+				set_reason(reason, rlen, "posix_fadvise %s: %s", path, strerror(ret));
+				close(fd);
+				ret = -ret;
+				goto fail;
+			}
 		}
 		if (i == 0) {
 			p->ra_window = ra_window_of(st.st_dev);
@@ -372,7 +461,7 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 		} else {
 			p->fds[i] = fd;
 		}
-		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != p->expert_bytes) {
+		if ((uint64_t)st.st_size != p->expert_bytes) {
 			ret = -EINVAL;
 			set_reason(reason, rlen, "expert file %s has %lld bytes, pool says %llu", path,
 				   (long long)st.st_size, (unsigned long long)p->expert_bytes);

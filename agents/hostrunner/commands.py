@@ -21,14 +21,14 @@ import time
 from types import FrameType
 from typing import Any
 
-from . import poolfmt
+from . import poolfmt, poolstore
 from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
 from .cleanup import clean_record, new_report
 from .errors import SpecError
 from .files import (PRIVATE_DIR, PRIVATE_FILE, now_iso, read_or_none, read_text, write_atomic,
                     write_json)
 from .locks import lock_path, start_lock, try_lock
-from .poolwriter import write_pool
+from .poolwriter import write_keyed, write_pool
 from .progress import read_progress
 from .run import Run
 from .spec import valid_run_id, validate_spec
@@ -246,7 +246,19 @@ def cmd_stop(a: argparse.Namespace) -> int:
 
 
 def cmd_pool(a: argparse.Namespace) -> int:
-    res, rc = write_pool(a.dir, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
+    if a.root is not None:
+        res, rc = write_keyed(a.root, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
+    else:
+        res, rc = write_pool(a.dir, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
+    return out(res, rc)
+
+
+def cmd_pools(a: argparse.Namespace) -> int:
+    return out(poolstore.list_pools(a.root, os.path.abspath(a.work_dir)))
+
+
+def cmd_pool_rm(a: argparse.Namespace) -> int:
+    res, rc = poolstore.remove_pool(a.root, a.key, os.path.abspath(a.work_dir))
     return out(res, rc)
 
 
@@ -264,13 +276,23 @@ def parser() -> argparse.ArgumentParser:
         if name == "wait":
             s.add_argument("--timeout", type=float, default=None)
     s = sub.add_parser("pool", help="make, resume or find an expert pool (docs/formats.md)")
-    s.add_argument("--dir", required=True)
+    where = s.add_mutually_exclusive_group(required=True)
+    where.add_argument("--dir", help="the pool directory itself")
+    where.add_argument("--root", help="the host's pool_dir: the pool goes into its keyed "
+                       "directory <root>/<L>x<E>x<S>-s<seed>")
     s.add_argument("--layers", type=int, required=True)
     s.add_argument("--experts", type=int, required=True)
     s.add_argument("--expert-bytes", type=int, required=True)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--template", default=poolfmt.DEFAULT_PATH)
     s.add_argument("--work-dir", default=wd, help="accepted like the other commands; unused")
+    s = sub.add_parser("pools", help="list the pools under the host's pool_dir")
+    s.add_argument("--root", required=True)
+    s.add_argument("--work-dir", default=wd)
+    s = sub.add_parser("pool-rm", help="remove one pool (refused while a live run reads it)")
+    s.add_argument("key")
+    s.add_argument("--root", required=True)
+    s.add_argument("--work-dir", default=wd)
     return p
 
 
@@ -279,5 +301,5 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(a, "run_id", None) is not None and not valid_run_id(a.run_id):
         return out({"ok": False, "reason": f"bad run id {a.run_id!r}"}, EXIT_USAGE)
     commands = {"start": cmd_start, "status": cmd_status, "wait": cmd_wait, "stop": cmd_stop,
-                "pool": cmd_pool}
+                "pool": cmd_pool, "pools": cmd_pools, "pool-rm": cmd_pool_rm}
     return commands[a.cmd](a)

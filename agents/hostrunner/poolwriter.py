@@ -7,8 +7,14 @@ sparse or compressible) and renamed. pool.json says complete: false from the fir
 and complete: true only once every file is there and synced. A directory holding a different
 pool, an unreadable pool.json, or anything non-empty without a pool.json is refused untouched.
 
+Each file's sampled blocks (poolfmt.sample_offsets) are hashed after it is written (or kept):
+pool.sums holds one digest per file and pool.json names it with its sha256, so `bench pool
+check` can verify content, not only sizes. write_keyed puts the pool in its keyed directory
+under the host's pool_dir (`<pool_dir>/<L>x<E>x<S>-s<seed>`), so several shapes coexist.
+
 The answer is one JSON object, as the controller's ensure_pool reads it:
   {"ok": true, "status": "made"|"resumed"|"present", "written", "kept", "bytes", "seconds"}
+  (write_keyed adds "dir" and "key", and "migrated" when it moved an old-layout pool)
   {"ok": false, "reason": ..., ["have": {...}]} with exit code 3 for a refusal, or 2 for
   arguments no pool can have (geometry, template)."""
 
@@ -19,7 +25,7 @@ import os
 import time
 from typing import Any
 
-from . import poolfmt
+from . import poolfmt, poolstore
 
 CHUNK = 8 << 20
 REFUSED = 3
@@ -71,7 +77,7 @@ def write_pool(d: str, layers: int, experts: int, expert_bytes: int, seed: int =
                template: str = poolfmt.DEFAULT_PATH) -> tuple[dict[str, Any], int]:
     """Make, resume or find the pool; returns (the JSON answer, the exit code)."""
     problem = poolfmt.geometry_problem(layers, experts, expert_bytes) \
-        or poolfmt.template_problem(template)
+        or poolfmt.template_problem(template) or poolfmt.seed_problem(seed)
     if problem:
         return {"ok": False, "reason": problem}, USAGE
     t0 = time.monotonic()
@@ -82,18 +88,49 @@ def write_pool(d: str, layers: int, experts: int, expert_bytes: int, seed: int =
     os.makedirs(d, exist_ok=True)
     poolfmt.write_manifest(d, want, complete=False)
     written = kept = 0
-    for layer in range(layers):
-        for expert in range(experts):
-            p = os.path.join(d, poolfmt.relpath(template, layer, expert))
-            head = poolfmt.expert_header(layer, expert, expert_bytes, seed)
-            if poolfmt.file_complete(p, head, expert_bytes):
-                kept += 1
-            else:
-                write_expert(p, head, expert_bytes)
-                written += 1
+    sums_out = poolfmt.SumsWriter(d)
+    try:
+        for layer in range(layers):
+            for expert in range(experts):
+                p = os.path.join(d, poolfmt.relpath(template, layer, expert))
+                head = poolfmt.expert_header(layer, expert, expert_bytes, seed)
+                if poolfmt.file_complete(p, head, expert_bytes):
+                    kept += 1
+                else:
+                    write_expert(p, head, expert_bytes)
+                    written += 1
+                sums_out.add(poolfmt.sample_digest(p, layer, expert, expert_bytes, seed))
+    except BaseException:           # interrupted anyhow: drop the partial pool.sums, re-raise
+        sums_out.abandon()
+        raise
+    sums = sums_out.close()
     os.sync()
-    poolfmt.write_manifest(d, want, complete=True)
+    poolfmt.write_manifest(d, dict(want, sums=poolfmt.sums_entry(sums)), complete=True)
     os.sync()
     return {"ok": True, "status": "made" if not kept else "resumed", "written": written,
             "kept": kept, "bytes": layers * experts * expert_bytes,
             "seconds": round(time.monotonic() - t0, 3)}, 0
+
+
+def write_keyed(root: str, layers: int, experts: int, expert_bytes: int, seed: int = 0,
+                template: str = poolfmt.DEFAULT_PATH) -> tuple[dict[str, Any], int]:
+    """The pool of this shape and seed under the host's pool_dir `root`, in its keyed
+    directory `<root>/<L>x<E>x<S>-s<seed>` (made, resumed or found). A pool of the old
+    layout (pool.json right in root) is first moved into its own keyed directory. The answer
+    names the directory (`dir`) and the key."""
+    problem = poolfmt.geometry_problem(layers, experts, expert_bytes) \
+        or poolfmt.template_problem(template) or poolfmt.seed_problem(seed)
+    if problem:
+        return {"ok": False, "reason": problem}, USAGE
+    if not os.path.isabs(root):
+        return {"ok": False, "reason": "pool root %r is not an absolute path" % root}, USAGE
+    os.makedirs(root, exist_ok=True)
+    moved = poolstore.migrate_old_layout(root)
+    if moved.get("ok") is False:
+        return moved, REFUSED
+    d = poolfmt.keyed_dir(root, layers, experts, expert_bytes, seed)
+    res, rc = write_pool(d, layers, experts, expert_bytes, seed, template)
+    res.update(dir=d, key=os.path.basename(d))
+    if moved.get("migrated"):
+        res["migrated"] = moved
+    return res, rc

@@ -1,12 +1,17 @@
 """`bench matrix list|show` and `bench schedule --dry-run`: matrices and the campaign plan.
 
-`--dry-run` is planning only: nothing touches a host; the plan comes from the inventory files, the
-matrix and the seed. Without it the campaign is created in the store and run by the executor
-(bench.execute.campaign); `bench resume`, `bench campaigns` and `bench watch` continue, list and
-follow campaigns (watch reads the database only)."""
+Both probe every named host first (read-only, in parallel; bench.execute.campaign.preflight:
+facts younger than --facts-max-age are reused, `--facts FILE` hands them in for a dry run) and
+plan with those facts as data: the cells a host cannot run are skipped with the reason, a plan
+with no run is an error (exit 2), an unreachable host stops the command before anything is
+written. `--dry-run` writes nothing (but the facts cache); the plan comes from the inventory
+files, the facts, the matrix and the seed. Without it the campaign is created in the store and
+run by the executor (bench.execute.campaign); `bench resume`, `bench campaigns` and `bench
+watch` continue, list and follow campaigns (watch reads the database only)."""
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 import time as _time
@@ -15,7 +20,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from bench.cli import campaigns
 from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt
+from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
 
 matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
@@ -57,20 +64,68 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
-               campaign: str | None = None, scale: str | None = None):
-    """(plan, expansion, matrix) for a matrix on inventory hosts; pure apart from reading files."""
+               campaign: str | None = None, scale: str | None = None,
+               facts: dict[str, dict] | None = None):
+    """(plan, expansion, matrix) for a matrix on inventory hosts, with their probed facts as
+    data when given (bench.execute.campaign.preflight gets them); pure apart from reading
+    files."""
     from bench.hosts.inventory import load_inventory, select
     from bench.matrix.expand import expand
     from bench.matrix.load import load_matrix
     from bench.matrix.schedule import HostState, schedule
     m = load_matrix(matrix, scale)
     hosts = select(load_inventory(hosts_dir), host_names)
-    exp = expand(m, hosts)
-    plan = schedule(exp.requests, [HostState.from_host(h) for h in hosts], seed,
+    exp = expand(m, hosts, facts)
+    plan = schedule(exp.requests, [HostState.from_facts(h, (facts or {}).get(h.name))
+                                   for h in hosts], seed,
                     campaign=campaign or f"{m.name}-s{seed}", randomize=m.randomize,
                     interleave=m.interleave, run_seconds=m.run_seconds,
                     reboot_seconds=m.reboot_seconds)
     return plan, exp, m
+
+
+def _preflight(matrix: str, scale: str | None, names: list[str] | None,
+               hosts_dir: Path | None, data_dir: Path | None, dry_run: bool,
+               facts_file: Path | None, max_age: float, json_out: bool):
+    """The matrix and inventory checked (bad input first), then every named host's facts
+    (bench.execute.campaign.preflight): HostsUnreachable before anything is written."""
+    from bench.execute.campaign.preflight import facts_note, host_facts, load_facts_file
+    from bench.hosts.inventory import load_inventory, select
+    from bench.matrix.load import load_matrix
+    from bench.paths import default_data_dir
+    if facts_file is not None and not dry_run:
+        raise InputError("--facts is for --dry-run only",
+                         hint="a campaign probes its hosts itself (facts younger than "
+                              "--facts-max-age are reused)")
+    if not math.isfinite(max_age) or max_age < 0:
+        raise InputError(f"--facts-max-age must be a finite number of seconds, 0 or more; "
+                         f"got {max_age:g}", hint="0 probes every host anew")
+    load_matrix(matrix, scale)
+    hosts = select(load_inventory(hosts_dir), names)
+    given = load_facts_file(facts_file) if facts_file is not None else None
+    hf = host_facts(hosts, data_dir=data_dir or default_data_dir(), dry_run=dry_run,
+                    max_age_s=max_age, given=given)
+    if not json_out:
+        views.say(facts_note(hf))
+    return hosts, hf
+
+
+def _refuse_empty(plan, exp, m) -> None:
+    """A plan with no run is an error (exit 2) saying why each cell was skipped."""
+    if plan.runs:
+        return
+    why = "; ".join(exp.skip_reasons()) or "the matrix has no cell"
+    raise InputError(f"matrix {m.name} plans no run on {', '.join(h.host for h in plan.hosts)}: "
+                     f"{why}", hint="`bench hosts probe HOST` shows what each host has; choose "
+                                    "cells these hosts can run, or hosts that can run them")
+
+
+FactsOpt = Annotated[Optional[Path], typer.Option(
+    "--facts", help="With --dry-run: host facts from this file (`bench hosts probe --json > "
+                    "FILE`) instead of probing those hosts.")]
+FactsAgeOpt = Annotated[float, typer.Option(
+    "--facts-max-age", help="Reuse a host's facts probed this many seconds ago or less (0: "
+                            "always probe).")]
 
 
 def schedule_cmd(
@@ -83,9 +138,11 @@ def schedule_cmd(
         "--seed", help="Random seed of the order (default: a fresh one, printed).")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the ordered plan per host, reboots and estimated duration; "
-                          "touch nothing.")] = False,
+                          "write nothing (the hosts are probed, read-only).")] = False,
     campaign: Annotated[Optional[str], typer.Option(
         "--campaign", help="Campaign id (default <matrix>-s<seed>-<UTC time>).")] = None,
+    facts_file: FactsOpt = None,
+    facts_max_age: FactsAgeOpt = 300.0,
     db: DbOpt = None,
     data_dir: DataDirOpt = None,
     threads: ThreadsOpt = 8,
@@ -93,11 +150,12 @@ def schedule_cmd(
     reconnect_timeout: ReconnectOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Schedule a matrix on hosts: randomized with a recorded seed, grouped by boot config so
-    each host reboots as few times as the matrix allows, repetitions interleaved. Without
-    --dry-run: create the campaign in the database and run it (one run at a time per host,
-    hosts in parallel, every step journaled; `bench resume` continues it after any crash)."""
-    from bench.hosts.inventory import load_inventory, select
+    """Schedule a matrix on hosts: every host probed first (in parallel, read-only; an
+    unreachable host stops it before anything is written), the cells a host cannot run skipped
+    with the reason, randomized with a recorded seed, grouped by boot config so each host
+    reboots as few times as the matrix allows, repetitions interleaved. Without --dry-run:
+    create the campaign in the database and run it (one run at a time per host, hosts in
+    parallel, every step journaled; `bench resume` continues it after any crash)."""
     from bench.matrix.load import load_matrix
 
     names = [x.strip() for x in hosts.split(",") if x.strip()] if hosts else None
@@ -105,32 +163,36 @@ def schedule_cmd(
         seed = secrets.randbelow(1_000_000)
         if not json_out:
             views.say(f"seed {seed}")
+    sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
+                         facts_max_age, json_out)
     if not dry_run and campaign is None:
         campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
                     + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
-    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale)
+    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
+    _refuse_empty(plan, exp, m)
     if not dry_run:
         from bench.execute.campaign.record import Settings, create
         from bench.store.db import open_store
-        host_names = [h.name for h in select(load_inventory(hosts_dir), names)]
+        host_names = [h.name for h in sel]
         s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
                      hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout,
                      passes=int(m.workload.get("passes") or 2))
         store = open_store(db)
         try:
-            cid = create(store, plan, exp, m, host_names, s, str(matrix))
+            cid = create(store, plan, exp, m, host_names, s, str(matrix), preflight=hf)
         finally:
             store.close()
         if not json_out:
             views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
-                      f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}")
+                      f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
+                      + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
         _execute(cid, s, json_out)
         return
     if json_out:
         views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
                          "workload": m.workload,
                          **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
-                         "warnings": exp.warnings})
+                         "warnings": exp.warnings, "facts": hf.as_dict()})
     else:
         print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
 
@@ -172,10 +234,10 @@ def _execute(cid: str, settings, json_out: bool) -> None:
                    lambda store: Executor(store, cid, settings), json_out)
     res = out["result"]
     if json_out:
-        views.emit_json(out["progress"])
+        views.emit_json(out["progress"] | {"outcome": res.counts, "summary": res.summary})
     else:
-        views.say(f"campaign {cid}: {res.state}")
-    if res.state != "done":
+        views.say(f"campaign {cid}: {res.state}: {res.summary}")
+    if res.state != "done" or res.counts.get("failed"):
         raise typer.Exit(1)
 
 
@@ -210,67 +272,8 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
     _execute(cid, s, json_out)
 
 
-def campaigns_cmd(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """List campaigns with their progress (runs per state)."""
-    from bench.store.campaigns import campaign_list
-    from bench.store.db import open_store
-    store = open_store(db, write=False)
-    try:
-        rows = [c.as_listing() for c in campaign_list(store)]
-    finally:
-        store.close()
-    if json_out:
-        views.emit_json(rows)
-    else:
-        views.print_table(campaign_views.campaigns_table(rows))
-
-
-def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
-              interval: Annotated[float, typer.Option("--interval", help="Seconds between "
-                                                      "polls.")] = 1.0,
-              once: Annotated[bool, typer.Option("--once", help="Print one snapshot and "
-                                                 "exit.")] = False,
-              json_out: JsonOpt = False) -> None:
-    """Follow a campaign from another shell (read-only: polls the database, touches no host);
-    ends when no controller holds the campaign any more, or on Ctrl-C."""
-
-    from bench.execute.campaign.watch import progress
-    from bench.store.campaigns import journal_rows, latest_campaign
-    from bench.store.controller_lock import lock_holder
-    from bench.store.db import StoreError, open_store
-    store = open_store(db, write=False)
-    try:
-        cid = campaign or latest_campaign(store)
-        if cid is None:
-            raise StoreError("no campaign in the database")
-        if once or json_out:
-            p = progress(store, cid)
-            if json_out:
-                views.emit_json(p)
-            else:
-                views.print_table(campaign_views.campaign_renderable(p))
-            return
-        seen = {"t": _time.monotonic()}
-
-        def finished():
-            # stop when no live controller drives it (after a grace for a restarting one)
-            from bench.store.controller_lock import lock_is_stale
-            h = lock_holder(store, cid)
-            if h and not lock_is_stale(h, 30.0):
-                seen["t"] = _time.monotonic()
-            return _time.monotonic() - seen["t"] > 5.0
-        try:
-            campaign_views.campaign_live(lambda: progress(store, cid), finished, interval,
-                                journal=lambda after: journal_rows(store, cid, after))
-        except KeyboardInterrupt:
-            pass
-    finally:
-        store.close()
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(matrix_app, name="matrix")
     app.command("schedule")(schedule_cmd)
     app.command("resume")(resume_cmd)
-    app.command("campaigns")(campaigns_cmd)
-    app.command("watch")(watch_cmd)
+    campaigns.register(app)             # `bench campaigns ...` and `bench watch`

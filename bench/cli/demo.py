@@ -48,7 +48,7 @@ def demo(
     demand, plans), then as root a small campaign on the local host (cgroup walls, balloon,
     none on a 256 MiB pool) through the real executor, ending with its results table."""
 
-    from bench.execute.demo import root_needs, run_demo, tool_needs
+    from bench.execute.demo import balloon_notes, not_validated, root_needs, run_demo, tool_needs
     if trace_only and no_trace:
         raise InputError("--trace-only and --no-trace exclude each other")
     lock = parse_size(max_lock, "--max-lock")
@@ -81,15 +81,20 @@ def demo(
         return
     step("part 2: a campaign on the local host (cgroup walls, balloon, none)")
     res, dc = _campaign(out, db, data_dir, lock, seed, step, json_out)
+    res["notes"], bad = balloon_notes(res), not_validated(res)
     result["campaign"] = res
     result["seconds"] = round(time.monotonic() - t0, 1)
     if json_out:
         views.emit_json(result)
     else:
         _show_campaign(res, dc.out, db)
+        for note in res["notes"]:
+            views.say(compose(("note:", "bold"), f" {note}"))
         views.say(f"files in {out} (trace, matrix.toml, hosts/, pool/, work/) and bundles in "
                   f"{dc.data_dir}; {time.monotonic() - t0:.1f}s")
-    if res["state"] != "done":
+    if res["state"] != "done" or bad:
+        if not json_out:
+            _say_not_validated(res, bad)
         raise typer.Exit(1)
 
 
@@ -98,16 +103,29 @@ def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed:
     """The measured part: the demo campaign prepared, run with the live view, its results."""
     from bench.cli.campaign import run_live
     from bench.execute.campaign.executor import Executor
-    from bench.execute.demo import demo_results, prepare_campaign
-    dc, settings = prepare_campaign(out, db_url=db, data_dir=data_dir, max_lock=lock, seed=seed,
-                                    step=step)
-    for r in dc.runs:
-        step(f"  will run {r['cell']}")
-    for s in dc.skipped:
-        step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
-    step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
-    run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings), json_out)
+    from bench.execute.demo import demo_results, machine_lock, prepare_campaign
+    # one demo measures at a time on this machine: from the MemAvailable read to the last run
+    with machine_lock(wait=step):
+        dc, settings = prepare_campaign(out, db_url=db, data_dir=data_dir, max_lock=lock,
+                                        seed=seed, step=step)
+        for r in dc.runs:
+            step(f"  will run {r['cell']}")
+        for s in dc.skipped:
+            step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
+        step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
+        run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings),
+                 json_out)
     return demo_results(dc), dc
+
+
+def _say_not_validated(res: dict, bad: list[dict]) -> None:
+    """One line per run that did not end validated, with its reasons, on stderr."""
+    views.err_console.print(compose(
+        ("error:", "bold red"), f" the demo campaign {res['campaign']} ended {res['state']} "
+        f"with {len(bad)} of {len(res['runs'])} runs not validated"), soft_wrap=True)
+    for r in bad:
+        why = "; ".join(r["failed_rules"]) or r.get("reason") or "see `bench watch --once`"
+        views.say(f"  {r['cell']} ({r['run_id']}): {r['state']}: {why}")
 
 
 def _show_trace(trace: dict) -> None:

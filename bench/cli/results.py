@@ -154,6 +154,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
             pool: PoolOpt = False,
             verbose: Annotated[bool, typer.Option("-v", "--verbose",
                                                   help="Each run's verdicts.")] = False,
+            include_demo: Annotated[bool, typer.Option(
+                "--include-demo", help="Also runs of `bench demo` campaigns (left out unless "
+                                       "--campaign names one).")] = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
@@ -163,13 +166,14 @@ def results(cell: Annotated[Optional[str], typer.Option(
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
                              hint="filter with --host, --campaign or --workload instead")
         store = _store(db)
-        m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload)
+        m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload,
+                           include_demo=include_demo)
         return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
     groups = queries.cell_results(store, cell, host=host, campaign=campaign, workload=workload,
-                                  pool=pool, verbose=verbose)
+                                  pool=pool, verbose=verbose, include_demo=include_demo)
     if json_out:
         return views.emit_json(groups)
     line = store_views.cell_split_line(groups)

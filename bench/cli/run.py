@@ -71,6 +71,14 @@ def run(cell: Annotated[str, typer.Argument(
                                                   "$BENCH_DB, else the local SQLite).")] = None,
         no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
                                                 "but do not ingest it.")] = False,
+        cgroup_headroom: Annotated[Optional[str], typer.Option(
+            "--cgroup-headroom", help="cgroup cells: memory.max = C + this, a bench size "
+            "(default 6Gi, Algorithm 1's; 16Mi on a small host), as a matrix's "
+            "protocol.cgroup_headroom.")] = None,
+        balloon_max: Annotated[Optional[str], typer.Option(
+            "--balloon-max", help="balloon cells: the most the balloon may lock "
+            "(MemAvailable - C), a bench size (2G = 2 x 10^9 bytes); refused before the run "
+            "when the probe already shows more, as a matrix's protocol.balloon_max.")] = None,
         data_dir: Annotated[Optional[Path], typer.Option(
             "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, "
             "else ~/.local/share/bench).")] = None,
@@ -86,11 +94,14 @@ def run(cell: Annotated[str, typer.Argument(
         ) -> None:
     """Run one cell on each host in parallel, end to end; print the bundle's key figures
     (median iteration time of the measured pass, pool-device GB per iteration between
-    loop entry and pass end, verdicts if ingested). Exit 1 if any host failed."""
+    loop entry and pass end, verdicts if ingested). The protocol a matrix sets in its
+    protocol table is set here with --cgroup-headroom and --balloon-max (recorded in the
+    spec).
+    Exit 1 if any host failed."""
     from bench.matrix.cells import parse_cell
     from bench.matrix.runspec import RunOptions
     from bench.hosts.inventory import load_inventory, select
-    from bench.execute.single import run_hosts
+    from bench.execute.single import run_hosts, with_protocol
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)
     names = [n.strip() for n in host.split(",") if n.strip()]
@@ -99,8 +110,10 @@ def run(cell: Annotated[str, typer.Argument(
     hosts = select(load_inventory(hosts_dir), names)
     rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
     # the kernel command line holds what bench wrote there: the exact bytes (bench.units)
-    options = RunOptions(threads=threads, passes=passes,
-                         mem=None if mem is None else kernel_size(parse_size(mem, "--mem")))
+    options = with_protocol(RunOptions(
+        threads=threads, passes=passes,
+        mem=None if mem is None else kernel_size(parse_size(mem, "--mem"))),
+        c, cgroup_headroom, balloon_max)
     ddir = data_dir or default_data_dir()
     from bench.execute.single import host_run_ids
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.errors import CommandFailed, HostError, InputError
 from bench.execute.hostrun import now_iso
-from bench.execute.staging import ensure_file
+from bench.execute.staging import complete_pool, ensure_file
 from bench.hosts.deploy import deploy
 from bench.hosts.facts import as_host_json, probe
 from bench.hosts.inventory import Host
@@ -68,9 +68,9 @@ def measure_bandwidth(host: Host, *, transport_for: Callable[[Host], Transport] 
                 raise pr.exception or HostError(host.name, pr.error["message"])
             facts = pr.facts
             dep = deploy(t, host)
-            geo = _pool_geometry(t, host)
+            pool, geo = complete_pool(t, host)
             plan = all_experts_plan(*geo, max_bytes=max_bytes)
-            texts, agent_out = _replay(t, host, plan, threads)
+            texts, agent_out = _replay(t, host, plan, threads, pool)
     finally:
         t.close()
     recs = [json.loads(line) for line in agent_out.splitlines() if line.strip()]
@@ -94,29 +94,15 @@ def measure_bandwidth(host: Host, *, transport_for: Callable[[Host], Transport] 
     return {"host": host.name, "boot_id": facts.get("boot_id"), "cmdline": facts.get("cmdline"),
             "mem_total_bytes": facts.get("mem_total_bytes"), "mglru": facts.get("mglru"),
             "fingerprint": host_fingerprint(facts, agent_sha),
-            "device": devs[0] if devs else None, "devices": devs, "pool_dir": host.pool_dir,
+            "device": devs[0] if devs else None, "devices": devs, "pool_dir": pool,
             "geometry": list(geo), "threads": threads, "bytes_per_pass": per_pass,
             "experts_per_layer_read": plan.meta["experts_per_layer_read"],
             "cold": one(0), "warm": one(1), "agent_ok": summary.get("ok"),
             "measured_at": now_iso()}
 
 
-def _pool_geometry(t: Transport, host: Host) -> tuple[int, int, int]:
-    """(layers, experts, expert_bytes) of the host's complete pool."""
-    r = t.run(["cat", f"{host.pool_dir}/pool.json"], timeout=30, check=False)
-    try:
-        pj = json.loads(r.stdout)
-        geo = (int(pj["layers"]), int(pj["experts_per_layer"]), int(pj["expert_bytes"]))
-    except (ValueError, KeyError, TypeError):
-        raise HostError(host.name, f"{host.pool_dir}/pool.json is missing or unreadable",
-                        "make the pool first (a `bench run` makes it)") from None
-    if pj.get("complete") is not True:
-        raise HostError(host.name, f"the pool in {host.pool_dir} is incomplete",
-                        "resume it (a `bench run` with the same geometry does)")
-    return geo
-
-
-def _replay(t: Transport, host: Host, plan: Plan, threads: int) -> tuple[dict[str, str], str]:
+def _replay(t: Transport, host: Host, plan: Plan, threads: int,
+            pool: str) -> tuple[dict[str, str], str]:
     """Ship the plan, replay it twice after drop_caches under the runner's host.lock; the
     pass snapshots of /proc/diskstats and the agent's output."""
     data = encode(plan)
@@ -132,7 +118,7 @@ def _replay(t: Transport, host: Host, plan: Plan, threads: int) -> tuple[dict[st
     out = f"{host.work_dir}/bandwidth/{int(time.time() * 1000)}"
     argv = ["flock", "--nonblock", "--conflict-exit-code", "75",
             f"{host.work_dir}/host.lock", "sh", "-c", BW_SCRIPT, "bench-bw", out,
-            f"{host.work_dir}/native/bench-agent", "replay", "--pool", host.pool_dir,
+            f"{host.work_dir}/native/bench-agent", "replay", "--pool", pool,
             "--plan", remote_plan, "--threads", str(threads), "--passes", "2",
             "--snapshot-dir", f"{out}/snapshots", "--snapshot-file", "/proc/diskstats",
             "--out", f"{out}/agent.jsonl"]

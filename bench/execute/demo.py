@@ -7,18 +7,37 @@ per-layer and global, same-domain and off-domain static tables), run the demand 
 capacity sweep (Table 2's miss column, capacities scaled to the model's pool), and write the
 replay plan, hint plans and a frequency table the agent reads.
 
-The measured part (`prepare_campaign`, then `DemoExecutor`; needs root) runs a small campaign on
+The measured part (`prepare_campaign`, then the executor; needs root) runs a small campaign on
 the local host through the real executor: a synthetic trace of 8 layers x 32 experts x 1 MiB (a
 256 MiB pool, made under --out), cgroup walls at 1/4 and 1/2 of the pool (they bite: the pool
-does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small C
-would lock nearly the whole machine: balloon cells run only where that lock is at most
-`max_lock` (default 2G = 2 x 10^9 bytes) and are skipped with the reason otherwise; one balloon
-cell sits at C = MemAvailable - max_lock/2 so that one does run, rounded down to a whole 100 MB
-so that its name stays the same from one demo to the next while MemAvailable drifts
-(`14800M-balloon-classic`). Capacities relative to the pool resolve to whole decimal MB (1/4 of
-the 256 MiB pool is `67M`): every cell name is canonical (bench.units). Cells the host cannot
-run are listed as skipped with the reason: memboot (the local host never reboots), MGLRU where
-the kernel has no /sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
+does not fit), `none`, and balloons. A balloon locks MemAvailable - C, so a balloon at a small
+C would lock nearly the whole machine: balloon cells run only where that lock is at most
+`max_lock` (default 2G = 2 x 10^9 bytes) and are skipped with the reason otherwise. One balloon
+cell is sized to run: C = MemAvailable - max_lock/2 rounded to a whole GB (balloon_grain), so
+that its name stays the same from one demo to the next while MemAvailable drifts, and the
+capacity an earlier demo used is kept while its lock still lies in [max_lock/8, 7 max_lock/8]
+(`23G-balloon-classic`); a new one locks within [max_lock/4, 3 max_lock/4].
+
+That window is also why the runner does not refuse it: the runner locks MemAvailable - C as it
+reads it at run time and refuses more than balloon_max (= max_lock); the demo reads
+MemAvailable the same way (after drop_caches) and runs the balloon first, seconds later, so
+MemAvailable would have to rise by max_lock/8 in those seconds (0.25 GB; 0.5 GB for a new
+capacity). Before, the lock was planned at max_lock/2 and the balloon ran third, up to a minute
+after the read; on this 2-core, 23 GiB machine MemAvailable rose by 0.14-0.24 GB in 20 s with
+nothing else of ours running; it rises by a whole balloon when another demo (or a test) ends
+its balloon meanwhile: two demos with different --out dirs do not share the runner's host lock
+(it lives in the work dir), so a demo that plans while another's balloon holds 1 GB sees that
+GB come back and its runner refuses the lock (the "balloon ... above the spec's
+balloon_max_bytes" rejection; tests/fleet/test_demo.py provokes it by reading MemAvailable
+1.5 GB low). So the measured part now holds a machine-wide lock (DEMO_LOCK, flock) from the
+MemAvailable read to the end of its campaign, and a second demo waits for it. A run that is
+rejected or fails anyway makes the demo say so and exit 1 (`balloon_notes` explains a fast
+balloon cell: its C leaves room for the whole pool).
+
+Capacities relative to the pool resolve to whole decimal MB (1/4 of the 256 MiB pool is `67M`):
+every cell name is canonical (bench.units). Cells the host cannot run are listed as skipped
+with the reason: memboot (the local host never reboots), MGLRU where the kernel has no
+/sys/kernel/mm/lru_gen, cgroup cells without a memory cgroup.
 
 Why its own matrix, written to <out>/matrix.toml, rather than the shipped `smoke`: smoke's
 capacities are fractions of the host's memory (3-6 GiB here) on the 8 MiB `tiny` pool, so no
@@ -32,10 +51,12 @@ balloon_max to max_lock, which the runner enforces at run time (MemAvailable mov
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +66,7 @@ from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
 from bench.hosts.procfs import parse_meminfo
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.matrix.cells import parse_cell
-from bench.matrix.expand import Skip, expand
+from bench.matrix.expand import Expansion, Skip, expand
 from bench.matrix.load import load_matrix
 from bench.matrix.schedule import HostState, schedule
 from bench.plan.planfile import (frequency_table, oracle_hints, plan_from_trace,
@@ -54,7 +75,8 @@ from bench.sim.demand import demand
 from bench.sim.recall import recall_report
 from bench.sim.simulate import simulate
 from bench.store import queries
-from bench.store.campaigns import campaign_row, run_rows
+from bench.store.campaigns import (campaign_row, demo_capacities, journal_rows, run_rows,
+                                   set_flags)
 from bench.store.db import open_store
 from bench.trace.locality import locality
 from bench.trace.parse import parse_trace, suspicious_first_passes
@@ -137,16 +159,15 @@ DEMO_TRACE = {"layers": 8, "experts_per_layer": 32, "expert_bytes": MIB, "tokens
 DEMO_POOL = (DEMO_TRACE["layers"] * DEMO_TRACE["experts_per_layer"]
              * DEMO_TRACE["expert_bytes"])                               # 256 MiB
 CGROUP_HEADROOM = 16 * MIB
-BALLOON_GRAIN = 100 * MB        # the demo's balloon capacity is a whole 100 MB: a stable name
 HOST = "local"
 
 MATRIX_TEMPLATE = """\
 # Written by `bench demo` for this machine (MemAvailable {avail} at {when}).
-# Cgroup walls at 1/4 and 1/2 of the {pool} pool, `none`, balloons at the same
-# capacities (each locks MemAvailable - C: skipped above --max-lock {max_lock}) and one at
-# C = {balloon} (MemAvailable - {lock}, rounded down to 100M) that locks about {lock}; a
-# memboot and an MGLRU cell that this host may not be able to run (then listed as skipped with
-# the reason). Sizes: 1M = 10^6 bytes, 1Mi = 2^20.
+# A balloon at C = {balloon}, first so that it runs seconds after MemAvailable was read (it
+# locks MemAvailable - C, about {lock} now, within --max-lock {max_lock}); cgroup walls at 1/4
+# and 1/2 of the {pool} pool, `none`, balloons at those capacities (each locks MemAvailable - C:
+# skipped above --max-lock), and a memboot and an MGLRU cell that this host may not be able to
+# run (then listed as skipped with the reason). Sizes: 1M = 10^6 bytes, 1Mi = 2^20.
 name = "demo"
 description = "bench demo: cgroup walls, balloon and none on a 256 MiB pool, local host"
 reference = "bench demo"
@@ -175,30 +196,42 @@ cgroup_headroom = "{headroom}"
 balloon_max = "{max_lock}"
 
 [cells]
-capacities = ["0.25pool", "0.5pool"]
-mechanisms = ["cgroup", "balloon"]
+capacities = ["{balloon}"]
+mechanisms = ["balloon"]
 reclaims = ["classic"]
+{extras}"""
 
-[[cells.extra]]
-capacity = "{balloon}"
-mechanism = "balloon"
-reclaim = "classic"
+# the demo's other cells, in run order after the balloon: (capacity, mechanism, reclaim)
+EXTRA_CELLS = (("0.25pool", "cgroup", "classic"), ("0.5pool", "cgroup", "classic"),
+               ("1pool", "none", "classic"), ("0.25pool", "balloon", "classic"),
+               ("0.5pool", "balloon", "classic"), ("0.25pool", "cgroup", "mglru"),
+               ("0.25pool", "memboot", "classic"))
 
-[[cells.extra]]
-capacity = "1pool"
-mechanism = "none"
-reclaim = "classic"
 
-[[cells.extra]]
-capacity = "0.25pool"
-mechanism = "cgroup"
-reclaim = "mglru"
+DEMO_LOCK = Path("/run/lock/bench-demo.lock")
 
-[[cells.extra]]
-capacity = "0.25pool"
-mechanism = "memboot"
-reclaim = "classic"
-"""
+
+@contextmanager
+def machine_lock(path: Path = DEMO_LOCK, wait: Callable[[str], None] = lambda _m: None
+                 ) -> Iterator[None]:
+    """Hold the machine-wide demo lock (flock, released when the process dies): one demo
+    measures at a time, so no other demo's balloon comes and goes between this demo's
+    MemAvailable read and its balloon. `wait` hears once who holds it while we wait."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            wait(f"another bench demo (pid {holder or '?'}) is measuring on this machine; "
+                 "waiting for it to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def root_needs() -> str | None:
@@ -260,22 +293,49 @@ def write_hosts(out: Path) -> Path:
     return d
 
 
-def balloon_capacity(avail: int, max_lock: int) -> int:
-    """C of the demo's balloon cell: MemAvailable - max_lock/2, rounded down to a whole 100 MB
-    (to a whole MB when the extra lock that adds would pass max_lock), at least 1 MB."""
-    lock = max(MB, max_lock // 2)
-    grain = BALLOON_GRAIN if lock + BALLOON_GRAIN <= max_lock else MB
-    return max(MB, (avail - lock) // grain * grain)
+def balloon_grain(max_lock: int) -> int:
+    """The step the demo's balloon capacity is rounded to: the largest of 1G, 100M, 10M, 1M
+    that is at most half of max_lock (a whole GB with the default --max-lock 2G)."""
+    return next((g for g in (1000 * MB, 100 * MB, 10 * MB) if g <= max_lock // 2), MB)
 
 
-def matrix_text(trace: Path, avail: int, max_lock: int) -> str:
-    balloon = balloon_capacity(avail, max_lock)
+def balloon_window(max_lock: int, keep: bool = False) -> tuple[int, int]:
+    """The lock (MemAvailable - C) a demo balloon may start with: [max_lock/4, 3 max_lock/4]
+    for a new capacity, so that MemAvailable may move by max_lock/4 either way before the run
+    (up: the runner refuses a lock above max_lock; down: nothing left to lock) with the
+    rounding inside; [max_lock/8, 7 max_lock/8] to keep an earlier demo's capacity."""
+    if keep:
+        return max(1, max_lock // 8), max(1, max_lock * 7 // 8)
+    return max(1, max_lock // 4), max(1, max_lock * 3 // 4)
+
+
+def balloon_capacity(avail: int, max_lock: int, previous: Iterable[int] = ()) -> int:
+    """C of the demo's balloon cell. A capacity an earlier demo used (`previous`, newest
+    first) is kept while its lock still lies in the wider keep window, so that the cell's name,
+    and the results, add up from one demo to the next; otherwise MemAvailable - max_lock/2
+    rounded to the nearest balloon_grain, moved by whole MB into the window where rounding
+    left it (small MemAvailable), at least 1 MB."""
+    klo, khi = balloon_window(max_lock, keep=True)
+    for c in previous:
+        if c > 0 and klo <= avail - c <= khi:
+            return c
+    lo, hi = balloon_window(max_lock)
+    grain = balloon_grain(max_lock)
+    c = (avail - max_lock // 2 + grain // 2) // grain * grain
+    c = min(c, (avail - lo) // MB * MB)             # lock at least lo
+    c = max(c, -(-(avail - hi) // MB) * MB)         # lock at most hi
+    return max(MB, c)
+
+
+def matrix_text(trace: Path, avail: int, max_lock: int, balloon: int) -> str:
+    extras = "".join(f'\n[[cells.extra]]\ncapacity = "{c}"\nmechanism = "{m}"\n'
+                     f'reclaim = "{r}"\n' for c, m, r in EXTRA_CELLS)
     return MATRIX_TEMPLATE.format(
         avail=format_size(avail // MB * MB), when=time.strftime("%Y-%m-%d %H:%M:%S"),
         pool=format_size(DEMO_POOL), max_lock=format_size(max_lock),
-        lock=format_size(max(MB, max_lock // 2) // MB * MB),
+        lock=format_size(max(MB, (avail - balloon) // MB * MB)),
         headroom=format_size(CGROUP_HEADROOM), trace=str(trace.resolve()),
-        balloon=format_size(balloon))
+        balloon=format_size(balloon), extras=extras)
 
 
 def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:
@@ -321,6 +381,29 @@ class DemoCampaign:
                 "runs": self.runs, "skipped": self.skipped}
 
 
+def _host_plan(m, host: Host, facts: dict, avail: int, max_lock: int) -> tuple[Expansion, list]:
+    """The matrix expanded for the local host, minus what host_skip refuses; with every
+    skipped cell as {point, cell, reason}."""
+    exp = expand(m, [host])
+    keep = []
+    for req in exp.requests:
+        why = host_skip(req.candidates[0], facts, avail, max_lock)
+        if why is None:
+            keep.append(req)
+        else:
+            exp.skipped.append(Skip(req.point, HOST, why, req.candidates[0].cell))
+    exp.requests = keep
+    skipped = []
+    for s in exp.skipped:
+        cell = s.cell
+        if cell is None:
+            p = next(p for p in m.points if p.key == s.point)
+            b, _ = p.capacity.resolve(m.pool_bytes, host.mem_total)
+            cell = p.cell(b).name if b else None
+        skipped.append({"point": s.point, "cell": cell, "reason": s.reason})
+    return exp, skipped
+
+
 def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | None = None,
                      max_lock: int = 2 * 10 ** 9, seed: int = 0, threads: int = 2,
                      step: Step = lambda _msg: None) -> tuple[DemoCampaign, Settings]:
@@ -342,31 +425,22 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     if pr.error:
         raise pr.exception or RuntimeError(pr.error["message"])
     facts = pr.facts
+    store = open_store(db_url)
+    try:
+        previous = demo_capacities(store)
+    finally:
+        store.close()
     # every run starts from dropped caches (the runner drops them before applying C), and
     # dropping them raises MemAvailable by the reclaimable cache it only partly counted: read it
-    # the same way, so that the balloon cell locks about max_lock/2 at run time as well
+    # the same way, so that the balloon cell (the campaign's first run, seconds from now) locks
+    # what was planned, within balloon_window
     drop_caches()
     avail = mem_available()
     mpath = out / "matrix.toml"
-    mpath.write_text(matrix_text(trace, avail, max_lock))
+    mpath.write_text(matrix_text(trace, avail, max_lock,
+                                 balloon_capacity(avail, max_lock, previous)))
     m = load_matrix(mpath)
-    exp = expand(m, [host])
-    keep = []
-    for req in exp.requests:
-        why = host_skip(req.candidates[0], facts, avail, max_lock)
-        if why is None:
-            keep.append(req)
-        else:
-            exp.skipped.append(Skip(req.point, HOST, why, req.candidates[0].cell))
-    exp.requests = keep
-    skipped = []
-    for s in exp.skipped:
-        cell = s.cell
-        if cell is None:
-            p = next(p for p in m.points if p.key == s.point)
-            b, _ = p.capacity.resolve(m.pool_bytes, host.mem_total)
-            cell = p.cell(b).name if b else None
-        skipped.append({"point": s.point, "cell": cell, "reason": s.reason})
+    exp, skipped = _host_plan(m, host, facts, avail, max_lock)
     cid = f"demo-s{seed}-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     plan = schedule(exp.requests, [HostState.from_host(host)], seed, campaign=cid,
                     randomize=m.randomize, interleave=m.interleave, run_seconds=m.run_seconds,
@@ -378,6 +452,7 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     store = open_store(db_url)
     try:
         create(store, plan, exp, m, [HOST], settings, str(mpath))
+        set_flags(store, cid, demo=True)
     finally:
         store.close()
     demo = DemoCampaign(cid, out, hosts_dir, ddir, mpath, trace, db_url, max_lock, avail,
@@ -396,6 +471,8 @@ def demo_results(demo: DemoCampaign) -> dict:
         measured = {r["run_id"]: r for r in queries.load_runs(store, campaign=demo.campaign)}
         table = queries.matrix(store, "reclaim", campaign=demo.campaign)
         why = queries.verdicts(store, [r.run_id for r in rows])
+        last = {j.run_ref: j.message for j in journal_rows(store, demo.campaign,
+                                                           kinds=("state",))}
     finally:
         store.close()
     runs = []
@@ -408,7 +485,32 @@ def demo_results(demo: DemoCampaign) -> dict:
                      "device_bytes_per_iteration": m.get("device_bytes_per_iteration"),
                      "locked_fraction": m.get("locked_fraction"),
                      "failed_rules": [f"{v['rule']}: {v['reason']}"
-                                      for v in why.get(r.run_id, []) if not v["passed"]]})
+                                      for v in why.get(r.run_id, []) if not v["passed"]],
+                     "reason": None if r.state == "validated" else last.get(r.ref)})
     return {"campaign": demo.campaign, "state": camp.state if camp else None, "runs": runs,
             "table": table, "skipped": demo.skipped, **{k: v for k, v in demo.as_dict().items()
                                                         if k not in ("runs", "skipped")}}
+
+
+def not_validated(res: dict) -> list[dict]:
+    """The demo's runs that did not end validated (rejected, failed, or left unfinished)."""
+    return [r for r in res["runs"] if r["state"] != "validated"]
+
+
+def balloon_notes(res: dict) -> list[str]:
+    """Why a balloon cell that ran is as fast as `none`: its C leaves room for the whole pool."""
+    notes = []
+    for r in res["runs"]:
+        cell = parse_cell(r["cell"])
+        if cell.mechanism != "balloon" or r["state"] != "validated":
+            continue
+        if cell.capacity_bytes >= DEMO_POOL:
+            notes.append(
+                f"{r['cell']} is about as fast as `none`: the balloon leaves C = "
+                f"{format_size(cell.capacity_bytes)} of memory and the demo's pool is "
+                f"{format_size(DEMO_POOL)}, so the whole pool stays in the page cache and "
+                "hardly anything is read from the device. A balloon bites only when C is "
+                "below the pool, and here such a balloon would lock nearly all of "
+                "MemAvailable (those cells are skipped above --max-lock); the cgroup walls "
+                "show the same capacities biting.")
+    return notes

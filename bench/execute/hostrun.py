@@ -54,6 +54,11 @@ class Quarantined(HostError):
     reboot): its worker stops and its runs wait for `bench resume`."""
 
 
+class SpecRefused(HostError):
+    """The host runner refused the run's spec (`runner.py start` exit 2, bad spec or usage): a
+    deterministic input error, which a retry would meet again."""
+
+
 class HostSession:
     """One host's connection for a run or a campaign worker (see the module doc). Used by one
     thread at a time."""
@@ -161,8 +166,8 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
     if res is None:
         raise CommandFailed(host.name, ["runner.py", "start"], r.rc, r.stderr or r.stdout)
     if r.rc == 2:
-        raise HostError(host.name, f"the runner refused the spec: {res.get('reason')}",
-                        "the host disagrees with what the controller probed; re-probe it")
+        raise SpecRefused(host.name, f"the runner refused the spec: {res.get('reason')}",
+                          "the host disagrees with what the controller probed; re-probe it")
     if not res.get("ok"):
         raise HostError(host.name, f"runner start: {res.get('reason') or res}",
                         "a run with this id exists with a different spec: choose a new --run-id")

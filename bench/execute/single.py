@@ -39,9 +39,11 @@ from bench.hosts.lock import HostLock
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.matrix.cells import Cell, parse_cell
+from bench.matrix.expand import balloon_lock_problem
 from bench.matrix.runspec import RunOptions, build_spec, check_run_id
 from bench.paths import default_data_dir
 from bench.plan.planinfo import PlanInfo
+from bench.units import parse_size
 
 TransportFor = Callable[[Host], Transport]
 # reached stages add these (the --json shape shows only what was reached)
@@ -88,10 +90,32 @@ class Preflight:
     spec: dict
 
 
+def with_protocol(options: RunOptions, cell: Cell, cgroup_headroom: str | None = None,
+                  balloon_max: str | None = None) -> RunOptions:
+    """The options with the protocol a matrix's [protocol] sets, given for one cell on the
+    command line (`bench run --cgroup-headroom 16Mi --balloon-max 2G`): bench sizes
+    (bench.units: `16Mi` binary, `2G` = 2 x 10^9 bytes, bytes), recorded in the spec
+    (cgroup_headroom_bytes, balloon_max_bytes). An option the cell's mechanism does not use is
+    an InputError (it would be recorded and do nothing)."""
+    for text, opt, mech, what in (
+            (cgroup_headroom, "--cgroup-headroom", "cgroup", "memory.max = C + headroom"),
+            (balloon_max, "--balloon-max", "balloon", "the cap on what its balloon locks")):
+        if text is not None and cell.mechanism != mech:
+            raise InputError(f"{opt} applies to {mech} cells ({what}); {cell.name} is a "
+                             f"{cell.mechanism} cell", hint=f"drop {opt}")
+    if cgroup_headroom is not None:
+        options = replace(options, cgroup_headroom_bytes=parse_size(cgroup_headroom,
+                                                                    "--cgroup-headroom"))
+    if balloon_max is not None:
+        options = replace(options, balloon_max_bytes=parse_size(balloon_max, "--balloon-max"))
+    return options
+
+
 def preflight(host: Host, cell: Cell, plan: PlanInfo, run_id: str, options: RunOptions,
               t: Transport) -> Preflight:
     """Read-only: probe the host and build its spec (InputError/SafetyError when the cell
-    does not fit it)."""
+    does not fit it, a balloon that would lock more than options.balloon_max_bytes
+    included)."""
     pr = probe(t, host)
     if pr.error:
         raise pr.exception or HostError(host.name, pr.error["message"])
@@ -101,8 +125,15 @@ def preflight(host: Host, cell: Cell, plan: PlanInfo, run_id: str, options: RunO
                         "runner needs json, hashlib, fcntl, subprocess)",
                         "install python3 (>= 3.8; Debian's python3-minimal is not enough)")
     opts = replace(options, source_sha256=source_hash(REPO / "native"), created=now_iso())
-    return Preflight(facts, build_spec(cell, host, plan, run_id=run_id, facts=facts,
-                                       options=opts))
+    spec = build_spec(cell, host, plan, run_id=run_id, facts=facts, options=opts)
+    if cell.mechanism == "balloon":
+        why = balloon_lock_problem(cell.capacity_bytes, facts.get("mem_available_bytes"),
+                                   options.balloon_max_bytes, "the balloon cap")
+        if why is not None:
+            raise InputError(f"{host.name}: {cell.name}: {why}",
+                             hint="raise the cap (bench run --balloon-max, a matrix's "
+                                  "protocol.balloon_max) or choose a larger C")
+    return Preflight(facts, spec)
 
 
 def execute(host: Host, spec: dict, plan: PlanInfo, plan_path: Path, session: HostSession,

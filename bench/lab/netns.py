@@ -5,7 +5,11 @@ Layout (all names derive from a short `prefix`, default `blab`, so two labs neve
 
     root netns:  bridge <prefix>br with <subnet>.1/24, veth <prefix><i>h enslaved to it, and a
                  safety route `unreachable 10.200.0.0/16 metric 4000` (packets for the lab range
-                 never leave by the default route)
+                 never leave by the default route), shared by every lab on the machine and
+                 reference-counted in /run/bench-lab-routes.json under flock (bench.lab.routes): the
+                 first lab up adds it if it was absent, each lab's `down` removes only itself
+                 from the users, and the last one removes the route, and only if a lab added
+                 it (a route that was there before any lab stays)
     netns <prefix>-<i>: eth0 = <subnet>.<10+i>/24, lo up; inside it `unshare -m -u` gives the
                  host its hostname (lab-netns-<i>) and a private mount namespace in which
                  <host dir>/cmdline and <host dir>/boot_id are bind-mounted over /proc/cmdline and
@@ -47,6 +51,7 @@ from pathlib import Path
 
 from bench.errors import BenchError, InputError
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
+from bench.lab import routes
 
 SAFETY_ROUTE = "10.200.0.0/16"
 DEFAULT_CMDLINE = "BOOT_IMAGE=/boot/vmlinuz-lab root=/dev/lab ro quiet"
@@ -195,11 +200,9 @@ class Lab:
         return self.hosts()
 
     def _up(self, count: int, prefix: str, subnet: str, host_prefix: str) -> None:
-        routes = _sh("ip", "route", "show", SAFETY_ROUTE).stdout
-        if "unreachable" not in routes:
-            _sh("ip", "route", "replace", "unreachable", SAFETY_ROUTE, "metric", "4000")
-            self.state["route_added"] = True
-            self._save()
+        routes.hold(SAFETY_ROUTE, self.state_dir, _sh)
+        self.state["route_ref"] = True
+        self._save()
         br = self.state["bridge"]
         if _sh("ip", "link", "show", br, check=False).returncode == 0:
             raise LabError(f"bridge {br} already exists (another lab with prefix {prefix}?)")
@@ -385,8 +388,13 @@ class Lab:
         if self.state.get("bridge_created"):
             if _sh("ip", "link", "del", self.state["bridge"], check=False).returncode == 0:
                 removed.append(f"bridge {self.state['bridge']}")
-        if self.state.get("route_added"):
-            # keep the safety route while another device still has an address in the range
+        if self.state.get("route_ref"):
+            gone = routes.release(SAFETY_ROUTE, self.state_dir, _sh)
+            if gone:
+                removed.append(gone)
+        elif self.state.get("route_added"):
+            # a lab brought up by an older bench (no shared record): keep the safety route
+            # while another device still has an address in the range
             addrs = _sh("ip", "-4", "-o", "addr", "show", check=False).stdout.splitlines()
             if not any(" inet 10.200." in line for line in addrs):
                 _sh("ip", "route", "del", "unreachable", SAFETY_ROUTE, "metric", "4000",

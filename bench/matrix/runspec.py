@@ -17,7 +17,9 @@ or cannot be honoured by that host):
 
 Choices written down here: pinned mode gets an arena of C, hybrid C/2 (DESIGN.md); nocache uses
 `direct` unless told; the plan lives on the host at `plans/<sha256>.bin` (content addressed,
-relative to work_dir), hints at `plans/<sha256>.hints.bin`, the agent at `native/bench-agent`.
+relative to work_dir), hints at `plans/<sha256>.hints.bin`, the agent at `native/bench-agent`;
+the pool at `<pool_dir>/<L>x<E>x<S>-s0` (bench.plan.pool.pool_path: one pool per shape and
+seed, as bench.execute.staging.ensure_pool makes it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from bench.errors import InputError, SafetyError
 from bench.matrix.cells import Cell, parse_cell
 from bench.plan.planinfo import PlanInfo
+from bench.plan.pool import pool_path
 from bench.units import format_size, parse_kernel_size
 from bench.version import controller_version as current_controller_version
 
@@ -153,7 +156,7 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
         "plan": plan.remote_path, "plan_sha256": plan.sha256, "plan_iterations": plan.iterations,
         "hints": hints, "hints_sha256": plan.hints_sha256 if hints else None,
         "hints_provenance": plan.hints_provenance if hints else None,
-        "pool": host.pool_dir, "pool_bytes": plan.pool_bytes,
+        "pool": pool_path(host.pool_dir, plan.geometry), "pool_bytes": plan.pool_bytes,
         "agent": _agent_section(cell, options),
         "cgroup_headroom_bytes": options.cgroup_headroom_bytes,
         "expect_boot": {"boot_id": options.boot_id, "mem": options.mem,

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 from bench.errors import InputError, SafetyError
 from bench.matrix.engine import order_label, pair_orders
-from bench.matrix.expand import BootConfig, Candidate, RunRequest
+from bench.matrix.expand import (BootConfig, Candidate, RunRequest, booted_lru_gen,
+                                  booted_mem)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ class HostState:
                   default_mglru: str | None = None) -> "HostState":
         return cls(host.name, tuple(sorted(host.tags.items())), current or BootConfig(),
                    bool(host.reboot.allowed), default_mglru)
+
+    @classmethod
+    def from_facts(cls, host, facts: Mapping | None) -> "HostState":
+        """The host as probed (bench.hosts.facts; None: as from_host): its current boot is the
+        mem= and bench.lru_gen= of its /proc/cmdline, as the executor's worker reads it (an
+        MGLRU state the kernel has without bench.lru_gen= does not count as a boot's: the
+        worker reboots for a bench.lru_gen boot whatever the kernel's state)."""
+        if not facts:
+            return cls.from_host(host)
+        return cls.from_host(host, BootConfig(booted_mem(facts), booted_lru_gen(facts)))
 
     def is_current(self, boot: BootConfig) -> bool:
         """Whether runs under `boot` need no reboot from the current boot (an explicit

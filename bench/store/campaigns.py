@@ -187,22 +187,98 @@ def campaign_row(store: Store, campaign_id: str) -> CampaignRow | None:
         if c is None:
             return None
         return CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
-                           created=_iso(c.created), workload=c.workload, note=c.note)
+                           created=_iso(c.created), workload=c.workload, note=c.note,
+                           demo=bool(c.demo), hidden=bool(c.hidden))
 
 
-def campaign_list(store: Store) -> list[CampaignRow]:
-    """Every campaign with its run counts per state, newest first."""
+def campaign_list(store: Store, *, include_hidden: bool = False) -> list[CampaignRow]:
+    """Every campaign (hidden ones only with include_hidden) with its run counts per state,
+    newest first."""
     with store.session() as s:
-        cs = list(s.scalars(select(Campaign).order_by(Campaign.created.desc())))
+        q = select(Campaign).order_by(Campaign.created.desc())
+        if not include_hidden:
+            q = q.where(Campaign.hidden.is_(False))
+        cs = list(s.scalars(q))
         counts: dict[str | None, dict[str, int]] = {}      # None: runs outside a campaign
         for cid, st, n in s.execute(select(Run.campaign_id, Run.state, func.count())
                                     .group_by(Run.campaign_id, Run.state)):
             counts.setdefault(cid, {})[st] = n
         return [CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
                             created=_iso(c.created), workload=c.workload, note=c.note,
-                            states=counts.get(c.id, {})) for c in cs]
+                            states=counts.get(c.id, {}), demo=bool(c.demo),
+                            hidden=bool(c.hidden)) for c in cs]
 
 
 def latest_campaign(store: Store) -> str | None:
+    """The newest campaign that is not hidden."""
     with store.session() as s:
-        return s.scalar(select(Campaign.id).order_by(Campaign.created.desc()).limit(1))
+        return s.scalar(select(Campaign.id).where(Campaign.hidden.is_(False))
+                        .order_by(Campaign.created.desc()).limit(1))
+
+
+def demo_capacities(store: Store, mechanism: str = "balloon") -> list[int]:
+    """Capacities (bytes) of the `mechanism` cells earlier demo campaigns ran, newest campaign
+    first, without repeats (bench demo keeps its balloon capacity while it still fits)."""
+    with store.session() as s:
+        q = (select(Cell.capacity_bytes).join(Run, Run.cell_id == Cell.id)
+             .join(Campaign, Campaign.id == Run.campaign_id)
+             .where(Campaign.demo.is_(True), Cell.mechanism == mechanism)
+             .order_by(Campaign.created.desc(), Run.id.desc()))
+        return list(dict.fromkeys(int(c) for c in s.scalars(q)))
+
+
+# flags and removal ------------------------------------------------------------------------------
+
+def set_flags(store: Store, campaign_id: str, *, demo: bool | None = None,
+              hidden: bool | None = None) -> None:
+    """Mark a campaign as made by `bench demo` and/or hide it (or show it again), with a
+    journal entry."""
+    with store.session() as s, s.begin():
+        c = s.get(Campaign, campaign_id)
+        if c is None:
+            raise StoreError(f"no campaign {campaign_id}", hint="`bench campaigns --all` lists "
+                             "them")
+        said = []
+        if demo is not None:
+            c.demo = demo
+            said.append("demo" if demo else "not demo")
+        if hidden is not None:
+            c.hidden = hidden
+            said.append("hidden" if hidden else "shown")
+        s.add(JournalEntry(campaign_id=campaign_id, kind="campaign",
+                           message=f"{campaign_id}: {', '.join(said) or 'unchanged'}"))
+
+
+def remove_campaign(store: Store, campaign_id: str) -> dict:
+    """Delete a campaign, its runs with every row that hangs off them (iterations, counters,
+    timeline, raw files, summaries, verdicts, engine rows), its host references and journal,
+    in one transaction. The caller holds the campaign's controller lock (so no controller runs
+    it meanwhile). Returns {runs, journal} counts deleted. Hosts, cells, boots and
+    fingerprints stay (other runs may share them)."""
+    from sqlalchemy import delete
+
+    from bench.store.models import (AgentSummary, CampaignHost, CounterDelta, EngineRun,
+                                    Iteration, RawFile, TimelineSample, Verdict)
+    with store.session() as s, s.begin():
+        if s.get(Campaign, campaign_id) is None:
+            raise StoreError(f"no campaign {campaign_id}", hint="`bench campaigns --all` lists "
+                             "them")
+        ids = select(Run.id).where(Run.campaign_id == campaign_id).scalar_subquery()
+        n_runs = s.scalar(select(func.count()).select_from(Run)
+                          .where(Run.campaign_id == campaign_id)) or 0
+        for child in (RawFile, CounterDelta, Iteration, TimelineSample, AgentSummary, Verdict,
+                      EngineRun):
+            s.execute(delete(child).where(child.run_id.in_(ids)),
+                      execution_options={"synchronize_session": False})
+        n_journal = s.scalar(select(func.count()).select_from(JournalEntry).where(
+            (JournalEntry.campaign_id == campaign_id) | JournalEntry.run_ref.in_(ids))) or 0
+        s.execute(delete(JournalEntry).where((JournalEntry.campaign_id == campaign_id)
+                                             | JournalEntry.run_ref.in_(ids)),
+                  execution_options={"synchronize_session": False})
+        s.execute(delete(Run).where(Run.campaign_id == campaign_id),
+                  execution_options={"synchronize_session": False})
+        s.execute(delete(CampaignHost).where(CampaignHost.campaign_id == campaign_id),
+                  execution_options={"synchronize_session": False})
+        s.execute(delete(Campaign).where(Campaign.id == campaign_id),
+                  execution_options={"synchronize_session": False})
+    return {"runs": n_runs, "journal": n_journal}

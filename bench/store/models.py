@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
-                        LargeBinary, MetaData, String, Text, UniqueConstraint)
+                        LargeBinary, MetaData, String, Text, UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -32,6 +32,10 @@ class Campaign(Base):
     state: Mapped[str] = mapped_column(String(16), default="planned")   # a campaign's
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now)
     note: Mapped[str | None] = mapped_column(Text)
+    # made by `bench demo`: left out of results unless asked (migration 0005)
+    demo: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # `bench campaigns hide`: kept, left out of listings and results unless asked
+    hidden: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Host(Base):

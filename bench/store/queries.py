@@ -30,10 +30,14 @@ CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "deliver
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
               campaign: str | None = None, ingested_only: bool = True,
-              with_identity: bool = False) -> list[dict]:
+              with_identity: bool = False, include_demo: bool = False) -> list[dict]:
     """Stored runs as flat rows (RUN_COLS, cell, host, CELL_COLS). `with_identity` adds what
     a result group is keyed by (bench.judge.identity): `workload` (from the stored spec),
-    `fingerprint` (the stored digest and its main fields) and `fingerprint_data`."""
+    `fingerprint` (the stored digest and its main fields) and `fingerprint_data`.
+
+    Runs of demo campaigns (`bench demo`) are left out unless `include_demo`, and runs of
+    hidden campaigns (`bench campaigns hide`) always, unless `campaign` names the campaign:
+    then every run of it is read."""
     cols = [getattr(Run, c) for c in RUN_COLS] + [Cell.name, Host.name] + \
            [getattr(Cell, c) for c in CELL_COLS]
     names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
@@ -47,6 +51,10 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
         q = q.where(Host.name == host)
     if campaign:
         q = q.where(Run.campaign_id == campaign)
+    else:
+        q = q.outerjoin(Campaign, Run.campaign_id == Campaign.id).where(
+            Run.campaign_id.is_(None)
+            | ((Campaign.hidden.is_(False)) & (Campaign.demo.is_(False) | include_demo)))
     if ingested_only:
         q = q.where(Run.bundle_digest.is_not(None))
     with store.session() as s:
@@ -68,10 +76,12 @@ def _attach_identity(s, rows: list[dict]) -> None:
         r["fingerprint_data"] = data
 
 
-def scope(store: Store, *, host=None, campaign=None, workload=None) -> list[dict]:
+def scope(store: Store, *, host=None, campaign=None, workload=None,
+          include_demo: bool = False) -> list[dict]:
     """Stored runs with their identity, filtered by host, campaign and workload digest prefix
     (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused)."""
-    runs = load_runs(store, host=host, campaign=campaign, with_identity=True)
+    runs = load_runs(store, host=host, campaign=campaign, with_identity=True,
+                     include_demo=include_demo)
     return identity.select_workload(runs, workload)
 
 
@@ -89,8 +99,9 @@ def verdicts(store: Store, run_ids: list[str]) -> dict[str, list[dict]]:
     return out
 
 
-def list_runs(store: Store, *, cell=None, host=None, campaign=None, rejected=False) -> list[dict]:
-    runs = load_runs(store, cell=cell, host=host, campaign=campaign)
+def list_runs(store: Store, *, cell=None, host=None, campaign=None, rejected=False,
+              include_demo: bool = False) -> list[dict]:
+    runs = load_runs(store, cell=cell, host=host, campaign=campaign, include_demo=include_demo)
     if rejected:
         runs = [r for r in runs if r["retained"] is False]
     v = verdicts(store, [r["run_id"] for r in runs])
@@ -148,12 +159,14 @@ def _where(host, campaign, workload) -> str:
 
 
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
+                 include_demo: bool = False,
                  pool: bool = False, verbose: bool = False) -> list[dict]:
     """One cell's statistics, one entry per result group (bench.judge.identity: host, workload,
     fingerprint), never pooled across groups unless `pool`: then one entry whose `pooled`
     says which groups were pooled and what differs between them."""
     name = parse_cell(cell).name
-    runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload)
+    runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload,
+                   include_demo=include_demo)
     runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
         raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
@@ -252,16 +265,19 @@ MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch")
 ENGINE_MATRIX = "end-to-end"
 
 
-def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None) -> dict:
+def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
+           include_demo: bool = False) -> dict:
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row
     never pools runs of two groups; `groups` holds each group's key, rows name theirs."""
     if kind == ENGINE_MATRIX:
-        return engine_results(store, host=host, campaign=campaign, workload=workload)
+        return engine_results(store, host=host, campaign=campaign, workload=workload,
+                              include_demo=include_demo)
     if kind not in MATRICES:
         raise InputError(f"unknown matrix {kind!r}",
                          hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
     groups = identity.label_groups(identity.group_runs(
-        [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+        [r for r in scope(store, host=host, campaign=campaign, workload=workload,
+                   include_demo=include_demo)
          if not parse_cell(r["cell"]).is_engine], with_cell=False))
     cells = {(g["id"], name): (parse_cell(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}
@@ -352,10 +368,12 @@ def _prefetch(cells) -> dict:
                                key=lambda k: (k != "none", k))}
 
 
-def engine_rows(store: Store, *, host=None, campaign=None, workload=None) -> list[dict]:
+def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
+                include_demo: bool = False) -> list[dict]:
     """Stored engine runs (load_runs rows with their identity, joined with their engine_runs
     row)."""
-    runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload)
+    runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload,
+                   include_demo=include_demo)
             if parse_cell(r["cell"]).is_engine}
     if not runs:
         return []
@@ -367,12 +385,14 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None) -> lis
         return [runs[row[0]] | dict(zip(cols, row[1:])) for row in s.execute(q)]
 
 
-def engine_results(store: Store, *, host=None, campaign=None, workload=None) -> dict:
+def engine_results(store: Store, *, host=None, campaign=None, workload=None,
+                   include_demo: bool = False) -> dict:
     """Table 3 per prompt and result group (host, engine config and prompt, fingerprint) over
     retained engine runs: admit and nocache median steady-decode s, the median of per-pair
     ratios nocache/admit with its range, the pairs counted, and whether every pair's two
     output hashes match. A pair is (campaign, host, pair index)."""
-    rows = engine_rows(store, host=host, campaign=campaign, workload=workload)
+    rows = engine_rows(store, host=host, campaign=campaign, workload=workload,
+                       include_demo=include_demo)
     groups = sorted(identity.group_runs(rows, with_cell=False),
                     key=lambda g: (g["runs"][0]["prompt"], g["host"]))
     identity.label_groups(groups)
@@ -410,6 +430,7 @@ METRICS = (("time", "iteration_median_s"), ("device", "device_bytes_per_iteratio
 
 
 def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=None,
+            include_demo: bool = False,
             pool: bool = False) -> dict:
     """Two cells, per result group (host, workload, fingerprint): the ratio of medians and the
     median, min and max of per-pair ratios, where a pair is one run of each cell in the same
@@ -417,7 +438,8 @@ def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=
     that one group's, or with several groups None unless `pool`: then the ratio of all medians
     and the median over every group's pairs (pairs never cross a host or a campaign)."""
     ca, cb = parse_cell(a), parse_cell(b)
-    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload,
+                   include_demo=include_demo)
             if r["retained"]]
     ra = [r for r in runs if r["cell"] == ca.name]
     rb = [r for r in runs if r["cell"] == cb.name]
@@ -478,12 +500,13 @@ SIZING_PREFERENCE = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}
 
 
 def sizing(store: Store, target_s: float, *, reclaim: str = "mglru", host=None,
-           campaign=None, workload=None) -> dict:
+           campaign=None, workload=None, include_demo: bool = False) -> dict:
     """DRAM for a target iteration time, read off measured capacity curves (pagecache, no
     prefetch, the given reclaim): one curve per result group and per mechanism (a cgroup curve
     is never completed with balloon points), each with its own answer. With one curve its
     answer is also at the top level (`status`, `capacity_bytes`, `curve`, ...)."""
-    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload)
+    runs = [r for r in scope(store, host=host, campaign=campaign, workload=workload,
+                   include_demo=include_demo)
             if _sizing_cell(r["cell"], reclaim)]
     groups = identity.label_groups(identity.group_runs(runs, with_cell=False))
     curves = []
@@ -535,5 +558,6 @@ def _sizing_curve(g: dict, mech: str, target_s: float) -> dict | None:
     return res
 
 
-def export_rows(store: Store, *, host=None, campaign=None) -> list[dict]:
-    return load_runs(store, host=host, campaign=campaign)
+def export_rows(store: Store, *, host=None, campaign=None, include_demo: bool = False
+                ) -> list[dict]:
+    return load_runs(store, host=host, campaign=campaign, include_demo=include_demo)

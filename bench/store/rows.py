@@ -49,8 +49,11 @@ class CampaignRow:
     workload: dict | None = None
     note: str | None = None
     states: dict[str, int] = field(default_factory=dict)   # runs per state (listings)
+    demo: bool = False           # made by `bench demo` (left out of results unless asked)
+    hidden: bool = False         # `bench campaigns hide` (left out of listings and results)
 
     def as_listing(self) -> dict:
         """What `bench campaigns --json` prints per campaign."""
         return {"id": self.id, "matrix": self.matrix, "seed": self.seed, "state": self.state,
-                "created": self.created, "states": dict(self.states)}
+                "created": self.created, "states": dict(self.states), "demo": self.demo,
+                "hidden": self.hidden}

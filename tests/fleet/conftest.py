@@ -50,8 +50,9 @@ def lab_host_up(lab):
 
 @pytest.fixture
 def clean_pools(lab):
-    """Lab hosts share one session: each test that runs cells starts without pools, so a pool of
-    another geometry left by an earlier test is not refused as a different pool."""
+    """Lab hosts share one session: each test that runs cells starts without pools (pools of
+    several shapes coexist on a host, each in its keyed directory, but a test that counts or
+    lists a host's pools must see only its own)."""
     import shutil
     from pathlib import Path
     for h in lab.status()["hosts"]:

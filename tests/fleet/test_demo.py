@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.agents.hostrunner import poolfmt
 from bench.store import queries
 from bench.store.campaigns import campaign_list, campaign_row, run_rows
 from bench.store.db import open_store
@@ -69,20 +70,34 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
     assert measured["67M-cgroup-classic"]["device_bytes_per_iteration"] > \
         measured["268M-none-classic"]["device_bytes_per_iteration"]
     # pool, work dir and bundles live under --out
-    assert (out / "pool" / "pool.json").is_file() and (out / "work" / "runs").is_dir()
+    # (the pool in its keyed directory <L>x<E>x<S>-s<seed>: one shape, one pool)
+    (manifest,) = (out / "pool").glob("*/pool.json")
+    assert poolfmt.parse_key(manifest.parent.name) is not None
+    assert json.loads(manifest.read_text())["complete"] is True
+    assert (out / "work" / "runs").is_dir()
     bundles = out / "data" / "bundles" / "local"
 
     balloons = [c for c in cells if "-balloon-" in c]
     if balloons:
         [b] = balloons
         from bench.matrix.cells import parse_cell
-        assert parse_cell(b).capacity_bytes % 10 ** 8 == 0, b     # a whole 100 MB: stable
+        assert parse_cell(b).capacity_bytes % G == 0, b     # a whole GB: a stable name
+        assert rows[b].position == 1, rows[b]               # first, seconds after the read
         assert rows[b].state == "validated", rows[b]
         cap = json.loads((bundles / rows[b].run_id / "capacity.json").read_text())
         assert cap["vmlck_verified"] is True and cap["vmlck_bytes"] >= cap["requested_bytes"]
         assert cap["requested_bytes"] <= 2 * G
+        assert "note:" in text and f"{b} is about as fast as `none`" in text
     else:   # MemAvailable moved below the demo's balloon: then it is listed with the reason
         assert "--max-lock" in text
+    # a demo campaign: marked, and left out of results unless asked
+    assert camp.demo
+    store = open_store(db)
+    try:
+        assert queries.load_runs(store) == []
+        assert len(queries.load_runs(store, include_demo=True)) == len(measured)
+    finally:
+        store.close()
     # the small-C balloons are skipped with the lock cap and the flag; memboot and MGLRU too
     for c in ("67M-balloon-classic", "134M-balloon-classic"):
         line = next(x for x in text.splitlines() if c in x)
@@ -93,6 +108,29 @@ def test_demo_runs_the_campaign_on_the_local_host(tmp_path):
         line = next(x for x in text.splitlines() if "67M-cgroup-mglru" in x)
         assert "skipped" in line and "no MGLRU" in line
     print(f"demo: {len(rows)} runs, {secs:.1f}s")
+
+
+@pytest.mark.root
+@pytest.mark.native
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (cgroups, mlock, drop_caches)")
+def test_a_rejected_demo_run_says_so_and_exits_1(tmp_path, monkeypatch, capsys):
+    """The old failure, provoked: MemAvailable read 1.5 GB lower than it is at run time (as
+    when another demo's balloon ended between the read and the run), so the balloon would lock
+    more than --max-lock and the runner refuses it. The demo exits 1 and names the run."""
+    import bench.execute.demo as demo
+    from bench.cli import main
+    real = demo.mem_available
+    monkeypatch.setattr(demo, "mem_available", lambda: real() - 1_500_000_000)
+    monkeypatch.setenv("COLUMNS", "220")
+    out, db = tmp_path / "demo", f"sqlite:///{tmp_path / 'bench.db'}"
+    rc = main(["demo", "--no-trace", "--out", str(out), "--db", db,
+               "--data-dir", str(tmp_path / "data")])
+    err = capsys.readouterr().err
+    assert rc == 1, err[-3000:]
+    assert "runs not validated" in err, err[-3000:]
+    line = next(x for x in err.splitlines() if "-balloon-classic (" in x)
+    assert "balloon_max_bytes" in line or "above" in line, line
 
 
 def test_demo_without_root_runs_the_trace_part_and_says_what_it_needs(tmp_path, monkeypatch,

@@ -94,7 +94,7 @@ def test_campaign_record_keeps_candidates_for_hand_over():
         [RunRequest("q@a", "q", 0, (Candidate("a", "4g-none-classic", BootConfig()),))]
     plan = schedule(reqs, [HostState("a"), HostState("b")], 1, campaign="c")
     m = NS(name="m", workload={"trace": "tiny"}, scale=None, protocol={}, engine=None)
-    rec = campaign_record(plan, NS(requests=reqs), m, ["a", "b"], Settings(), "m")
+    rec = campaign_record(plan, NS(requests=reqs, skipped=[], skipped_runs=0), m, ["a", "b"], Settings(), "m")
     assert rec["order"] == [r.run_id for r in plan.runs]
     for rid, r in rec["runs"].items():
         if r["point"] == "1x":

@@ -38,18 +38,27 @@ def test_command_tree_is_complete():
     lost = {name: sorted(params - got.get(name, set())) for name, params in known.items()}
     assert {name: p for name, p in lost.items() if p or name not in got} == {}
     assert set(got) - set(known) == {"schema", "schema inventory", "schema matrix",
-                                     "schema engine", "schema bundle"}
+                                     "schema engine", "schema bundle",
+                                     "hosts pools",        # several pools per host
+                                     # campaigns: a group whose default is the list
+                                     "campaigns list", "campaigns hide", "campaigns unhide",
+                                     "campaigns rm"}
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],
             # result identity: filter by workload digest, pool across groups only on request
-            "results": ["pool", "workload"], "compare": ["pool", "workload"],
+            "results": ["include_demo", "pool", "workload"], "compare": ["pool", "workload"],
+            "campaigns": ["include_hidden"],
             "sizing": ["workload"], "plot": ["workload"],
             "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
             # a changed host key is replaced only by naming the old one
             "hosts trust": ["replace"],
             # conventions: every stored table exports, each with the text run id
-            "export": ["table"]}
+            "export": ["table"],
+            "pool make": ["parents"],   # a missing parent is an error unless asked for
+            # hosts checked before a campaign; the protocol of a matrix for one run
+            "schedule": ["facts_file", "facts_max_age"],
+            "run": ["balloon_max", "cgroup_headroom"]}
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])

@@ -367,10 +367,13 @@ def test_pairs_stay_adjacent_in_the_balanced_order(fleet, seed, randomize, inter
     assert [r.as_dict() for r in again.runs] == [r.as_dict() for r in runs]   # same seed
 
 
-def test_dry_run_golden_end_to_end(capsys):
-    """The shipped matrix on the shipped inventory (regenerate with BENCH_REGEN_GOLDEN=1)."""
+def test_dry_run_golden_end_to_end(capsys, tmp_path):
+    """The shipped matrix on the shipped inventory, with the fixture hosts' facts
+    (regenerate with BENCH_REGEN_GOLDEN=1)."""
+    from tests.support.facts import DEBIAN, fixture_facts, gh200_facts
+    facts = gh200_facts(tmp_path, local=fixture_facts(DEBIAN))
     rc = main(["schedule", "--matrix", "end-to-end", "--hosts-dir", str(ROOT / "hosts"),
-               "--seed", "7", "--dry-run"])
+               "--seed", "7", "--dry-run", "--facts", facts])
     out = capsys.readouterr()
     assert rc == 0, out.err
     path = GOLDEN / "schedule-end-to-end-seed7.txt"
@@ -378,7 +381,7 @@ def test_dry_run_golden_end_to_end(capsys):
         path.write_text(out.out)
     assert out.out == path.read_text()
     assert main(["schedule", "--matrix", "end-to-end", "--hosts-dir", str(ROOT / "hosts"),
-                 "--seed", "7", "--dry-run", "--json"]) == 0
+                 "--seed", "7", "--dry-run", "--json", "--facts", facts]) == 0
     d = json.loads(capsys.readouterr().out)
     runs = [r for h in d["hosts"] for r in h["runs"]]
     assert len(runs) == 18 and {r["host"] for r in runs} == {"gh200-b"}

@@ -34,7 +34,9 @@ def test_spec_of_a_balloon_cell_has_every_field_of_docs_bundle_md():
     assert spec["cell"] == "64G-balloon-mglru"          # canonical, whatever the input case
     assert spec["cgroup_headroom_bytes"] == 6 * GiB     # Algorithm 1: C + 6 GiB, exact bytes
     assert spec["plan"] == f"plans/{'a' * 64}.bin" and spec["plan_sha256"] == "a" * 64
-    assert spec["pool"] == "/data/pool" and spec["pool_bytes"] == 92 * 896 * 17_550_000
+    # the pool's keyed directory under the host's pool_dir: <L>x<E>x<S>-s<seed>
+    assert spec["pool"] == "/data/pool/92x896x17550000-s0"
+    assert spec["pool_bytes"] == 92 * 896 * 17_550_000
     assert spec["agent"] == {"path": "native/bench-agent", "source_sha256": None, "threads": 8,
                              "passes": 2, "arena_bytes": 0, "nocache": None, "freq": None}
     assert spec["expect_boot"] == {"boot_id": None, "mem": None, "lru_gen": None}

@@ -14,6 +14,7 @@ from bench.cli import main
 from bench.errors import InputError
 from bench.matrix.expand import BootConfig, Candidate, RunRequest
 from bench.matrix.schedule import HostState, reboot_lower_bound, schedule
+from tests.support.facts import DEBIAN, fixture_facts, gh200_facts, write_facts
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -189,9 +190,12 @@ def _small_lab(tmp_path):
 CASES = {
     "schedule-reclaim-gh200-seed7.txt": lambda tmp: ["--matrix", "reclaim", "--hosts",
                                                      "gh200-a,gh200-b", "--hosts-dir",
-                                                     str(ROOT / "hosts"), "--seed", "7"],
-    "schedule-smoke-lab-seed3.txt": lambda tmp: ["--matrix", "smoke", "--hosts-dir",
-                                                 str(_small_lab(tmp)), "--seed", "3"],
+                                                     str(ROOT / "hosts"), "--seed", "7",
+                                                     "--facts", gh200_facts(tmp)],
+    "schedule-smoke-lab-seed3.txt": lambda tmp: [
+        "--matrix", "smoke", "--hosts-dir", str(_small_lab(tmp)), "--seed", "3", "--facts",
+        str(write_facts(tmp / "facts.json", {n: fixture_facts(DEBIAN)
+                                             for n in ("lab-a", "lab-b")}))],
 }
 
 
@@ -208,9 +212,9 @@ def test_dry_run_golden(name, tmp_path, capsys):
     assert out.out == path.read_text(), f"dry-run plan changed; if intended, regenerate {name}"
 
 
-def test_dry_run_json(capsys):
+def test_dry_run_json(capsys, tmp_path):
     args = ["schedule", "--matrix", "reclaim", "--hosts", "gh200-a,gh200-b", "--hosts-dir",
-            str(ROOT / "hosts"), "--seed", "7"]
+            str(ROOT / "hosts"), "--seed", "7", "--facts", gh200_facts(tmp_path)]
     assert main(args + ["--dry-run", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["seed"] == 7 and d["runs"] == 66 and d["reboots"] == 4

@@ -356,7 +356,7 @@ def test_dry_run_plan_of_a_matrix_with_a_hostile_description(cli, tmp_path, s):
     assert rc == 0, out
     assert visible(s) in out and not hostile.UNSAFE & set(out), out
     rc, out = cli("schedule", "--matrix", m, "--hosts", "local", "--hosts-dir", REPO / "hosts",
-                  "--seed", "3", "--campaign", s, "--dry-run")
+                  "--seed", "3", "--campaign", s, "--dry-run", "--data-dir", tmp_path)
     assert rc == 0, out
     assert visible(s) in out and not hostile.UNSAFE & set(out), out
 

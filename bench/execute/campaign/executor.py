@@ -14,7 +14,13 @@ the action it names; the store refuses an illegal move.
   rejected: stored, then the retention verdict.
 - Infrastructure failures (SSH, deploy, collect, a host-side error before the bundle) are
   retried `retries` times (default 2), each attempt journaled; a run that fails host-side but
-  leaves a bundle is ingested and judged (rejected), never retried.
+  leaves a bundle is ingested and judged (rejected), never retried. A deterministic input
+  error (bench.execute.campaign.record.deterministic: the run's cell refused on its host by
+  the preflight, the runner refusing its spec) is never retried: the run goes straight to
+  `failed` with the reason, and stays there on `bench resume`.
+- The end: the campaign's state (done: nothing left to do) and its counts of validated,
+  rejected, failed and skipped runs (`CampaignResult.summary`, also the campaign's journal
+  line).
 - Quarantine: a host unreachable longer than its reconnect timeout (wherever it is lost: at the
   start of its worker, while waiting, re-attaching, or in any other step) or a failed proven
   reboot. The host's worker stops; its not-yet-started runs placed `one` are handed to another
@@ -43,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError, HostError, InputError, SafetyError
-from bench.execute.campaign.record import (Settings, attempts_of, ensure_runs, load_record,
+from bench.execute.campaign.record import (FINAL, Settings, attempts_of, deterministic,
+                                           ensure_runs, load_record, outcome, outcome_line,
                                            resume_action)
 from bench.execute.campaign.worker import Worker
-from bench.execute.hostrun import Quarantined
+from bench.execute.hostrun import Quarantined, SpecRefused
 from bench.hosts.inventory import Host, load_inventory
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
@@ -82,6 +89,13 @@ class CampaignResult:
     state: str                                  # done | incomplete | stopped
     runs: list[RunRow]
     quarantined: dict[str, str]
+    counts: dict[str, int] = field(default_factory=dict)   # record.outcome
+    summary: str = ""                                       # record.outcome_line and what is left
+
+
+def _first(*values: Any) -> Any:
+    """The first value that is not None (a 0 headroom or balloon cap is a value)."""
+    return next((v for v in values if v is not None), None)
 
 
 class Executor:
@@ -159,10 +173,12 @@ class Executor:
         mem = boot.get("mem_bytes")
         cell = parse_cell(row.cell)
         proto = self.rec.get("protocol") or {}
-        headroom = self.s.cgroup_headroom_bytes or proto.get("cgroup_headroom")
-        extra: dict[str, Any] = {"cgroup_headroom_bytes": int(headroom)} if headroom else {}
+        headroom = _first(self.s.cgroup_headroom_bytes, proto.get("cgroup_headroom"))
+        extra: dict[str, Any] = ({} if headroom is None
+                                 else {"cgroup_headroom_bytes": int(headroom)})
         return RunOptions(threads=self.s.threads, **extra,
-                          balloon_max_bytes=self.s.balloon_max_bytes or proto.get("balloon_max"),
+                          balloon_max_bytes=_first(self.s.balloon_max_bytes,
+                                                   proto.get("balloon_max")),
                           passes=int(self.rec["workload"].get("passes") or self.s.passes),
                           campaign=self.cid, position=row.position, repetition=row.repetition,
                           # expect_boot.mem: the kernel text the reboot wrote (exact bytes)
@@ -186,6 +202,20 @@ class Executor:
             return
         if not last:
             time.sleep(self.s.retry_pause_s)
+
+    def refuse(self, rid: str, exc: BenchError) -> None:
+        """A deterministic input error: the run fails at once with the reason and is never
+        retried (its attempts are FINAL, here and for `bench resume`)."""
+        host = self.rows[rid].host
+        self.workers[host].ready = None
+        n = self.attempts.get(rid, 0) + 1
+        self.attempts[rid] = FINAL
+        try:
+            self.set_state(rid, "failed", f"not retried (its input is refused): {exc.message}",
+                           {"attempt": n, "final": True, "deterministic": True,
+                            "error": type(exc).__name__})
+        except IllegalTransition as refused:
+            self._overruled(host, rid, refused)
 
     def _overruled(self, host: str, rid: str, exc: IllegalTransition) -> None:
         """The store refused a move of this run: another writer (a second controller, a
@@ -249,13 +279,18 @@ class Executor:
             r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
             self.s.retries) not in ("skip", "give-up")]
         state = "done" if not left else ("stopped" if self._stop.is_set() else "incomplete")
-        msg = f"{len(rows) - len(left)}/{len(rows)} runs finished" + (
-            f"; {len(left)} left: " + ", ".join(f"{r.run_id} ({r.state})"
-                                                 for r in left[:6]) if left else "")
+        gone = {r.run_id for r in left}
+        counts = outcome([r.state for r in rows if r.run_id not in gone],
+                         refused=sum(1 for r in rows if r.state == "failed"
+                                     and self.attempts.get(r.run_id, 0) >= FINAL),
+                         skipped_runs=int(self.rec.get("skipped_runs") or 0), left=len(left))
+        msg = outcome_line(counts) + (
+            ": " + ", ".join(f"{r.run_id} ({r.state})" for r in left[:6])
+            + (", ..." if len(left) > 6 else "") if left else "")
         set_campaign_state(self.store, self.cid, state, msg)
         return CampaignResult(self.cid, state, rows,
                               {h: w.quarantined for h, w in self.workers.items()
-                               if w.quarantined})
+                               if w.quarantined}, counts, msg)
 
     def _work(self, w: Worker) -> None:
         """A host's worker thread: its runs until none is left (or it is quarantined)."""
@@ -292,9 +327,12 @@ class Executor:
             self._overruled(w.name, rid, exc)
         except Quarantined as exc:
             self.quarantine(w.name, exc.message, rid)
-        except (SafetyError, InputError) as exc:
+        except (SafetyError, InputError, SpecRefused) as exc:
             self.journal("warning", f"{w.name}: {rid}: {exc.message}")
-            self.fail(rid, exc)
+            if deterministic(exc):
+                self.refuse(rid, exc)
+            else:
+                self.fail(rid, exc)
         except BenchError as exc:
             self.fail(rid, exc)
         except Exception as exc:  # noqa: BLE001 - never let a worker die silently

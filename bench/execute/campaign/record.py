@@ -6,10 +6,12 @@ for a hand-over). `create` writes the campaign, its record and its planned runs;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench.errors import InputError
+from bench.errors import FormatError, InputError, SafetyError
+from bench.execute.hostrun import SpecRefused
 from bench.matrix.expand import Expansion
 from bench.matrix.load import Matrix
 from bench.matrix.schedule import Schedule
@@ -60,9 +62,27 @@ def boot_key(b: dict | None) -> tuple:
     return (b.get("mem_bytes"), b.get("lru_gen"))
 
 
+# what the record keeps of each host's planning facts (bench.execute.campaign.preflight)
+PLANNING_FACTS = ("kernel", "arch", "boot_id", "mem", "mem_total_bytes", "mem_available_bytes",
+                  "mglru", "cgroup", "python3")
+
+
+def planning_facts(preflight) -> dict:
+    """host -> the facts the plan was made with (PLANNING_FACTS) and where they came from."""
+    if preflight is None:
+        return {}
+    out = {}
+    for host, f in preflight.facts.items():
+        out[host] = {k: f.get(k) for k in PLANNING_FACTS if k in f}
+        out[host]["source"] = preflight.sources.get(host)
+    return out
+
+
 def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
-                    host_names: list[str], settings: Settings, matrix_ref: str) -> dict:
-    """What the journal keeps of a scheduled campaign (module doc)."""
+                    host_names: list[str], settings: Settings, matrix_ref: str,
+                    preflight=None) -> dict:
+    """What the journal keeps of a scheduled campaign (module doc): also the cells skipped at
+    planning time with their reasons, and the facts the plan was made with."""
     cands = {}
     for request in expansion.requests:
         for c in request.candidates:
@@ -85,15 +105,24 @@ def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
             "estimates": {"run_seconds": schedule.run_seconds,
                           "reboot_seconds": schedule.reboot_seconds},
             "settings": settings.as_dict(), "runs": runs,
+            "skipped": [asdict(x) for x in expansion.skipped],
+            "skipped_runs": expansion.skipped_runs,
+            "facts": planning_facts(preflight),
             "order": [r.run_id for r in schedule.runs]} | (
                 {"engine": matrix.engine.as_dict()} if matrix.engine else {})
 
 
 def create(store: Store, schedule: Schedule, expansion: Expansion, matrix: Matrix,
-           host_names: list[str], settings: Settings, matrix_ref: str) -> str:
+           host_names: list[str], settings: Settings, matrix_ref: str,
+           preflight=None) -> str:
     """Create the campaign in the store: campaign row, its record in the journal, planned
-    runs. A controller killed half-way through is finished here, not doubled."""
-    rec = campaign_record(schedule, expansion, matrix, host_names, settings, matrix_ref)
+    runs. A controller killed half-way through is finished here, not doubled. A schedule
+    without runs is refused (InputError): nothing would run."""
+    if not schedule.runs:
+        raise InputError(f"campaign {schedule.campaign}: the plan has no run",
+                         hint="every cell was skipped: `bench schedule --dry-run` says why")
+    rec = campaign_record(schedule, expansion, matrix, host_names, settings, matrix_ref,
+                          preflight)
     cid = schedule.campaign
     if campaign_row(store, cid) is not None:
         if journal_rows(store, cid, kinds=("plan",)):
@@ -127,15 +156,54 @@ def load_record(store: Store, campaign_id: str) -> dict:
     return rows[0].data or {}
 
 
+# the attempts of a run whose failure is final (a deterministic input error): more than any
+# number of retries, so that neither this executor nor a `bench resume` tries it again
+FINAL = 1 << 30
+
+
+def deterministic(exc: BaseException) -> bool:
+    """Whether a run's failure is its own input refused, so that a retry would meet the same
+    refusal: an InputError or SafetyError (its cell refused on its host by the preflight, a
+    spec bench will not build, a reboot refused below the floor) or the host runner refusing
+    the spec (exit 2). Not a FormatError: a file that came back malformed from a host (a
+    bundle) may come back whole, so it keeps its retries like every infrastructure error."""
+    if isinstance(exc, SpecRefused):
+        return True
+    return isinstance(exc, (InputError, SafetyError)) and not isinstance(exc, FormatError)
+
+
 def attempts_of(store: Store, campaign_id: str) -> dict[str, int]:
-    """Infrastructure failures per run (journal entries into `failed`), by run_id."""
+    """Failures per run (journal entries into `failed`), by run_id; FINAL for a run whose
+    failure was deterministic (`deterministic` in the entry's data)."""
     by_ref = {r.ref: r.run_id for r in run_rows(store, campaign_id)}
     out: dict[str, int] = {}
     for j in journal_rows(store, campaign_id, kinds=("state",)):
         if j.get("to") == "failed" and j.run_ref in by_ref:
             rid = by_ref[j.run_ref]
-            out[rid] = out.get(rid, 0) + 1
+            out[rid] = FINAL if j.get("deterministic") else out.get(rid, 0) + 1
     return out
+
+
+def outcome(finished: Sequence[str], refused: int = 0, skipped_runs: int = 0,
+            left: int = 0) -> dict[str, int]:
+    """A campaign's counts for its final line, from the states of its finished runs (those
+    no executor will take up again): validated, rejected, failed (of which `refused` on a
+    deterministic input error, never retried); the runs skipped at planning (the cells a
+    host cannot run took them out of the matrix) and the runs left (`bench resume`)."""
+    return {"validated": sum(1 for s in finished if s == "validated"),
+            "rejected": sum(1 for s in finished if s == "rejected"),
+            "failed": sum(1 for s in finished if s == "failed"),
+            "refused": refused, "skipped": skipped_runs, "left": left}
+
+
+def outcome_line(c: Mapping[str, int]) -> str:
+    """`8 validated, 2 rejected, 2 failed (1 not retried: input refused), 4 skipped at
+    planning[, 1 left]`."""
+    failed = f"{c['failed']} failed" + (f" ({c['refused']} not retried: input refused)"
+                                        if c.get("refused") else "")
+    return (f"{c['validated']} validated, {c['rejected']} rejected, {failed}, "
+            f"{c['skipped']} skipped at planning" + (f", {c['left']} left" if c.get("left")
+                                                     else ""))
 
 
 def resume_action(state: str, has_spec: bool, attempts: int = 0, retries: int = 2) -> str:

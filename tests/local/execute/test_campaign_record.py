@@ -24,7 +24,8 @@ def test_run_options_take_the_matrixs_protocol_unless_settings_override(tmp_path
     try:
         cid = create(store, plan, exp, m, ["lab-a"], Settings(), "reclaim")
         inv = load_inventory(hosts)
-        for over, headroom in (({}, 16 << 20), ({"cgroup_headroom_bytes": 64 << 20}, 64 << 20)):
+        for over, headroom in (({}, 16 << 20), ({"cgroup_headroom_bytes": 64 << 20}, 64 << 20),
+                               ({"cgroup_headroom_bytes": 0}, 0)):     # 0 is a headroom too
             ex = Executor(store, cid, Settings(**over), inventory=inv)
             ex.rows = {r.run_id: r for r in run_rows(store, cid)}
             rid = next(r for r, v in ex.rows.items() if "cgroup" in v.cell)

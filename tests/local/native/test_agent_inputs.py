@@ -22,8 +22,9 @@ def good_plan():
     return make_plan([[(0, (1, 2)), (1, (3,))], [(0, (4,)), (1, (0, 7))]], L, E, S)
 
 
-def agent_fails(agent, pool, plan, *extra, reason):
-    r = nl.run_agent(["replay", "--pool", pool, "--plan", plan, "--passes", 2, *extra])
+def agent_fails(agent, pool, plan, *extra, reason, timeout=60):
+    r = nl.run_agent(["replay", "--pool", pool, "--plan", plan, "--passes", 2, *extra],
+                     timeout=timeout)
     assert r.rc == nl.EXIT_FAIL, r.stdout  # bad input is a failure, never a skip
     assert r.summary is not None and r.summary["ok"] is False
     assert r.summary["passes_done"] == 0
@@ -133,6 +134,49 @@ def test_truncated_expert_file(agent, small_pool, tmp_path):
     write_plan(p, good_plan())
     os.truncate(small_pool / "L000" / "E0003.bin", S - 100)
     agent_fails(agent, small_pool, p, reason="has 8092 bytes")
+
+
+@pytest.mark.parametrize("kind", ["symlink-dev-zero", "symlink-regular", "fifo", "directory"])
+def test_a_pool_file_that_is_not_a_regular_file_is_refused(agent, small_pool, tmp_path, kind):
+    """fstat after an O_NOFOLLOW|O_NONBLOCK open: a symlink (even to a good file: its bytes
+    would come from another file system than the pool's device), a FIFO (which would block the
+    open until a writer came: the run would hang) and a directory each fail before any pass,
+    with the file and its kind named. A timeout guards the FIFO case."""
+    p = tmp_path / "plan.bpln"
+    write_plan(p, good_plan())
+    victim = small_pool / "L001" / "E0003.bin"
+    elsewhere = tmp_path / "copy.bin"
+    elsewhere.write_bytes(victim.read_bytes())
+    victim.unlink()
+    if kind == "symlink-dev-zero":
+        victim.symlink_to("/dev/zero")
+    elif kind == "symlink-regular":
+        victim.symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(victim)
+    else:
+        victim.mkdir()
+    why = {"fifo": "is a FIFO, not a regular file",
+           "directory": "is a directory, not a regular file"}.get(
+        kind, "is a symbolic link, not a regular file")
+    r = agent_fails(agent, small_pool, p, reason=why)
+    assert str(victim) in r.summary["reason"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink-dev-zero"])
+def test_a_pool_manifest_that_is_not_a_regular_file_is_refused(agent, small_pool, tmp_path,
+                                                               kind):
+    p = tmp_path / "plan.bpln"
+    write_plan(p, good_plan())
+    manifest = small_pool / "pool.json"
+    manifest.unlink()
+    if kind == "fifo":
+        os.mkfifo(manifest)
+        why = "pool manifest %s is a FIFO, not a regular file" % manifest
+    else:
+        manifest.symlink_to("/dev/zero")
+        why = "pool manifest %s is a symbolic link, not a regular file" % manifest
+    agent_fails(agent, small_pool, p, reason=why)
 
 
 def test_incomplete_or_garbled_pool(agent, small_pool, tmp_path):

@@ -48,8 +48,21 @@ def assert_complete_pool(d: Path, seed=SEED, template=poolfmt.DEFAULT_PATH):
         assert len(set(data[32:4096])) > 200, "payload must be real random data"
     assert not list(d.rglob("*.tmp")), "no temp file may be left"
     man = json.loads((d / "pool.json").read_text())
+    sums = man.pop("sums")
     assert man == {"layers": L, "experts_per_layer": E, "expert_bytes": S, "path": template,
                    "seed": seed, "format": 1, "complete": True}
+    # pool.sums: one digest of each file's sampled blocks, its sha256 in pool.json
+    text = (d / "pool.sums").read_bytes()
+    assert sums == {"file": "pool.sums", "sha256": hashlib.sha256(text).hexdigest(),
+                    "block": 4096, "blocks": 4, "digest": "sha256-128"}
+    lines = text.decode().splitlines()
+    assert len(lines) == L * E
+    for (layer, expert, p), line in zip(expert_files(d, template), lines):
+        data, h = p.read_bytes(), hashlib.sha256()
+        for off in poolfmt.sample_offsets(layer, expert, S, seed):
+            block = data[off:off + 4096]
+            h.update(off.to_bytes(8, "little") + len(block).to_bytes(4, "little") + block)
+        assert line == h.hexdigest()[:32], p
 
 
 # --------------------------------------------------------------------------- made / present
@@ -207,14 +220,18 @@ def test_runner_pool_command(tmp_path):
 # --------------------------------------------------------------------------- the controller
 
 def test_the_controller_reads_what_the_host_writer_makes(tmp_path):
-    """bench.plan.pool's reader and header check accept the host's pool; headers and pool.json are
-    byte-identical to what bench.plan.pool.make_pool writes for the same geometry and seed."""
+    """bench.plan.pool's reader, header check and verifier accept the host's pool; headers are
+    byte-identical to what bench.plan.pool.make_pool writes for the same geometry and seed, and
+    pool.json too but for the digest of the sampled blocks."""
     host, ctl = tmp_path / "host", tmp_path / "ctl"
     poolwriter.write_pool(str(host), L, E, S, SEED)
     spec = PoolSpec(L, E, S, seed=SEED)
     make_pool(ctl, spec)
     assert check_pool(host) == spec and load_manifest(host) == (spec, True)
-    assert (host / "pool.json").read_bytes() == (ctl / "pool.json").read_bytes()
+    # pool.json alike but for the digest of pool.sums (the payload bytes differ by design)
+    man_host, man_ctl = (json.loads((x / "pool.json").read_text()) for x in (host, ctl))
+    assert man_host["sums"].pop("sha256") != man_ctl["sums"].pop("sha256")
+    assert man_host == man_ctl
     for layer, expert, p in expert_files(host):
         head = p.read_bytes()[:poolfmt.HEADER.size]
         assert head == expert_header(spec, layer, expert)

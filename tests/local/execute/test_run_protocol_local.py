@@ -1,0 +1,64 @@
+"""`bench run` with the protocol a matrix sets (`--cgroup-headroom`, `--balloon-max`), on this
+machine through the local transport: the real runner under a real memory cgroup wall, its
+bundle's spec and capacity record read back; a balloon whose lock the probe already shows
+above the cap is refused before anything reaches the host. Needs root (drop_caches, cgroups)
+and a C toolchain (the agent is built on deploy)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.hosts.inventory import Host, render_host_toml
+from bench.trace.synth import generate, preset
+
+pytestmark = [pytest.mark.root, pytest.mark.native]
+
+
+@pytest.fixture
+def local(tmp_path):
+    for tool in ("make", "cc", "python3"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "local.toml").write_text(render_host_toml(Host(
+        name="local", address="localhost", transport="local",
+        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    trace = tmp_path / "tiny.jsonl"
+    trace.write_text("\n".join(generate(preset("tiny", tokens=40))) + "\n")
+    return ["--host", "local", "--trace", str(trace), "--hosts-dir", str(hosts), "--threads",
+            "2", "--no-ingest", "--data-dir", str(tmp_path / "data"), "--json"]
+
+
+def test_a_cgroup_wall_with_the_headroom_given_on_the_command_line(local, tmp_path, capsys):
+    from bench.hosts.facts import CGROUP_SCRIPT, parse_cgroup
+    from bench.hosts.transport import LocalTransport
+    cg = parse_cgroup(LocalTransport("local").run(["sh", "-c", CGROUP_SCRIPT]).stdout)
+    if cg["backend"] == "none":
+        pytest.skip("this machine has no memory cgroup mounted (cgroup2 or a v1 hierarchy)")
+    rc = main(["run", "32M-cgroup-classic", *local, "--cgroup-headroom", "16Mi",
+               "--run-id", "hr1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    (res,) = json.loads(out.out)
+    bundle = Path(res["bundle"])
+    spec = json.loads((bundle / "spec.json").read_text())
+    assert spec["cgroup_headroom_bytes"] == 16 << 20 and "balloon_max_bytes" not in spec
+    cap = json.loads((bundle / "capacity.json").read_text())
+    assert cap["limit_bytes"] == 32 * 10 ** 6 + (16 << 20), cap
+
+
+def test_a_balloon_above_the_cap_is_refused_before_the_host_is_touched(local, tmp_path,
+                                                                      capsys):
+    rc = main(["run", "32M-balloon-classic", *local, "--balloon-max", "1M", "--run-id", "bm1"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "the balloon would lock at least" in err and "above the balloon cap 1M" in err
+    assert not (tmp_path / "work" / "runs").exists() and not (tmp_path / "pool").exists()
+    rc = main(["run", "32M-none-classic", *local, "--balloon-max", "1G"])
+    assert rc == 2 and "--balloon-max applies to balloon cells" in capsys.readouterr().err
