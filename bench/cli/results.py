@@ -75,13 +75,14 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Store run bundles (one transaction each; refused bundles move to rejected/). A bundle
     is validated against the contract (bench schema bundle) before anything is stored; the
-    demand model's plan is --plan or <data-dir>/plans/<plan_sha256>.bin."""
+    demand model's plan is --plan or <data-dir>/plans/<plan_sha256>.bin. A directory without
+    spec.json and manifest.json is not a bundle: refused and left in place (exit 2)."""
     from bench.judge.bundle import Caps
-    from bench.store.ingest import ingest_bundle
+    from bench.store.ingest import NotABundle, ingest_bundle
     caps = Caps.from_env(file_bytes=_size(max_file_bytes, "--max-file-bytes"),
                          total_bytes=_size(max_bundle_bytes, "--max-bundle-bytes"))
     store = _store(db, write=True)
-    results, failed = [], 0
+    results, failed, exit_code = [], 0, 1
     nominal = None if nominal_gb is None else nominal_gb * 1e9
     for b in bundles:
         try:
@@ -89,7 +90,10 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
                                          data_dir=data_dir, caps=caps))
         except BenchError as exc:
             failed += 1
-            results.append({"bundle": str(b), "status": "refused", "error": exc.message})
+            refusal: dict = {"bundle": str(b), "status": "refused", "error": exc.message}
+            if isinstance(exc, NotABundle):     # bad input: say what a bundle is
+                exit_code, refusal["fix"] = 2, exc.hint
+            results.append(refusal)
     if json_out:
         views.emit_json(results)
     else:
@@ -98,12 +102,15 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
                 for line in r["error"].splitlines():
                     views.err_console.print(compose(("refused", "red"), f" {line}"),
                                             soft_wrap=True)
+                if r.get("fix"):
+                    views.err_console.print(compose(("fix:", "bold"), f" {r['fix']}"),
+                                            soft_wrap=True)
             else:
                 what = "retained" if r["retained"] else "rejected by " + ", ".join(r["failed"])
                 views.say(f"{r['run_id']}: {r['status']}"
                           + (f", {what}" if r["status"] == "ingested" else ""))
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(exit_code)
 
 def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
          rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
@@ -254,13 +261,17 @@ def _json_array(rows) -> None:
     sys.stdout.write("\n]\n" if not first else "]\n")
 
 def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
-         out: Annotated[Path, typer.Option("-o", "--out", help="PNG file to write.")],
+         out: Annotated[Path, typer.Option("-o", "--out", help="Image file to write (its "
+                                           "suffix picks the format; none: PNG).")],
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
          db: DbOpt = None) -> None:
     """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory; one series per
-    host, workload and fingerprint, one mechanism per curve."""
+    host, workload and fingerprint, one mechanism per curve. OUT's directory must exist; its
+    suffix picks the format (.png, .svg, .pdf...; none: PNG)."""
+    from bench.cli.outpath import output_file
     from bench.store import queries
     plots = _plots()
+    plots.image_format(output_file(out, "-o"))
     store = _store(db)
     m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload)
     plots.draw(kind, m, out)

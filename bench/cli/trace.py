@@ -3,6 +3,7 @@ no host: parse, check, synthesize, locality, policy simulation, the demand model
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
+from bench.cli.outpath import output_file
 from bench.errors import InputError
 from bench.results import trace_views, views
 from bench.results.views import compose
@@ -90,9 +92,13 @@ def trace_synth(
     dry_run_pass: Annotated[bool, typer.Option("--dry-run-pass", help="Add llama.cpp's synthetic "
                                                "first pass (identical across prompts).")] = False,
 ) -> None:
-    """Write a deterministic synthetic trace in the production format."""
+    """Write a deterministic synthetic trace in the production format (OUT's directory must
+    exist)."""
+    from bench.plan.planfile import write_error
     from bench.trace.synth import generate
     from bench.trace.synth import preset as make_preset
+    if str(out) != "-":
+        output_file(out, "OUT")
     params = make_preset(preset, tokens=tokens, seed=seed, domain=domain, alpha=alpha, head=head,
                          gradient=gradient, reuse=reuse, overlap=overlap, spec_accept=spec_accept,
                          fallback=fallback, shape=shape, dry_run_pass=dry_run_pass or None)
@@ -102,10 +108,15 @@ def trace_synth(
             sys.stdout.write(line + "\n")
         return
     tmp = out.with_name(out.name + ".tmp")
-    with tmp.open("w") as fh:
-        for line in lines:
-            fh.write(line + "\n")
-    tmp.replace(out)
+    try:
+        with tmp.open("w") as fh:
+            for line in lines:
+                fh.write(line + "\n")
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise write_error(out, exc) from None
 
 
 @trace_app.command("stats")
@@ -162,11 +173,18 @@ def sim(
     from bench.trace.parse import parse_trace
     trained: str | Trace | None = train
     if train not in (None, "window", "oracle"):
+        if not Path(train).exists():
+            raise InputError(f"--train {train!r} is neither window, oracle nor a trace file")
         trained = parse_trace(Path(train), k)
+    from bench.trace.parse import LIMITS
+    budget_list = tuple(ints(budgets, "--budgets"))
+    bad = [b for b in budget_list if not 1 <= b <= LIMITS["slots"]]
+    if bad:
+        raise InputError(f"--budgets: {bad[0]} is outside [1, {LIMITS['slots']}] experts")
     rows = []
     for t in _traces(files, k, batch):
         rows += simulate(t, policies=tuple(split_csv(policy, "--policy")), regime=regime,
-                         budgets=tuple(ints(budgets, "--budgets")), window=window,
+                         budgets=budget_list, window=window,
                          train=None if trained == "window" else trained)
     if json_out:
         views.emit_json(rows)
@@ -231,8 +249,14 @@ def plan(
         help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
-    """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints."""
-    from bench.plan.planfile import frequency_table, write_plan
+    """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints
+    (every output's directory must exist)."""
+    from bench.plan.planfile import frequency_table, write_error, write_plan
+    output_file(out, "-o")
+    if hints:
+        output_file(hints_out or out.with_name(out.stem + ".hints.bin"), "--hints-out")
+    if freq_out:
+        output_file(freq_out, "--freq-out")
     p = _plan_for(files, k, batch, expert_bytes)
     info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
             "passes": p.passes, "reads": p.reads, "logical_bytes": p.logical_bytes,
@@ -245,7 +269,10 @@ def plan(
     if freq_out:
         table = frequency_table(p)
         lines = [f"{layer} {expert} {n}" for (layer, expert), n in sorted(table.items())]
-        freq_out.write_text("# layer expert count\n" + "\n".join(lines) + "\n")
+        try:
+            freq_out.write_text("# layer expert count\n" + "\n".join(lines) + "\n")
+        except OSError as exc:
+            raise write_error(freq_out, exc) from None
         info["freq"] = str(freq_out)
     if json_out:
         views.emit_json(info)

@@ -3,17 +3,27 @@
 temp dir and renamed into place once its manifest verifies and its spec names this run on
 this host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
 its directories 0700 and files 0600 here, as the runner made them on the host, where the
-archive sits in a 0700 collect/ for the copy."""
+archive sits in a 0700 collect/ for the copy.
+
+The controller's own disk failing a write (full, over quota, read-only, an I/O error) is a
+ControllerDiskError naming the local path: the host is not to blame, so it is never reported
+as unreachable (the SSH transport words every failed copy as the connection's; the local
+write error under it is looked for first), and the half-copied archive is removed."""
 
 from __future__ import annotations
 
+import errno
+import gzip
 import shutil
 import tarfile
 import tempfile
 import threading
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from bench.errors import HostError
+from bench.errors import BenchError, HostError
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
 from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, scan_dir
@@ -22,6 +32,51 @@ from bench.matrix.runspec import check_run_id
 from bench.paths import private_dir, private_tree
 from bench.store.db import open_store
 from bench.store.ingest import ingest_bundle
+
+
+class ControllerDiskError(BenchError):
+    """A write to the controller's own disk failed while collecting: names the local path."""
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
+
+
+def _disk_error(path: Path, exc: OSError) -> ControllerDiskError:
+    where = exc.filename or path
+    return ControllerDiskError(
+        f"controller disk: {where}: {exc.strerror or exc} (while collecting a bundle)",
+        hint=f"free space on the file system holding {path.parent} (df -h {path.parent}), "
+             "then `bench resume` the campaign")
+
+
+def _local_write_error(exc: BaseException) -> OSError | None:
+    """The local disk error under a transport's error, if any (a failed copy that the
+    transport worded as the connection's)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in _DISK_ERRNOS:
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+@contextmanager
+def _local_disk(path: Path, only_disk: bool = False) -> Iterator[None]:
+    """Local writes under `path`: an OSError (with `only_disk`, one of a disk's errnos: the
+    same step also reads what the host sent) becomes a ControllerDiskError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        if only_disk and exc.errno not in _DISK_ERRNOS:
+            raise
+        raise _disk_error(path, exc) from None
+    except HostError as exc:
+        local = _local_write_error(exc)
+        if local is None:
+            raise
+        raise _disk_error(path, local) from None
 
 
 def bundle_path(data_dir: Path, host: str, run_id: str) -> Path:
@@ -44,6 +99,16 @@ def _safe_extract(tar: tarfile.TarFile, dest: Path, run_id: str) -> None:
                             f"caps ({m.size} bytes; {total} bytes and {files} files so far)",
                             "see docs/bundle.md, Limits (BENCH_BUNDLE_MAX_* variables)")
     tar.extractall(dest, filter="data")
+
+
+def _unpack(archive: Path, dest: Path, run_id: str, where: str) -> None:
+    """Unpack the bundle archive (checked by _safe_extract); a damaged archive is the host's
+    error, naming it."""
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            _safe_extract(tar, dest, run_id)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise HostError("collect", f"{where}: not a readable tar.gz archive ({exc})") from None
 
 
 def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
@@ -77,17 +142,20 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     # the archive holds the bundle's private files: made in a directory only we can enter
     t.run(["install", "-d", "-m", "700", f"{host.work_dir}/collect"], timeout=30)
     t.run(["tar", "-czf", remote_tar, "-C", f"{host.work_dir}/runs", run_id], timeout=600)
-    private_dir(dest.parent.parent)             # bundles/
-    private_dir(dest.parent)                    # bundles/<host>/
-    tmpdir = Path(tempfile.mkdtemp(prefix=f".{run_id}-", dir=dest.parent))
+    with _local_disk(dest.parent):
+        private_dir(dest.parent.parent)             # bundles/
+        private_dir(dest.parent)                    # bundles/<host>/
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{run_id}-", dir=dest.parent))
     try:
         local_tar = tmpdir / "bundle.tar.gz"
-        t.get(remote_tar, local_tar)
-        with tarfile.open(local_tar, "r:gz") as tar:
-            _safe_extract(tar, tmpdir, run_id)
+        with _local_disk(local_tar, only_disk=True):
+            t.get(remote_tar, local_tar)
+        with _local_disk(tmpdir / run_id, only_disk=True):
+            _unpack(local_tar, tmpdir, run_id, f"{host.name}:{remote_tar}")
         m = verified(tmpdir / run_id, host.name, run_id, f"{host.name}:{src}")
-        private_tree(tmpdir / run_id)
-        (tmpdir / run_id).rename(dest)
+        with _local_disk(dest):
+            private_tree(tmpdir / run_id)
+            (tmpdir / run_id).rename(dest)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
         t.run(["rm", "-f", remote_tar], timeout=30, check=False)

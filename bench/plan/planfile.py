@@ -4,11 +4,21 @@ The byte layout is specified in docs/formats.md; this module is its reference im
 (write and read, with the same validation the agent applies). A plan holds the iterations of a
 parsed trace: per iteration its kind and accepted tokens, per router pass its layer and the
 distinct experts read, in issue order.
+
+A plan file is untrusted input: it must be a regular file; its header's shape (layers,
+experts per layer, expert bytes) is held to the trace parser's bounds
+(bench.trace.parse.LIMITS) and its counts must add up to the file's size (read from the file
+system before the body is read), so no header claim sizes an allocation; its metadata is
+JSON by the trace reader's strict rules and must be an object. Every refusal is a
+FormatError naming the file and the field.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.errors import FormatError
-from bench.trace.parse import BATCH, ITERATION_KINDS, Iteration, Pass, Trace
+from bench.errors import BenchError, FormatError, InputError, TraceError
+from bench.trace.parse import (BATCH, ITERATION_KINDS, BigInt, Iteration, Pass, Trace,
+                               check_shape, loads_line)
 
 MAGIC = b"BPLN"
 VERSION = 1
@@ -55,12 +66,22 @@ class Plan:
         return {(p.layer, e) for it in self.iterations for p in it.passes for e in p.experts}
 
 
+def _shape(source: str, layers: int, experts_per_layer: int, expert_bytes: int) -> None:
+    """The trace parser's bounds on a plan's shape, as a FormatError naming the field."""
+    try:
+        check_shape(source, None, layers=layers, experts_per_layer=experts_per_layer,
+                    expert_bytes=expert_bytes)
+    except TraceError as exc:
+        raise FormatError(exc.message.replace(": key ", ": header field ", 1)) from None
+
+
 def plan_from_trace(trace: Trace, expert_bytes: int | None = None,
                     meta: dict | None = None) -> Plan:
     size = expert_bytes if expert_bytes is not None else trace.model.expert_bytes
     if not size or size <= 0:
         raise FormatError("the plan needs the expert size: the trace header has no "
                           "expert_bytes", hint="pass --expert-bytes S")
+    _shape(trace.source, trace.layer_count(), trace.expert_count(), size)
     return Plan(REPLAY, trace.layer_count(), trace.expert_count(), size, trace.iterations,
                 dict(meta or {}))
 
@@ -98,13 +119,37 @@ def encode(plan: Plan) -> bytes:
 
 
 def write_plan(path: str | Path, plan: Plan) -> int:
-    """Write atomically (temp file + rename) so a crash never leaves half a plan; returns size."""
+    """Write atomically (temp file + rename) so a crash never leaves half a plan; returns size.
+    A directory that does not exist is an InputError naming it, never created; any other
+    failure to write (a full disk) a BenchError naming the file, the temp file removed."""
     data = encode(plan)
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(p)
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(p)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise write_error(p, exc) from None
     return len(data)
+
+
+def write_error(path: Path, exc: OSError) -> BenchError:
+    """A failed write of a file bench makes, naming it: a missing or unusable directory is bad
+    input (exit 2), anything else (a full disk, an I/O error) a failure (exit 1)."""
+    parent = path.parent
+    if not parent.is_dir():
+        what = "does not exist" if not parent.exists() else "is not a directory"
+        return InputError(f"{path}: directory {parent} {what}",
+                          hint=f"create it first (mkdir -p {parent}) or write elsewhere")
+    if path.is_dir():
+        return InputError(f"{path}: is a directory", hint="give a file name")
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, PermissionError):
+        return InputError(f"{path}: cannot write ({reason})")
+    return BenchError(f"{path}: cannot write ({reason})",
+                      hint="free space on that file system, or write elsewhere")
 
 
 def decode(data: bytes, source: str = "<plan>") -> Plan:
@@ -119,16 +164,14 @@ def decode(data: bytes, source: str = "<plan>") -> Plan:
         raise FormatError(f"{source}: plan version {version}, this bench reads {VERSION}")
     kinds = {v: k for k, v in _KIND_CODE.items()}
     if kind not in kinds:
-        raise FormatError(f"{source}: unknown plan kind code {kind}")
-    off = _HEADER.size + meta_len
-    off += -off % 8
-    expected = off + n_it * _ITER.itemsize + n_pass * _PASS.itemsize + n_read * 4
+        raise FormatError(f"{source}: header field kind: unknown plan kind code {kind}")
+    _shape(source, layers, epl, ebytes)
+    expected = _implied_size(data[:_HEADER.size])
     if len(data) != expected:
         raise FormatError(f"{source}: plan size {len(data)} bytes, header implies {expected}")
-    try:
-        meta = json.loads(data[_HEADER.size:_HEADER.size + meta_len] or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"{source}: plan metadata is not JSON ({exc})") from None
+    meta = _meta(data[_HEADER.size:_HEADER.size + meta_len], source)
+    off = _HEADER.size + meta_len
+    off += -off % 8
     iters = np.frombuffer(data, _ITER, n_it, off)
     off += n_it * _ITER.itemsize
     passes = np.frombuffer(data, _PASS, n_pass, off)
@@ -156,12 +199,57 @@ def decode(data: bytes, source: str = "<plan>") -> Plan:
     return Plan(kinds[kind], layers, epl, ebytes, tuple(iterations), meta)
 
 
+def _implied_size(head: bytes) -> int:
+    """The file size a plan header's counts imply (no allocation made from them)."""
+    (*_, n_it, n_pass, n_read, meta_len, _reserved) = _HEADER.unpack_from(head)
+    off = _HEADER.size + meta_len
+    off += -off % 8
+    return off + n_it * _ITER.itemsize + n_pass * _PASS.itemsize + n_read * 4
+
+
+def _meta(raw: bytes, source: str) -> dict:
+    """The plan's metadata: a JSON object by the trace reader's strict rules."""
+    try:
+        meta = loads_line(raw.decode("utf-8") or "{}", source, None)
+    except UnicodeDecodeError:
+        raise FormatError(f"{source}: plan metadata is not UTF-8") from None
+    except TraceError as exc:
+        raise FormatError(f"{source}: plan metadata: {exc.message.split(': ', 1)[1]}") from None
+    if not isinstance(meta, dict):
+        raise FormatError(f"{source}: plan metadata must be a JSON object, got "
+                          f"{type(meta).__name__}")
+    stack: list[tuple[str, object]] = [("", meta)]
+    while stack:                    # iterative: json already bounded the depth
+        key, v = stack.pop()
+        if isinstance(v, BigInt):
+            raise FormatError(f"{source}: plan metadata key {key!r}: {v!r}")
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        stack.extend((f"{key}.{k}" if key else str(k), x) for k, x in items)
+    return meta
+
+
 def read_plan(path: str | Path) -> Plan:
+    """Read and decode a plan file: a regular file whose size its header's counts imply,
+    checked before the body is read."""
     p = Path(path)
     try:
-        return decode(p.read_bytes(), str(p))
+        with p.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise FormatError(f"{p}: not a regular file (a plan is a BPLN file)")
+            head = fh.read(_HEADER.size)
+            if len(head) == _HEADER.size and head[:4] == MAGIC \
+                    and _implied_size(head) != st.st_size:
+                raise FormatError(f"{p}: plan size {st.st_size} bytes, header implies "
+                                  f"{_implied_size(head)}")
+            data = head + fh.read()
     except FileNotFoundError:
         raise FormatError(f"{p}: no such plan file") from None
+    except IsADirectoryError:
+        raise FormatError(f"{p}: not a regular file (a plan is a BPLN file)") from None
+    except OSError as exc:
+        raise FormatError(f"{p}: cannot read the plan ({exc.strerror or exc})") from None
+    return decode(data, str(p))
 
 
 # Hint plans -----------------------------------------------------------------------------------
@@ -214,7 +302,16 @@ def hints_from_file(plan: Plan, hint_plan: Plan, source: str, run: str | None = 
     if [len(it.passes) for it in hint_plan.iterations] != shape:
         raise FormatError(f"{source}: hint plan shape does not match the replay plan "
                           f"({hint_plan.passes} vs {plan.passes} passes)")
-    prov = dict(hint_plan.meta.get("provenance", {}))
+    for it in hint_plan.iterations:
+        for p in it.passes:
+            if p.layer >= plan.layers or (p.experts and max(p.experts) >= plan.experts_per_layer):
+                raise FormatError(f"{source}: iteration {it.index}: a hint names layer {p.layer}"
+                                  f" expert {max(p.experts, default=0)}, outside the replay "
+                                  f"plan's {plan.layers} layers x {plan.experts_per_layer} experts")
+    prov = hint_plan.meta.get("provenance", {})
+    if not isinstance(prov, dict):
+        raise FormatError(f"{source}: plan metadata key 'provenance': must be a JSON object")
+    prov = dict(prov)
     prov.update({"source": "file", "file": source})
     if run:
         prov["run"] = run

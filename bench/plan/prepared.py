@@ -22,9 +22,9 @@ def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | Non
     """Parse a trace, write its plan into <data_dir>/plans/<sha256>.bin; (PlanInfo, path)."""
     trace = Path(trace)
     if not trace.is_file():
-        raise InputError(f"{trace}: no such trace file")
-    raw = trace.read_bytes()
-    trace_sha = hashlib.sha256(raw).hexdigest()
+        raise InputError(f"{trace}: no such trace file" if not trace.exists() else
+                         f"{trace}: not a regular file (a trace is a JSONL file)")
+    trace_sha = _sha256(trace)
     plan = plan_from_trace(parse_trace(trace, k=k),
                            meta={"trace": trace.name, "trace_sha256": trace_sha})
     data = encode(plan)
@@ -38,6 +38,18 @@ def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | Non
                     expert_bytes=plan.expert_bytes, iterations=len(plan.iterations),
                     trace=trace.name, trace_sha256=trace_sha)
     return info, path
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256, streamed (a trace is never held whole for its digest)."""
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    return h.hexdigest()
 
 
 def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:

@@ -12,20 +12,40 @@ from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from bench.errors import InputError
 from bench.judge.stats import a_over_c
+from bench.plan.planfile import write_error
 from bench.units import format_size
 
 
+def image_format(out: Path) -> str:
+    """The image format OUT's suffix names (none: png); InputError for one matplotlib cannot
+    write."""
+    fmt = out.suffix[1:].lower() or "png"
+    formats = Figure().canvas.get_supported_filetypes()
+    if fmt not in formats:
+        raise InputError(f"-o {out}: matplotlib cannot write .{fmt} files",
+                         hint="use one of " + ", ".join(f".{f}" for f in sorted(formats)))
+    return fmt
+
+
 def draw(kind: str, m: dict, out: Path) -> None:
+    """Draw the figure into OUT (its directory must exist: never created); a failed write is
+    an error naming OUT."""
     matplotlib.use("Agg")
     if not m["rows"]:
         raise InputError(f"no retained runs for the {kind} plot")
+    fmt = image_format(out)
     fig = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal}[kind](plt, m)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=120, format=fmt)
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    finally:
+        plt.close(fig)
 
 
 def _hosts(m: dict) -> dict[str, str]:

@@ -1,6 +1,10 @@
 """Ingest run bundles: one bundle, judged by bench.judge.judgement, -> rows in one transaction;
 the same bundle twice changes nothing; a damaged or incomplete bundle is refused (naming the
-part) and moved aside to a `rejected/` directory next to it, never half-written. Also
+part) and moved aside to a `rejected/` directory next to it, never half-written. Only a
+bundle is ever moved: a directory is one when it holds both spec.json (the controller writes
+it before the run) and manifest.json (the runner writes it last, docs/bundle.md); anything
+else (`.`, a home directory, a run still being written) is refused as NotABundle and left
+exactly where it is. Neither is moved the current directory or one holding it. Also
 re-evaluates stored runs under the current rule versions (`recheck`), rebuilding each bundle
 from its stored raw files.
 
@@ -17,6 +21,7 @@ Engine runs (docs/engine.md) store no iterations and no agent summary: one engin
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import zlib
 from collections.abc import Iterator
@@ -41,9 +46,48 @@ from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell
 from bench.store.states import check_transition
 
 
-def move_aside(path: Path) -> Path:
+class NotABundle(BundleError):
+    """A directory ingest was given that is not a run bundle: refused, never moved."""
+
+
+BUNDLE_MARKERS = ("spec.json", "manifest.json")
+
+
+def is_bundle(path: Path) -> bool:
+    """A real directory (not a symbolic link) holding spec.json and manifest.json entries."""
+    return (not path.is_symlink() and path.is_dir()
+            and all(os.path.lexists(path / name) for name in BUNDLE_MARKERS))
+
+
+def _not_a_bundle(path: Path, where: str) -> NotABundle:
+    missing = [n for n in BUNDLE_MARKERS if not os.path.lexists(path / n)]
+    if path.is_symlink() or not path.is_dir():
+        return NotABundle(where, ".", "not a directory (left in place)",
+                          hint="a run bundle is a directory: docs/bundle.md")
+    nested = any(is_bundle(d) for d in islice(_subdirs(path), 64))
+    return NotABundle(where, ".", f"not a run bundle: no {' and no '.join(missing)} (left in "
+                      "place)", hint="pass the bundle directories inside it (DIR/*)" if nested
+                      else "a run bundle holds spec.json and manifest.json: docs/bundle.md")
+
+
+def _subdirs(path: Path) -> Iterator[Path]:
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    yield Path(e.path)
+    except OSError:
+        return
+
+
+def move_aside(path: Path) -> Path | None:
     """Move a refused bundle to rejected/ next to it (a numbered name if taken); rejected/
-    and the bundle in it are private like collected bundles (bench.paths)."""
+    and the bundle in it are private like collected bundles (bench.paths). The current
+    directory, one holding it, and a file system root stay where they are (None)."""
+    path = path.resolve()
+    cwd = Path.cwd().resolve()
+    if path.parent == path or cwd == path or path in cwd.parents:
+        return None
     dest_dir = private_dir(path.parent / "rejected")
     dest = dest_dir / path.name
     n = 1
@@ -81,8 +125,8 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     never a path the bundle names."""
     path = Path(path)
     where = str(path)
-    if path.is_symlink() or not path.is_dir():
-        raise BundleError(where, ".", "not a directory")
+    if not is_bundle(path):
+        raise _not_a_bundle(path, where)
     try:
         check(scan_dir(path, caps), where, caps)    # manifest, spec, status: big files unheld
         b = load(read_dir(path, caps), where=where, caps=caps)
@@ -90,9 +134,9 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
         cell = bundle_cell(b, where)
         metrics = run_metrics(b)
     except BundleError as exc:
-        raise exc.moved(move_aside(path)) from None
+        raise _aside(exc, path) from None
     except FormatError as exc:
-        raise BundleError(where, "bundle", exc.message).moved(move_aside(path)) from None
+        raise _aside(BundleError(where, "bundle", exc.message), path) from None
     nominal, source = ((None, None) if b.is_engine or not b.completed
                        else _nominal(b, path, nominal_miss_bytes, plan, data_dir))
     with store.session() as s, s.begin():
@@ -113,6 +157,18 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
         if existing is not None:    # a campaign's run: a checked move of the state machine
             check_transition(b.run_id, run.state, "ingested")
         return _write(s, b, cell_row, host, metrics, nominal, source, run)
+
+
+def _aside(exc: BundleError, path: Path) -> BundleError:
+    """The refusal, saying where the bundle went (or that it stayed, and why)."""
+    dest = move_aside(path)
+    if dest is not None:
+        return exc.moved(dest)
+    first, nl, rest = exc.message.partition("\n")
+    err = BundleError(exc.where, exc.part, "", exc.hint)
+    err.message = f"{first} (left in place: it is or holds the current directory){nl}{rest}"
+    err.args = (err.message,)
+    return err
 
 
 def _stored(b: Bundle, digest: str | None, retained: bool | None) -> dict:

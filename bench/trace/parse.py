@@ -20,6 +20,14 @@ iteration, a token and a read are. The rules are those of DESIGN.md:
 * A pass reads the distinct experts of its record in order of first appearance, once each.
 * Prefill is excluded: records tagged ``"phase": "prefill"`` (production engine) or carrying
   ``"n_tokens" > 1`` (the llama.cpp eval-callback batch shape) are counted and skipped.
+* A trace is untrusted input: a line is at most MAX_LINE_CHARS characters (read that far and
+  no further), an integer at most MAX_INT_DIGITS digits (checked before Python converts it;
+  a longer one is kept as a BigInt marker and refused by the key that holds it), NaN and
+  Infinity are refused, and a header's sizes are checked against LIMITS before
+  anything is sized from them: k, layers, experts_per_layer, their product (the (layer,
+  expert) slots analysis and simulators allocate) and expert_bytes. A headerless trace's
+  layers and expert ids are held to the same bounds. Every refusal is a TraceError naming
+  the file, the line and the key.
 
 The llama.cpp eval-callback shape is also read: one record per token and layer,
 ``{"token": 12, "name": "ffn_moe_topk-3", "experts": [...]}`` (or ``"layer": 3``), k = 8 unless
@@ -35,6 +43,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -44,7 +53,16 @@ NORMAL, SPEC_ACCEPT, SPEC_FALLBACK, BATCH = "normal", "spec_accept", "spec_fallb
 ITERATION_KINDS = (NORMAL, SPEC_ACCEPT, SPEC_FALLBACK, BATCH)
 TOKENS = {NORMAL: 1, SPEC_ACCEPT: 2, SPEC_FALLBACK: 1}
 LLAMA_K = 8
-_LLAMA_NAME = re.compile(r"^ffn_moe_topk-(\d+)$")
+_LLAMA_NAME = re.compile(r"^ffn_moe_topk-(\d{1,9})$")
+
+# What bench reads, far above any model it studies (K3: k 16, 92 layers x 896 experts of
+# 17.55 MB) and below what would make a header's claim exhaust memory: every array of the
+# analysis and the simulators is at most one entry per (layer, expert) slot.
+MAX_LINE_CHARS = 1 << 20
+MAX_INT_DIGITS = 20                     # a uint64 has at most 20 digits
+MAX_NAME_CHARS = 256
+LIMITS = {"k": 1024, "layers": 4096, "experts_per_layer": 1 << 20, "slots": 1 << 24,
+          "expert_bytes": 1 << 40}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +168,39 @@ class _Record:
     experts: tuple[int, ...]
 
 
+def check_shape(path: str, line: int | None, **sizes: int | None) -> None:
+    """Refuse sizes beyond LIMITS (k, layers, experts_per_layer, expert_bytes, and the slots
+    layers x experts_per_layer), before anything is allocated from them."""
+    for key, v in sizes.items():
+        if v is not None and not 1 <= v <= LIMITS[key]:
+            raise TraceError(path, line, f"key {key!r}: {v} is outside what bench reads "
+                             f"[1, {LIMITS[key]}]")
+    layers, experts = sizes.get("layers"), sizes.get("experts_per_layer")
+    if layers is not None and experts is not None and layers * experts > LIMITS["slots"]:
+        raise TraceError(path, line, f"key 'experts_per_layer': {layers} layers x {experts} "
+                         f"experts is more than the {LIMITS['slots']} (layer, expert) slots "
+                         "bench reads")
+
+
+def _shown(value: object) -> str:
+    """A value for an error message with its JSON type, cut short (a hostile record may hold
+    megabytes)."""
+    if isinstance(value, BigInt):
+        return repr(value)
+    kind = {bool: "bool", int: "int", float: "float", str: "str", list: "list",
+            dict: "object"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def _int_field(rec: dict, key: str, path: str, line: int) -> int | None:
     value = rec.get(key)
     if value is None:
         return None
+    if isinstance(value, BigInt):
+        raise TraceError(path, line, f"key {key!r}: {value!r}")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceError(path, line, f"{key!r} must be an integer, got {value!r}")
+        raise TraceError(path, line, f"{key!r} must be an integer, got {_shown(value)}")
     return value
 
 
@@ -170,13 +215,20 @@ def _header_model(rec: dict, path: str, line: int, k_override: int | None) -> Mo
         if v is not None and v <= 0:
             raise TraceError(path, line, f"header {key!r} must be positive, got {v}")
         vals[key] = v
+    check_shape(path, line, **vals)
     k = k_override if k_override is not None else vals["k"]
     if k is None:
         raise TraceError(path, line, "header has no 'k' and none was given",
                          hint="pass --k K (the model's top-k)")
+    epl = vals["experts_per_layer"]
+    if epl is not None and k > epl:
+        raise TraceError(path, line, f"key 'k': top-{k} of {epl} experts per layer")
     name = rec.get("model")
-    return Model(k=k, experts_per_layer=vals["experts_per_layer"], layers=vals["layers"],
-                 expert_bytes=vals["expert_bytes"], name=str(name) if name is not None else None)
+    if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
+        raise TraceError(path, line, f"key 'model': must be a name of at most {MAX_NAME_CHARS} "
+                         f"characters, got {_shown(name)}")
+    return Model(k=k, experts_per_layer=epl, layers=vals["layers"],
+                 expert_bytes=vals["expert_bytes"], name=name)
 
 
 def _is_prefill(rec: dict) -> bool:
@@ -200,19 +252,22 @@ def _record(rec: dict, path: str, line: int, model: Model) -> _Record:
     experts = rec.get("experts")
     if not isinstance(experts, list) or not experts:
         raise TraceError(path, line, "'experts' must be a non-empty list of expert ids")
-    for e in experts:
-        if isinstance(e, bool) or not isinstance(e, int):
-            raise TraceError(path, line, f"expert id {e!r} is not an integer")
-    if layer < 0 or (model.layers is not None and layer >= model.layers):
-        bound = f"[0, {model.layers})" if model.layers is not None else ">= 0"
-        raise TraceError(path, line, f"layer {layer} out of range {bound}")
-    lo, hi = min(experts), max(experts)
-    if lo < 0 or (model.experts_per_layer is not None and hi >= model.experts_per_layer):
-        bad = lo if lo < 0 else hi
-        raise TraceError(path, line, f"expert {bad} out of range [0, {model.experts_per_layer})")
     k = model.k
     if len(experts) not in (k, 2 * k):
         raise TraceError(path, line, f"record width {len(experts)} is neither k={k} nor 2k={2 * k}")
+    for e in experts:
+        if isinstance(e, BigInt):
+            raise TraceError(path, line, f"key 'experts': expert id of {e!r}")
+        if isinstance(e, bool) or not isinstance(e, int):
+            raise TraceError(path, line, f"expert id {_shown(e)} is not an integer")
+    layers = model.layers or LIMITS["layers"]
+    if not 0 <= layer < layers:
+        raise TraceError(path, line, f"layer {layer} out of range [0, {layers})")
+    lo, hi = min(experts), max(experts)
+    experts_per_layer = model.experts_per_layer or LIMITS["experts_per_layer"]
+    if lo < 0 or hi >= experts_per_layer:
+        raise TraceError(path, line, f"expert {lo if lo < 0 else hi} out of range "
+                         f"[0, {experts_per_layer})")
     for h in range(len(experts) // k):
         half = experts[h * k:(h + 1) * k]
         if len(set(half)) != k:
@@ -222,6 +277,60 @@ def _record(rec: dict, path: str, line: int, model: Model) -> _Record:
     return _Record(line, step, layer, tuple(experts))
 
 
+class _Refused(ValueError):
+    """A JSON literal bench refuses to convert (raised from json's parse hooks)."""
+
+
+class BigInt:
+    """What stands for an integer literal of more than MAX_INT_DIGITS digits: never converted
+    (Python's conversion is quadratic, and refused past 4300 digits), refused by whoever reads
+    the key it sits under, naming it."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits (at most {MAX_INT_DIGITS})"
+
+
+def _int_literal(text: str) -> int | BigInt:
+    digits = len(text) - text.startswith("-")
+    return BigInt(digits) if digits > MAX_INT_DIGITS else int(text)
+
+
+def _constant(text: str) -> float:
+    raise _Refused(f"{text} is not a number")
+
+
+def loads_line(text: str, path: str, line: int | None) -> object:
+    """One JSON document of a trace or plan file, refusing what no router record holds
+    (integers past int64's 19 digits, NaN, Infinity, nesting past the recursion limit) with a
+    TraceError naming file and line; never a traceback."""
+    try:
+        return json.loads(text, parse_int=_int_literal, parse_constant=_constant)
+    except _Refused as exc:
+        raise TraceError(path, line, f"bad JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(path, line, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise TraceError(path, line, "bad JSON: nested too deep") from None
+    except ValueError as exc:       # what else json's decoder refuses
+        raise TraceError(path, line, f"bad JSON: {str(exc)[:120]}") from None
+
+
+def bounded_lines(fh: IO[str], path: str) -> Iterator[str]:
+    """The lines of a text file, none read past MAX_LINE_CHARS characters (a line without end
+    is refused at that length, naming its number, instead of filling memory)."""
+    lineno = 0
+    while line := fh.readline(MAX_LINE_CHARS + 1):
+        lineno += 1
+        if len(line) > MAX_LINE_CHARS and not line.endswith("\n"):
+            raise TraceError(path, lineno, f"line longer than {MAX_LINE_CHARS} characters")
+        yield line
+
+
 def _records(lines: Iterable[str], path: str, k: int | None,
              model_hint: Model | None) -> tuple[Model, list[_Record], int]:
     model = model_hint
@@ -229,13 +338,12 @@ def _records(lines: Iterable[str], path: str, k: int | None,
     prefill = 0
     llama = False
     for lineno, raw in enumerate(lines, start=1):
+        if len(raw) > MAX_LINE_CHARS + 1:
+            raise TraceError(path, lineno, f"line longer than {MAX_LINE_CHARS} characters")
         text = raw.strip()
         if not text:
             continue
-        try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, lineno, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+        rec = loads_line(text, path, lineno)
         if not isinstance(rec, dict):
             raise TraceError(path, lineno, "a record must be a JSON object")
         if _is_header(rec):
@@ -256,7 +364,22 @@ def _records(lines: Iterable[str], path: str, k: int | None,
         records.append(_record(rec, path, lineno, model))
     if model is None:
         raise TraceError(path, None, "no records", hint="is this a router trace (JSONL)?")
+    if records and (model.layers is None or model.experts_per_layer is None):
+        _check_inferred(model, records, path)
     return model, records, prefill
+
+
+def _check_inferred(model: Model, records: list[_Record], path: str) -> None:
+    """A headerless trace's layers and experts (the largest ids + 1) under the slot bound."""
+    top = max(records, key=lambda r: max(r.experts))
+    deep = max(records, key=lambda r: r.layer)
+    layers = model.layers or deep.layer + 1
+    experts = model.experts_per_layer or max(top.experts) + 1
+    if layers * experts > LIMITS["slots"]:
+        raise TraceError(path, top.line, f"expert {max(top.experts)} with layer {deep.layer} "
+                         f"(line {deep.line}): {layers} layers x {experts} experts is more "
+                         f"than the {LIMITS['slots']} (layer, expert) slots bench reads",
+                         hint="give the trace a header with its real experts_per_layer")
 
 
 def _group(records: Sequence[_Record], path: str) -> Iterator[list[_Record]]:
@@ -338,8 +461,8 @@ def parse_lines(lines: Iterable[str], source: str = "<trace>", k: int | None = N
                 model: Model | None = None) -> Trace:
     """Parse trace lines. `k` overrides the header's k; `model` supplies facts a headerless
     trace lacks (experts_per_layer, layers, expert_bytes)."""
-    if k is not None and k <= 0:
-        raise InputError(f"k must be positive, got {k}")
+    if k is not None and not 1 <= k <= LIMITS["k"]:
+        raise InputError(f"--k must be in [1, {LIMITS['k']}], got {k}")
     mdl, records, prefill = _records(lines, source, k, model)
     if not records:
         raise TraceError(source, None, "no decode records (only a header or prefill)")
@@ -361,12 +484,15 @@ def parse_lines(lines: Iterable[str], source: str = "<trace>", k: int | None = N
 def parse_trace(path: str | Path, k: int | None = None, model: Model | None = None) -> Trace:
     p = Path(path)
     try:
+        if not p.is_file():     # a directory, a FIFO or a device would never end
+            raise InputError(f"{p}: no such trace file" if not p.exists() else
+                             f"{p}: not a regular file (a trace is a JSONL file)")
         with p.open("r", encoding="utf-8") as fh:
-            return parse_lines(fh, str(p), k, model)
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such trace file") from None
+            return parse_lines(bounded_lines(fh, str(p)), str(p), k, model)
     except UnicodeDecodeError as exc:
         raise TraceError(str(p), None, f"not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read the trace ({exc.strerror or exc})") from None
 
 
 def merge(traces: Sequence[Trace]) -> Trace:

@@ -21,17 +21,23 @@ here. The structure mirrors what the paper measures on real routing (Table 1, Fa
   from prefill, whose records are emitted tagged "phase": "prefill" and excluded by the parser).
 
 Same parameters and seed give byte-identical output. Pure: returns lines; the CLI writes them.
+Parameters are held to the parser's bounds (bench.trace.parse.LIMITS: what is generated can
+be read back), at most MAX_TOKENS tokens, finite rates and a non-negative seed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from bench.errors import InputError
+from bench.trace.parse import LIMITS
+
+MAX_TOKENS = 1_000_000      # a k3 trace of a million tokens is about 18 GB of JSONL
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,22 @@ class SynthParams:
     dry_run_pass: bool = False  # llama.cpp's synthetic first pass, identical for every prompt
 
     def validate(self) -> "SynthParams":
+        floats = ("alpha", "head", "gradient", "reuse", "overlap", "spec_accept", "fallback")
+        for name in floats:
+            if not math.isfinite(getattr(self, name)):
+                raise InputError(f"synth: {name} must be a finite number, got "
+                                 f"{getattr(self, name)}")
         checks = [
+            (self.k <= LIMITS["k"], f"k must be at most {LIMITS['k']}"),
+            (self.layers <= LIMITS["layers"], f"layers must be at most {LIMITS['layers']}"),
+            (self.experts_per_layer <= LIMITS["experts_per_layer"],
+             f"experts_per_layer must be at most {LIMITS['experts_per_layer']}"),
+            (self.layers * self.experts_per_layer <= LIMITS["slots"],
+             f"layers x experts_per_layer must be at most {LIMITS['slots']}"),
+            (self.expert_bytes <= LIMITS["expert_bytes"],
+             f"expert_bytes must be at most {LIMITS['expert_bytes']}"),
+            (self.tokens <= MAX_TOKENS, f"tokens must be at most {MAX_TOKENS}"),
+            (self.seed >= 0, "seed must be >= 0"),
             (self.k >= 1, "k must be at least 1"),
             (self.experts_per_layer >= 2 * self.k, "experts_per_layer must be at least 2k"),
             (self.layers >= 1, "layers must be at least 1"),
