@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -17,7 +17,7 @@ lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: n
                                                  "namespaces running real sshd, or qemu guests "
                                                  "with real reboots (root).")
 
-KindOpt = Annotated[str, typer.Option("--kind", help="Lab kind: netns or vm.")]
+KindOpt = Annotated[Literal["netns", "vm"], typer.Option("--kind", help="Lab kind.")]
 StateOpt = Annotated[Optional[Path], typer.Option(
     "--state-dir", help="Lab state directory (default $BENCH_LAB_DIR or /run/bench-lab).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -48,7 +48,7 @@ def hosts_reboot(
     mem: Annotated[Optional[str], typer.Option(
         help="mem= for the next boot, as bench writes sizes (93G = 93 x 10^9 bytes, 102Gi "
              "binary; written on the command line as exact bytes), or none.")] = None,
-    lru_gen: Annotated[Optional[str], typer.Option(
+    lru_gen: Annotated[Optional[Literal["on", "off"]], typer.Option(
         help="MGLRU at boot: on or off (applied early at boot by bench.lru_gen=).")] = None,
     up_timeout: TimeoutOpt = None,
     hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False,
@@ -77,7 +77,7 @@ def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, hosts_dir: Hosts
 
 @hosts_app.command("mglru")
 def hosts_mglru(host: HostArg,
-                state: Annotated[str, typer.Argument(help="on or off.")],
+                state: Annotated[Literal["on", "off"], typer.Argument(help="MGLRU at run time.")],
                 hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Toggle MGLRU at run time (recorded as a runtime toggle) and read it back."""
     from bench.hosts.reboot import set_mglru_runtime

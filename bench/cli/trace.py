@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
@@ -67,7 +67,8 @@ def trace_check(files: FilesArg, k: KOpt = None, json_out: JsonOpt = False) -> N
 @trace_app.command("synth")
 def trace_synth(
     out: Annotated[Path, typer.Argument(help="Output JSONL file, or - for stdout.")],
-    preset: Annotated[str, typer.Option(help="Model preset: k3, qwen3, dsv3 or tiny.")] = "tiny",
+    preset: Annotated[Literal["k3", "qwen3", "dsv3", "tiny"], typer.Option(
+        help="Model preset.")] = "tiny",
     tokens: Annotated[Optional[int], typer.Option(help="Requested tokens (decode yields one "
                                                   "fewer: the first comes from prefill).")] = None,
     seed: Annotated[Optional[int], typer.Option(
@@ -88,7 +89,8 @@ def trace_synth(
         help="Rate of spec-accept iterations.")] = None,
     fallback: Annotated[Optional[float], typer.Option(
         help="Rate of spec-fallback iterations.")] = None,
-    shape: Annotated[Optional[str], typer.Option(help="production (default) or llama.")] = None,
+    shape: Annotated[Optional[Literal["production", "llama"]], typer.Option(
+        help="Record shape (default production).")] = None,
     dry_run_pass: Annotated[bool, typer.Option("--dry-run-pass", help="Add llama.cpp's synthetic "
                                                "first pass (identical across prompts).")] = False,
 ) -> None:
@@ -158,8 +160,9 @@ def sim(
     files: FilesArg,
     policy: Annotated[str, typer.Option(
         help="Comma list of lru, lfu, static, belady.")] = "lru,lfu,static,belady",
-    regime: Annotated[str, typer.Option(help="per-layer (B experts per layer) or global "
-                                        "(one pool of B x layers keys).")] = "per-layer",
+    regime: Annotated[Literal["per-layer", "global"], typer.Option(
+        help="per-layer (B experts per layer) or global (one pool of B x layers keys).")
+    ] = "per-layer",
     budgets: Annotated[str, typer.Option(help="Comma list of B, experts per layer.")] = "8,16,32",
     window: Annotated[float, typer.Option(help="Warm on the first fraction of iterations, "
                                           "score the rest.")] = 0.6,
