@@ -173,9 +173,13 @@ def schedule_cmd(
     if not dry_run:
         from bench.execute.campaign.record import Settings, create
         from bench.store.db import open_store
+        from bench.hosts.inventory import find_hosts_dir
         host_names = [h.name for h in sel]
+        # the inventory the plan was made from, absolute, so `bench resume` from another
+        # directory (or with another $BENCH_HOSTS) drives the same hosts
         s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
-                     hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout,
+                     hosts_dir=find_hosts_dir(hosts_dir).path.absolute(),
+                     reconnect_timeout_s=reconnect_timeout,
                      passes=int(m.workload.get("passes") or 2))
         store = open_store(db)
         try:

@@ -140,3 +140,32 @@ def test_the_runner_refusing_a_spec_is_a_final_failure(tmp_path):
         start_run(t, host, spec)
     assert deterministic(e.value)
     assert not (tmp_path / "work" / "runs" / "refused-1").exists()
+
+
+def test_a_campaign_records_the_inventory_it_was_planned_from(tmp_path, monkeypatch, capsys):
+    """The inventory found through $BENCH_HOSTS (no --hosts-dir) is recorded as an absolute
+    path, so `bench resume` from another directory, without that variable, drives the same
+    hosts instead of whatever inventory it would find there."""
+    from bench.execute.campaign.record import load_record
+    from bench.store.db import open_store
+    hosts = _local_inventory(tmp_path)
+    (tmp_path / "m.toml").write_text('name = "one"\ndescription = "one none run"\n'
+                                     'repetitions = 1\n[workload]\ntrace = "tiny"\n'
+                                     'tokens = 20\n[cells]\ncapacities = ["1G"]\n'
+                                     'mechanisms = ["none"]\nreclaims = ["classic"]\n')
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))   # holds no inventory
+    monkeypatch.setenv("BENCH_HOSTS", str(hosts.relative_to(tmp_path)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["schedule", "--matrix", "m.toml", "--hosts", "local", "--seed", "1",
+                 "--campaign", "inv", "--db", db, "--data-dir", str(tmp_path / "data")]) == 0
+    store = open_store(db, write=False)
+    try:
+        assert load_record(store, "inv")["settings"]["hosts_dir"] == str(hosts)
+    finally:
+        store.close()
+    monkeypatch.delenv("BENCH_HOSTS")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    capsys.readouterr()
+    assert main(["resume", "inv", "--db", db]) == 0, capsys.readouterr().err
