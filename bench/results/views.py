@@ -160,7 +160,9 @@ def say(message: str | Text) -> None:
     if _quiet:
         return
     text = lit(message) if isinstance(message, str) else message
-    err_console.print(err_console.highlighter(text))
+    # soft_wrap: one message is one line (a terminal wraps it for the eye), so a log piped to
+    # a file or grep keeps each message whole
+    err_console.print(err_console.highlighter(text), soft_wrap=True)
 
 
 def show(message: str | Text) -> None:
