@@ -238,6 +238,8 @@ def test_missing_extras_are_named(monkeypatch, capsys, tmp_path):
     assert "bench[postgres]" in (exc.value.hint or "")
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.delitem(sys.modules, "bench.results.plots", raising=False)
+    import bench.results        # `from bench.results import plots` reads this attribute first
+    monkeypatch.delattr(bench.results, "plots", raising=False)
     from bench.cli.results import _plots
     with pytest.raises(BenchError) as exc:
         _plots()

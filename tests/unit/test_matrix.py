@@ -224,7 +224,7 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
     # the same cells (mechanism x reclaim), each capacity mapped
     assert [(p.mechanism, p.reclaim) for p in full.points] == \
         [(p.mechanism, p.reclaim) for p in lab.points]
-    assert [p.capacity.text for p in lab.points][:2] == ["0.133mem", "0.133mem"]
+    assert [p.capacity.text for p in lab.points][:2] == ["0.1mem", "0.1mem"]
     assert lab.protocol["cgroup_headroom"] == 16 * MiB
     assert full.protocol["cgroup_headroom"] == 6 * GiB
     assert lab.repetitions == 1 and lab.memboot_overhead == 384 * MB
@@ -235,9 +235,9 @@ def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
     assert not exp.skipped, exp.skipped
     a = cells_of(exp, "lab-a")
     assert a == cells_of(exp, "lab-b") and len(a) == 11
-    # relative capacities resolve to whole decimal MB: 0.133 x 1536Mi = 214.2 MB -> 214M
-    assert a == ["214M-balloon-classic", "214M-balloon-mglru", "214M-cgroup-classic",
-                 "214M-cgroup-mglru", "312M-balloon-classic", "312M-balloon-mglru",
+    # relative capacities resolve to whole decimal MB: 0.1 x 1536Mi = 161.06 MB -> 161M
+    assert a == ["161M-balloon-classic", "161M-balloon-mglru", "161M-cgroup-classic",
+                 "161M-cgroup-mglru", "312M-balloon-classic", "312M-balloon-mglru",
                  "312M-memboot-classic", "312M-memboot-mglru", "724M-memboot-mglru",
                  "966M-balloon-mglru", "966M-cgroup-mglru"]
     caps = sorted({int(c.split("M-")[0]) for c in a})

@@ -2,7 +2,7 @@
 lab-a,lab-b` runs unattended on the two qemu guests, with real kexec reboots for the memboot
 cells (the proven-reboot gate: boot_id, /proc/cmdline, MemTotal), MGLRU toggled on and off at
 run time, balloon and cgroup v2 cells, every bundle ingested and judged, each guest restored to
-its default boot at the end; then `bench results --cell 214M-balloon-mglru` shows the retained
+its default boot at the end; then `bench results --cell 161M-balloon-mglru` shows the retained
 runs with amplification and kswapd scan/steal, one result group per guest.
 
 The lab scale (bench/data/matrices/reclaim.toml [scale.lab]): 11 cells per guest, one
@@ -128,8 +128,8 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
         else:
             assert r["mem_total_bytes"] > 1200 * MIB, r
     # the deep balloon and cgroup cells are what the acceptance reads: retained on both hosts
-    for cell in ("214M-balloon-mglru", "214M-balloon-classic", "214M-cgroup-mglru",
-                 "214M-cgroup-classic"):
+    for cell in ("161M-balloon-mglru", "161M-balloon-classic", "161M-cgroup-mglru",
+                 "161M-cgroup-classic"):
         kept = [r for r in by_cell[cell] if r["retained"]]
         assert {r["host"] for r in kept} == set(HOSTS), (cell, rejected)
 
@@ -137,12 +137,12 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
 def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(campaign, capsys):
     from bench.cli import main
     capsys.readouterr()
-    assert main(["results", "--cell", "214M-balloon-mglru", "--db", campaign["db"],
+    assert main(["results", "--cell", "161M-balloon-mglru", "--db", campaign["db"],
                  "--campaign", campaign["cid"], "--json"]) == 0
     groups = json.loads(capsys.readouterr().out)
     with capsys.disabled():     # the figures belong in the CI log
         for res in groups:
-            print(f"214M-balloon-mglru on {res['host']}: " + json.dumps({k: res[k] for k in (
+            print(f"161M-balloon-mglru on {res['host']}: " + json.dumps({k: res[k] for k in (
                 "n_retained", "median_s", "device_gb_per_iteration",
                 "nominal_miss_gb_per_iteration", "amplification", "scan_steal",
                 "locked_fraction", "mglru")}))
@@ -153,7 +153,7 @@ def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(camp
         assert res["amplification"] is not None and res["amplification"] > 0
         assert res["scan_steal"] is not None and res["scan_steal"] >= 1.0
         assert 0.5 < res["locked_fraction"] < 1.0
-    assert main(["results", "--cell", "214M-balloon-mglru", "--db", campaign["db"],
+    assert main(["results", "--cell", "161M-balloon-mglru", "--db", campaign["db"],
                  "--campaign", campaign["cid"]]) == 0
     out = capsys.readouterr().out
-    assert "214M-balloon-mglru" in out
+    assert "161M-balloon-mglru" in out
