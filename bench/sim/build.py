@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.paths import private_dir
 from bench.sim import kernels
 
 FLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
@@ -30,13 +31,16 @@ def compiler() -> str | None:
 def ensure(timeout: float = 120.0) -> Path | None:
     """The loaded library's path if the kernels are usable now (building them if needed)."""
     if kernels.library() is not None:
-        return kernels.cached_library()
+        return kernels.loaded_path()
     src, dest, cc = kernels.source_path(), kernels.cached_library(), compiler()
     if src is None or dest is None or cc is None:
         return None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=dest.parent)
-    os.close(fd)
+    try:
+        private_dir(dest.parent)      # 0700: only we may put a library there
+        fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=dest.parent)
+        os.close(fd)
+    except OSError:                   # an unwritable cache: run the fallbacks
+        return None
     try:
         done = subprocess.run([cc, *FLAGS, "-o", tmp, str(src)], capture_output=True,
                               text=True, timeout=timeout, check=False)
@@ -49,7 +53,7 @@ def ensure(timeout: float = 120.0) -> Path | None:
         if os.path.exists(tmp):
             os.unlink(tmp)
     kernels.reset()
-    return dest if kernels.library() is not None else None
+    return kernels.loaded_path()
 
 
 if __name__ == "__main__":

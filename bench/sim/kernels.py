@@ -4,7 +4,8 @@ Pure: no process is started here. The shared library is looked up, in order, at
 $BENCH_SIM_LIB, in the cache dir where `bench.sim.build` compiles it on first use
 (``<cache>/libbenchsim-<source hash>.so``, cache = $BENCH_SIM_CACHE, else
 $XDG_CACHE_HOME/bench/sim, else ~/.cache/bench/sim) and at native/sim/libbenchsim.so
-(`make -C native sim`). A library whose ABI number differs is ignored. With none found, or with
+(`make -C native sim`). A library whose ABI number differs, or that someone other than us (or
+root) owns or could write, is ignored. With none found, or with
 BENCH_SIM_NATIVE=0, every function here returns None and the callers use their numpy/Python
 fallbacks, which give the same hit flags access by access.
 """
@@ -24,6 +25,7 @@ SOURCE_CANDIDATES = (_NATIVE / "sim" / "simkern.c",
                      Path(__file__).resolve().parents[1] / "native" / "sim" / "simkern.c")
 
 _lib: ctypes.CDLL | None = None
+_lib_path: Path | None = None
 _tried = False
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -34,21 +36,29 @@ def source_path() -> Path | None:
     return next((p for p in SOURCE_CANDIDATES if p.is_file()), None)
 
 
-def cache_dir() -> Path:
+def cache_dir() -> Path | None:
+    """$BENCH_SIM_CACHE, else $XDG_CACHE_HOME/bench/sim, else ~/.cache/bench/sim (None: no
+    home directory to put it in)."""
     env = os.environ.get("BENCH_SIM_CACHE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:
+            return None
     return Path(base) / "bench" / "sim"
 
 
 def cached_library() -> Path | None:
-    """Where `bench.sim.build` puts the library for the current source (None: no source)."""
-    src = source_path()
-    if src is None:
+    """Where `bench.sim.build` puts the library for the current source (None: no source or no
+    cache dir)."""
+    src, cache = source_path(), cache_dir()
+    if src is None or cache is None:
         return None
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
-    return cache_dir() / f"libbenchsim-{digest}.so"
+    return cache / f"libbenchsim-{digest}.so"
 
 
 def _candidates() -> list[Path]:
@@ -63,7 +73,19 @@ def _candidates() -> list[Path]:
     return out
 
 
+def _trusted(path: Path) -> bool:
+    """Owned by us (or root) and writable by nobody else: a library anyone else could replace
+    is never loaded."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
+
+
 def _open(path: Path) -> ctypes.CDLL | None:
+    if not _trusted(path):
+        return None
     try:
         lib = ctypes.CDLL(str(path))
         if lib.bench_sim_abi() != ABI:
@@ -81,7 +103,7 @@ def _open(path: Path) -> ctypes.CDLL | None:
 
 def library() -> ctypes.CDLL | None:
     """The loaded kernels, or None (fallbacks). Looked up once per process."""
-    global _lib, _tried
+    global _lib, _lib_path, _tried
     if os.environ.get("BENCH_SIM_NATIVE", "1") == "0":
         return None
     if not _tried:
@@ -90,14 +112,20 @@ def library() -> ctypes.CDLL | None:
             if path.is_file():
                 _lib = _open(path)
                 if _lib is not None:
+                    _lib_path = path
                     break
     return _lib
 
 
+def loaded_path() -> Path | None:
+    """The file the kernels were loaded from (None: not loaded)."""
+    return _lib_path if library() is not None else None
+
+
 def reset() -> None:
     """Forget the lookup (after a build, or for tests that switch BENCH_SIM_LIB)."""
-    global _lib, _tried
-    _lib, _tried = None, False
+    global _lib, _lib_path, _tried
+    _lib, _lib_path, _tried = None, None, False
 
 
 def _dense(keys: np.ndarray) -> tuple[np.ndarray, int]:

@@ -98,3 +98,47 @@ def test_a_non_library_or_another_abi_is_ignored(monkeypatch, tmp_path):
     assert kernels._open(bogus) is None
     assert kernels.library() is not None          # the next candidate (the built one) loads
     kernels.reset()
+
+
+def test_a_library_others_could_write_is_not_loaded(tmp_path):
+    built = kernels.loaded_path()
+    assert built is not None
+    copy = tmp_path / "libcopy.so"
+    copy.write_bytes(built.read_bytes())
+    copy.chmod(0o666)
+    assert kernels._open(copy) is None
+    copy.chmod(0o700)
+    assert kernels._open(copy) is not None
+
+
+def test_first_use_builds_into_a_private_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernels, "_NATIVE", tmp_path / "no-native")   # no make-built library
+    monkeypatch.delenv("BENCH_SIM_LIB", raising=False)
+    monkeypatch.setenv("BENCH_SIM_CACHE", str(tmp_path / "cache" / "sim"))
+    kernels.reset()
+    try:
+        path = build.ensure()
+        assert path is not None and path.parent == tmp_path / "cache" / "sim"
+        assert path.parent.stat().st_mode & 0o777 == 0o700
+        assert kernels.loaded_path() == path
+        assert [p.name for p in path.parent.iterdir()] == [path.name]   # no temp file left
+    finally:
+        kernels.reset()
+
+
+def test_an_unusable_cache_dir_falls_back_to_numpy(monkeypatch, tmp_path):
+    """No traceback and the same rows: the build is skipped, the fallbacks run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setattr(kernels, "_NATIVE", tmp_path / "no-native")
+    monkeypatch.delenv("BENCH_SIM_LIB", raising=False)
+    monkeypatch.setenv("BENCH_SIM_CACHE", str(blocker / "sim"))     # under a regular file
+    kernels.reset()
+    try:
+        assert build.ensure() is None
+        assert kernels.library() is None
+        rows = simulate(synth(1), regime="global", budgets=(2,))
+    finally:
+        kernels.reset()
+    monkeypatch.undo()
+    assert rows == simulate(synth(1), regime="global", budgets=(2,))
