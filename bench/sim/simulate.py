@@ -203,17 +203,18 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
                 results[(policy, b)] = int(member[skeys].sum())
         else:
             # dense keys per independent cache, once for every budget (small C tables)
-            subs = [(idx, _dense(keys[idx]), scored[idx])
-                    for idx in _substreams(acc, regime)]
-            nxts = [next_use(k) for _, k, _ in subs] if policy == "belady" else []
+            # (global: the whole stream as it is, no copy)
+            subs = ([(_dense(keys), scored)] if regime == "global" else
+                    [(_dense(keys[idx]), scored[idx]) for idx in _substreams(acc, regime)])
+            nxts = [next_use(k) for k, _ in subs] if policy == "belady" else []
             for b, cap in zip(budgets, caps):
                 total = 0
-                for s, (_idx, k, sc) in enumerate(subs):
+                for s, (k, sc) in enumerate(subs):
                     if policy == "lfu":
                         h = lfu_hits(k, cap)
                     else:
                         h = belady_hits(k, cap, nxts[s])
-                    total += int(h[sc].sum())
+                    total += int(np.count_nonzero(h & sc))
                 results[(policy, b)] = total
 
     rows = []
