@@ -172,7 +172,9 @@ def sim(
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Simulate cache policies under fair windows and print hit rates."""
+    from bench.sim.build import ensure as build_kernels
     from bench.sim.simulate import simulate
+    build_kernels()  # the C kernels, compiled once into the cache dir; else the numpy fallbacks
     from bench.trace.parse import parse_trace
     trained: str | Trace | None = train
     if train not in (None, "window", "oracle"):

@@ -20,7 +20,8 @@ import heapq
 
 import numpy as np
 
-from bench.sim.stackdist import prev_next
+from bench.sim import kernels
+from bench.sim.stackdist import next_use
 
 
 def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
@@ -29,6 +30,9 @@ def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
     hits = np.zeros(n, bool)
     if capacity <= 0 or n == 0:
         return hits
+    native = kernels.lfu_hits(np.asarray(keys), capacity)
+    if native is not None:
+        return native
     out = bytearray(n)
     freq: dict = {}              # cached key -> count
     buckets: dict = {}           # count -> dict of keys in FIFO order of reaching that count
@@ -84,7 +88,10 @@ def belady_hits(keys: np.ndarray, capacity: int, nxt: np.ndarray | None = None) 
     if capacity <= 0 or n == 0:
         return hits
     if nxt is None:
-        nxt = prev_next(keys)[1]
+        nxt = next_use(keys)
+    native = kernels.belady_hits(keys, capacity, nxt)
+    if native is not None:
+        return native
     # Next use as a unique priority: a real position, or n + t for "never again" (beyond every
     # real position, so such keys are evicted first). The heap holds -priority; the cached key
     # behind a priority q is keys[q] (or keys[q - n]), so entries are plain ints. An entry goes

@@ -39,7 +39,7 @@ import numpy as np
 from bench.errors import InputError
 from bench.sim.policies import belady_hits, lfu_hits
 from bench.sim.stackdist import (COLD, lru_hits_by_capacity, lru_misses, lru_stack_distances,
-                                 lru_steady_misses, prev_next)
+                                 lru_steady_misses, next_use)
 from bench.trace.parse import Accesses, Trace, accesses
 
 __all__ = ["POLICIES", "REGIMES", "DEFAULT_WINDOW", "COLD", "simulate", "simulate_accesses",
@@ -85,6 +85,13 @@ def _substreams(acc: Accesses, regime: str) -> list[np.ndarray]:
     bounds = np.searchsorted(acc.layer[order], np.arange(acc.layers + 1))
     return [order[bounds[i]:bounds[i + 1]] for i in range(acc.layers)
             if bounds[i + 1] > bounds[i]]
+
+
+def _dense(keys: np.ndarray) -> np.ndarray:
+    """Keys renumbered 0..distinct-1 (hit flags do not depend on the names of keys)."""
+    if keys.size and int(keys.max()) < 4 * keys.size:
+        return keys
+    return np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def _capacity(regime: str, budget: int, layers: int) -> int:
@@ -177,7 +184,6 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
     scored = acc.iteration >= first
     n_scored = int(scored.sum())
     keys = acc.keys
-    streams = _substreams(acc, regime)
     caps = [_capacity(regime, b, acc.layers) for b in budgets]
 
     results: dict[tuple[str, int], int] = {}
@@ -196,16 +202,19 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
                 member = static_table(counts, acc.layers, acc.experts_per_layer, regime, int(b))
                 results[(policy, b)] = int(member[skeys].sum())
         else:
-            subs = [(idx, keys[idx], scored[idx]) for idx in streams]
-            nxts = [prev_next(k)[1] for _, k, _ in subs] if policy == "belady" else []
+            # dense keys per independent cache, once for every budget (small C tables)
+            # (global: the whole stream as it is, no copy)
+            subs = ([(_dense(keys), scored)] if regime == "global" else
+                    [(_dense(keys[idx]), scored[idx]) for idx in _substreams(acc, regime)])
+            nxts = [next_use(k) for k, _ in subs] if policy == "belady" else []
             for b, cap in zip(budgets, caps):
                 total = 0
-                for s, (_idx, k, sc) in enumerate(subs):
+                for s, (k, sc) in enumerate(subs):
                     if policy == "lfu":
                         h = lfu_hits(k, cap)
                     else:
                         h = belady_hits(k, cap, nxts[s])
-                    total += int(h[sc].sum())
+                    total += int(np.count_nonzero(h & sc))
                 results[(policy, b)] = total
 
     rows = []

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.sim import kernels
+
 COLD = np.iinfo(np.int64).max
 """Stack distance of a key's first access: larger than every capacity, so always a miss."""
 
@@ -39,6 +41,13 @@ def _dense_keys(keys: np.ndarray) -> np.ndarray:
     if lo >= 0 and (hi + 1) * (n + 1) < 2**62:
         return keys.astype(np.int64, copy=False)
     return np.unique(keys, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
+def next_use(keys: np.ndarray) -> np.ndarray:
+    """Index of the next access of the same key (-1 if none): `prev_next(keys)[1]`, in one C
+    scan when the kernels are loaded."""
+    native = kernels.next_use(keys)
+    return native if native is not None else prev_next(keys)[1]
 
 
 def prev_next(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,26 +112,29 @@ def lru_stack_distances(keys: np.ndarray, groups: np.ndarray | None = None) -> n
     """
     keys = np.asarray(keys)
     n = keys.shape[0]
-    dist = np.full(n, COLD, np.int64)
     if n == 0:
-        return dist
-    if groups is not None:
-        groups = np.asarray(groups)
-        if groups.shape != keys.shape:
-            raise ValueError("keys and groups must have the same length")
-        order = np.argsort(groups, kind="stable")
-        g = np.unique(groups[order], return_inverse=True)[1].reshape(-1).astype(np.int64)
-        k = _dense_keys(keys[order])
-        if int(k.max()) >= 2**62 // (n + 1) // (int(g.max()) + 1):
-            k = np.unique(k, return_inverse=True)[1].reshape(-1).astype(np.int64)
-        dist[order] = _distances(g * (int(k.max()) + 1) + k, g)
-    else:
-        dist[:] = _distances(keys, None)
+        return np.full(0, COLD, np.int64)
+    if groups is None:
+        return _distances(keys, None)
+    dist = np.full(n, COLD, np.int64)
+    groups = np.asarray(groups)
+    if groups.shape != keys.shape:
+        raise ValueError("keys and groups must have the same length")
+    order = np.argsort(groups, kind="stable")
+    g = np.unique(groups[order], return_inverse=True)[1].reshape(-1).astype(np.int64)
+    k = _dense_keys(keys[order])
+    if int(k.max()) >= 2**62 // (n + 1) // (int(g.max()) + 1):
+        k = np.unique(k, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    dist[order] = _distances(g * (int(k.max()) + 1) + k, g)
     return dist
 
 
 def _distances(keys: np.ndarray, g: np.ndarray | None) -> np.ndarray:
     """Stack distances of a stream whose groups (sorted `g`, or one group) own disjoint keys."""
+    if keys.dtype.kind in "iu":        # one pass in C (groups are contiguous)
+        native = kernels.lru_distances(keys)
+        if native is not None:
+            return native
     n = keys.shape[0]
     dist = np.full(n, COLD, np.int64)
     prev, _ = prev_next(keys)
@@ -151,10 +163,13 @@ def _distances(keys: np.ndarray, g: np.ndarray | None) -> np.ndarray:
 def lru_hits_by_capacity(distances: np.ndarray, capacities, mask: np.ndarray | None = None
                          ) -> np.ndarray:
     """Hits among the accesses selected by `mask` (all if None) for each capacity."""
-    d = distances if mask is None else distances[mask]
     caps = np.asarray(list(capacities), np.int64)
     if caps.size == 0:
         return np.zeros(0, np.int64)
+    native = kernels.lru_hits(distances, caps, mask)
+    if native is not None:
+        return native
+    d = distances if mask is None else distances[mask]
     warm = np.sort(d[d != COLD])
     return np.searchsorted(warm, caps, side="left").astype(np.int64)
 

@@ -24,7 +24,7 @@ UI_LIBS = {"rich", "typer", "click"}
 # data in, data out (file reads allowed): no I/O library, not even transitively
 PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.pool",
         "plan.planinfo",
-        "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall",
+        "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall", "sim.kernels",
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
         "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "hosts.knownhosts",
         "hosts.sshconfig", "judge.bundle",
