@@ -13,6 +13,12 @@ router pass per layer holding all of that layer's experts, so its pass barriers 
 they can. Cold = after sync + drop_caches (fio invalidate=1); warm = page cache filled by the
 cold run just before (fio invalidate=0, else fio would drop the cache and read cold). Device
 bytes are checked around every run: a cold run must read the pool, a warm one nothing.
+
+fio's best engine as a second reference: the same job with ioengine=io_uring and --iodepth
+reads in flight per job (buffered, as the agent reads), so the ratio says how far the agent's
+one-pread-per-thread design is from an asynchronous reader with a queue. Where the kernel
+refuses io_uring (kernel.io_uring_disabled, a seccomp filter) that column says why and the
+psync one still stands.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ from bench.trace.parse import Iteration, Pass  # noqa: E402 - after the path
 from tests.support import nativelib as nl  # noqa: E402 - after the path
 
 
-def fio_jobfile(pool: Path, spec: PoolSpec, threads: int, warm: bool) -> str:
+def fio_jobfile(pool: Path, spec: PoolSpec, threads: int, warm: bool, engine: str = "psync",
+                iodepth: int = 1) -> str:
     files = [spec.relpath(l, e) for l in range(spec.layers) for e in range(spec.experts_per_layer)]
-    lines = ["[global]", f"directory={pool}", "ioengine=psync", "rw=read",
+    depth = [f"iodepth={iodepth}"] if engine != "psync" else []
+    lines = ["[global]", f"directory={pool}", f"ioengine={engine}", *depth, "rw=read",
              f"bs={spec.expert_bytes}", f"filesize={spec.expert_bytes}",
              "file_service_type=sequential", "thread", "group_reporting",
              f"invalidate={0 if warm else 1}", "direct=0"]
@@ -72,6 +80,35 @@ def run_agent(pool: Path, plan: Path, threads: int, passes: int, dev: str, snap:
     return out
 
 
+def uring_unavailable(jobfile: Path) -> str | None:
+    """None if fio can run the io_uring job here, else why not (one line)."""
+    r = subprocess.run(["fio", "--output-format=json", str(jobfile)], capture_output=True,
+                       text=True, check=False)
+    if r.returncode == 0:
+        return None
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    return lines[-1][:200] if lines else f"fio exited {r.returncode}"
+
+
+def print_table(res: dict, devs: dict, readers: list[str], iodepth: int) -> None:
+    """Medians per reader, the agent's ratio to each fio engine, device GB, every run."""
+    gb = 1e9
+    name = {"agent": "agent", "fio": "fio psync", "uring": f"fio io_uring qd{iodepth}"}
+    refs = [r for r in readers if r != "agent"]
+    print(f"{'case':<6} " + " ".join(f"{name[r] + ' GB/s':>22}" for r in readers) + " "
+          + " ".join(f"{'agent/' + name[r]:>24}" for r in refs) + "   dev GB (med) "
+          + " | ".join(name[r] for r in readers))
+    for case in ("cold", "warm"):
+        med = {r: statistics.median(res[f"{r}_{case}"]) for r in readers}
+        print(f"{case:<6} " + " ".join(f"{med[r] / gb:>22.3f}" for r in readers) + " "
+              + " ".join(f"{med['agent'] / med[r]:>24.3f}" for r in refs) + "   "
+              + " | ".join(f"{statistics.median(devs[f'{r}_{case}']) / gb:.3f}"
+                           for r in readers))
+        for r in readers:
+            print(f"       runs {name[r]:<20} "
+                  + " ".join(f"{x / gb:.2f}" for x in res[f"{r}_{case}"]))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
@@ -79,6 +116,8 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--expert-bytes", type=int, default=4 << 20)
+    ap.add_argument("--iodepth", type=int, default=8,
+                    help="reads in flight per fio io_uring job")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("needs root (loop device, drop_caches)", file=sys.stderr)
@@ -99,22 +138,29 @@ def main() -> int:
         plan_path = fs.root / "plan.bpln"
         write_plan(plan_path, Plan(REPLAY, spec.layers, spec.experts_per_layer,
                                    spec.expert_bytes, its, {"bench": "agent_vs_fio"}))
-        jobs = {w: fs.root / f"fio-{'warm' if w else 'cold'}.fio" for w in (False, True)}
-        for w, p in jobs.items():
-            p.write_text(fio_jobfile(pool, spec, args.threads, w))
-        res = {k: [] for k in ("agent_cold", "agent_warm", "fio_cold", "fio_warm")}
+        engines = {"fio": ("psync", 1), "uring": ("io_uring", args.iodepth)}
+        jobs = {}
+        for who, (engine, depth) in engines.items():
+            for w in (False, True):
+                jobs[who, w] = fs.root / f"{who}-{'warm' if w else 'cold'}.fio"
+                jobs[who, w].write_text(fio_jobfile(pool, spec, args.threads, w, engine, depth))
+        readers = ["agent", "fio"]
+        why_not = uring_unavailable(jobs["uring", False])
+        if why_not is None:
+            readers.append("uring")
+        res = {f"{who}_{case}": [] for who in readers for case in ("cold", "warm")}
         devs = {k: [] for k in res}
         for i in range(args.runs):
-            # alternate who goes first so drift on a shared machine hits both alike
-            order = ("agent", "fio") if i % 2 == 0 else ("fio", "agent")
+            # rotate who goes first so drift on a shared machine hits every reader alike
+            order = readers[i % len(readers):] + readers[:i % len(readers)]
             for who in order:
                 nl.drop_caches()
                 if who == "agent":
                     snap = Path(tempfile.mkdtemp(dir=fs.root))
                     (cb, cd), (wb, wd) = run_agent(pool, plan_path, args.threads, 2, fs.dev, snap)
                 else:
-                    cb, cd = run_fio(jobs[False], fs.dev, total)
-                    wb, wd = run_fio(jobs[True], fs.dev, total)
+                    cb, cd = run_fio(jobs[who, False], fs.dev, total)
+                    wb, wd = run_fio(jobs[who, True], fs.dev, total)
                 res[f"{who}_cold"].append(cb)
                 res[f"{who}_warm"].append(wb)
                 devs[f"{who}_cold"].append(cd)
@@ -132,15 +178,9 @@ def main() -> int:
         print(f"\npool: {spec.layers}x{spec.experts_per_layer} experts of {spec.expert_bytes} B"
               f" = {total / gb:.3f} GB on {fs.dev} (ext4, loop --direct-io=on); "
               f"threads {args.threads}; {args.runs} runs; kernel {os.uname().release}")
-        print(f"{'case':<6} {'agent GB/s':>11} {'fio GB/s':>10} {'agent/fio':>10}   "
-              f"{'agent dev GB (med)':>18} {'fio dev GB (med)':>16}   runs agent | fio")
-        for case in ("cold", "warm"):
-            a, f = res[f"agent_{case}"], res[f"fio_{case}"]
-            ma, mf = statistics.median(a), statistics.median(f)
-            print(f"{case:<6} {ma / gb:>11.3f} {mf / gb:>10.3f} {ma / mf:>10.3f}   "
-                  f"{statistics.median(devs[f'agent_{case}']) / gb:>18.3f} "
-                  f"{statistics.median(devs[f'fio_{case}']) / gb:>16.3f}   "
-                  f"{' '.join(f'{x / gb:.2f}' for x in a)} | {' '.join(f'{x / gb:.2f}' for x in f)}")
+        print_table(res, devs, readers, args.iodepth)
+        if why_not is not None:
+            print(f"fio io_uring: not measured: {why_not}")
         print("device checks:", "ok" if ok else "FAILED")
         return 0 if ok else 1
     finally:
