@@ -5,10 +5,12 @@ table (`engine_results`, `bench results --matrix end-to-end`) and stay out of th
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, func, select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
@@ -26,29 +28,46 @@ from bench.version import controller_version
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
 CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
+# The parts of a stored spec that identity.workload_of reads: extracted in SQL as one JSON
+# array text, so a result view never loads nor parses the whole spec of every run.
+SPEC_PARTS = ("workload", "agent", "engine", "plan_sha256", "pool_bytes")
+cell_of = lru_cache(maxsize=4096)(parse_cell)
+
+
+def _spec_parts(dialect: str):
+    """A column holding SPEC_PARTS of runs.spec as a JSON array text, or the whole spec where
+    the dialect has no JSON functions this knows."""
+    if dialect == "sqlite":
+        return func.json_extract(Run.spec, *[f"$.{p}" for p in SPEC_PARTS])
+    if dialect == "postgresql":
+        return cast(func.json_build_array(*[Run.spec.op("->")(p) for p in SPEC_PARTS]), Text)
+    return Run.spec
 
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
               campaign: str | None = None, ingested_only: bool = True,
-              with_identity: bool = False, include_demo: bool = False) -> list[dict]:
+              with_identity: bool = False, include_demo: bool = False,
+              mechanisms: tuple[str, ...] | None = None) -> list[dict]:
     """Stored runs as flat rows (RUN_COLS, cell, host, CELL_COLS). `with_identity` adds what
     a result group is keyed by (bench.judge.identity): `workload` (from the stored spec),
     `fingerprint` (the stored digest and its main fields) and `fingerprint_data`.
 
     Runs of demo campaigns (`bench demo`) are left out unless `include_demo`, and runs of
     hidden campaigns (`bench campaigns hide`) always, unless `campaign` names the campaign:
-    then every run of it is read."""
+    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone."""
     cols = [getattr(Run, c) for c in RUN_COLS] + [Cell.name, Host.name] + \
            [getattr(Cell, c) for c in CELL_COLS]
     names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
     if with_identity:
-        cols += [Run.spec, Run.fingerprint_id]
+        cols += [_spec_parts(store.engine.dialect.name), Run.fingerprint_id]
         names += ("spec", "fingerprint_id")
     q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
     if cell:
         q = q.where(Cell.name == parse_cell(cell).name)
     if host:
         q = q.where(Host.name == host)
+    if mechanisms is not None:
+        q = q.where(Cell.mechanism.in_(mechanisms))
     if campaign:
         q = q.where(Run.campaign_id == campaign)
     else:
@@ -58,7 +77,7 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     if ingested_only:
         q = q.where(Run.bundle_digest.is_not(None))
     with store.session() as s:
-        rows = [dict(zip(names, row)) for row in s.execute(q.order_by(Run.id))]
+        rows = [dict(zip(names, row)) for row in s.connection().execute(q.order_by(Run.id))]
         if with_identity:
             _attach_identity(s, rows)
     return rows
@@ -69,19 +88,40 @@ def _attach_identity(s, rows: list[dict]) -> None:
     fps = {fid: (digest, data) for fid, digest, data in s.execute(
         select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
         .where(Fingerprint.id.in_(ids)))} if ids else {}
+    views = {fid: identity.fingerprint_view(digest, data) for fid, (digest, data) in fps.items()}
+    none_view = identity.fingerprint_view(None, None)
+    workloads: dict[Any, dict] = {}
     for r in rows:
-        digest, data = fps.get(r.pop("fingerprint_id"), (None, None))
-        r["workload"] = identity.workload_of(r.pop("spec"))
-        r["fingerprint"] = identity.fingerprint_view(digest, data)
-        r["fingerprint_data"] = data
+        fid = r.pop("fingerprint_id")
+        spec = r.pop("spec")
+        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+        w = workloads.get(key)
+        if w is None:
+            w = workloads[key] = identity.workload_of(_spec_of(spec))
+        r["workload"] = w
+        r["fingerprint"] = views.get(fid, none_view)
+        r["fingerprint_data"] = fps.get(fid, (None, None))[1]
+
+
+def _spec_of(parts: Any) -> dict | None:
+    """The spec (or the SPEC_PARTS of it) that _spec_parts selected."""
+    if isinstance(parts, str):
+        parts = json.loads(parts)
+    if isinstance(parts, list):
+        return {k: v for k, v in zip(SPEC_PARTS, parts) if v is not None}
+    return parts
 
 
 def scope(store: Store, *, host=None, campaign=None, workload=None,
-          include_demo: bool = False) -> list[dict]:
+          include_demo: bool = False, cell: str | None = None,
+          mechanisms: tuple[str, ...] | None = None) -> list[dict]:
     """Stored runs with their identity, filtered by host, campaign and workload digest prefix
-    (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused)."""
+    (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused). `cell`
+    and `mechanisms` narrow the runs read (load_runs) when no workload prefix is given: a prefix
+    is matched against every run in scope."""
     runs = load_runs(store, host=host, campaign=campaign, with_identity=True,
-                     include_demo=include_demo)
+                     include_demo=include_demo, cell=None if workload else cell,
+                     mechanisms=None if workload else mechanisms)
     return identity.select_workload(runs, workload)
 
 
@@ -164,9 +204,14 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
     """One cell's statistics, one entry per result group (bench.judge.identity: host, workload,
     fingerprint), never pooled across groups unless `pool`: then one entry whose `pooled`
     says which groups were pooled and what differs between them."""
-    name = parse_cell(cell).name
+    c = parse_cell(cell)
+    name = c.name
+    # What the view reads besides the cell's runs: a balloon cell's cross-check
+    # (cross_check_warnings) looks at balloon, cgroup and memboot runs; other cells at none.
+    balloon = c.mechanism == "balloon"
     runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload,
-                   include_demo=include_demo)
+                          include_demo=include_demo, cell=None if balloon else name,
+                          mechanisms=CROSS_CHECK_MECHANISMS if balloon else None)
     runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
         raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
@@ -220,7 +265,7 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
            "warnings": stats.indicators(summary) + cross_check_warnings(name, near)}
     if g.get("pooled"):
         out["warnings"].insert(0, g["pooled"]["reason"])
-    if parse_cell(name).is_engine:
+    if cell_of(name).is_engine:
         out["warnings"].append("an end-to-end engine cell has no replay figures: its pairs "
                                "are in `bench results --matrix end-to-end`")
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "repetition", "retained",
@@ -231,10 +276,13 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
     return out
 
 
+CROSS_CHECK_MECHANISMS = ("balloon", "cgroup", "memboot")
+
+
 def cross_check_warnings(name: str, scope: list[dict]) -> list[str]:
     """A low-capacity balloon cell needs a cgroup or memboot cross-check near its capacity
     (`scope`: the runs of the same host, workload and fingerprint)."""
-    c = parse_cell(name)
+    c = cell_of(name)
     if c.mechanism != "balloon":
         return []
     balloon_caps = [r["capacity_bytes"] for r in scope if r["mechanism"] == "balloon"]
@@ -278,8 +326,8 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
     groups = identity.label_groups(identity.group_runs(
         [r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
-         if not parse_cell(r["cell"]).is_engine], with_cell=False))
-    cells = {(g["id"], name): (parse_cell(name), stats.summarize(rs))
+         if not cell_of(r["cell"]).is_engine], with_cell=False))
+    cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}
     res = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
            "prefetch": _prefetch}[kind](cells)
@@ -374,7 +422,7 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
     row)."""
     runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
-            if parse_cell(r["cell"]).is_engine}
+            if cell_of(r["cell"]).is_engine}
     if not runs:
         return []
     cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
@@ -529,7 +577,7 @@ def sizing(store: Store, target_s: float, *, reclaim: str = "mglru", host=None,
 
 
 def _sizing_cell(name: str, reclaim: str) -> bool:
-    c = parse_cell(name)
+    c = cell_of(name)
     return (not c.is_engine and c.mode == "pagecache" and c.hints is None
             and c.reclaim == reclaim)
 
@@ -540,7 +588,7 @@ def _sizing_curve(g: dict, mech: str, target_s: float) -> dict | None:
     for name, rs in _group([r for r in g["runs"] if r["mechanism"] == mech]).items():
         s = stats.summarize(rs)
         if s["median_s"] is not None:
-            pts.append((parse_cell(name).capacity_bytes, s["median_s"]))
+            pts.append((cell_of(name).capacity_bytes, s["median_s"]))
     if not pts:
         return None
     curve = sorted(pts)
