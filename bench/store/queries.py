@@ -5,12 +5,11 @@ table (`engine_results`, `bench results --matrix end-to-end`) and stay out of th
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
@@ -20,28 +19,15 @@ from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
-from bench.store.models import (Campaign, CampaignHost, Cell, EngineRun, Fingerprint, Host, Run,
-                               Verdict)
+from bench.store.spec_parts import attach_identity, spec_parts
+from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
 from bench.version import controller_version
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
 CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
-# The parts of a stored spec that identity.workload_of reads: extracted in SQL as one JSON
-# array text, so a result view never loads nor parses the whole spec of every run.
-SPEC_PARTS = ("workload", "agent", "engine", "plan_sha256", "pool_bytes")
-cell_of = lru_cache(maxsize=4096)(parse_cell)
-
-
-def _spec_parts(dialect: str):
-    """A column holding SPEC_PARTS of runs.spec as a JSON array text, or the whole spec where
-    the dialect has no JSON functions this knows."""
-    if dialect == "sqlite":
-        return func.json_extract(Run.spec, *[f"$.{p}" for p in SPEC_PARTS])
-    if dialect == "postgresql":
-        return cast(func.json_build_array(*[Run.spec.op("->")(p) for p in SPEC_PARTS]), Text)
-    return Run.spec
+cell_of = lru_cache(maxsize=4096)(parse_cell)  # names repeat over every run of a view
 
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
@@ -59,7 +45,7 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
            [getattr(Cell, c) for c in CELL_COLS]
     names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
     if with_identity:
-        cols += [_spec_parts(store.engine.dialect.name), Run.fingerprint_id]
+        cols += [spec_parts(store.engine.dialect.name), Run.fingerprint_id]
         names += ("spec", "fingerprint_id")
     q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
     if cell:
@@ -79,37 +65,9 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     with store.session() as s:
         rows = [dict(zip(names, row)) for row in s.connection().execute(q.order_by(Run.id))]
         if with_identity:
-            _attach_identity(s, rows)
+            attach_identity(s, rows)
     return rows
 
-
-def _attach_identity(s, rows: list[dict]) -> None:
-    ids = {r["fingerprint_id"] for r in rows} - {None}
-    fps = {fid: (digest, data) for fid, digest, data in s.execute(
-        select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
-        .where(Fingerprint.id.in_(ids)))} if ids else {}
-    views = {fid: identity.fingerprint_view(digest, data) for fid, (digest, data) in fps.items()}
-    none_view = identity.fingerprint_view(None, None)
-    workloads: dict[Any, dict] = {}
-    for r in rows:
-        fid = r.pop("fingerprint_id")
-        spec = r.pop("spec")
-        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
-        w = workloads.get(key)
-        if w is None:
-            w = workloads[key] = identity.workload_of(_spec_of(spec))
-        r["workload"] = w
-        r["fingerprint"] = views.get(fid, none_view)
-        r["fingerprint_data"] = fps.get(fid, (None, None))[1]
-
-
-def _spec_of(parts: Any) -> dict | None:
-    """The spec (or the SPEC_PARTS of it) that _spec_parts selected."""
-    if isinstance(parts, str):
-        parts = json.loads(parts)
-    if isinstance(parts, list):
-        return {k: v for k, v in zip(SPEC_PARTS, parts) if v is not None}
-    return parts
 
 
 def scope(store: Store, *, host=None, campaign=None, workload=None,
