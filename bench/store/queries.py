@@ -6,6 +6,7 @@ table (`engine_results`, `bench results --matrix end-to-end`) and stay out of th
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import select
@@ -18,37 +19,41 @@ from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
-from bench.store.models import (Campaign, CampaignHost, Cell, EngineRun, Fingerprint, Host, Run,
-                               Verdict)
+from bench.store.spec_parts import attach_identity, spec_parts
+from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
 from bench.version import controller_version
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
 CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
+cell_of = lru_cache(maxsize=4096)(parse_cell)  # names repeat over every run of a view
 
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
               campaign: str | None = None, ingested_only: bool = True,
-              with_identity: bool = False, include_demo: bool = False) -> list[dict]:
+              with_identity: bool = False, include_demo: bool = False,
+              mechanisms: tuple[str, ...] | None = None) -> list[dict]:
     """Stored runs as flat rows (RUN_COLS, cell, host, CELL_COLS). `with_identity` adds what
     a result group is keyed by (bench.judge.identity): `workload` (from the stored spec),
     `fingerprint` (the stored digest and its main fields) and `fingerprint_data`.
 
     Runs of demo campaigns (`bench demo`) are left out unless `include_demo`, and runs of
     hidden campaigns (`bench campaigns hide`) always, unless `campaign` names the campaign:
-    then every run of it is read."""
+    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone."""
     cols = [getattr(Run, c) for c in RUN_COLS] + [Cell.name, Host.name] + \
            [getattr(Cell, c) for c in CELL_COLS]
     names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
     if with_identity:
-        cols += [Run.spec, Run.fingerprint_id]
+        cols += [spec_parts(store.engine.dialect.name), Run.fingerprint_id]
         names += ("spec", "fingerprint_id")
     q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
     if cell:
         q = q.where(Cell.name == parse_cell(cell).name)
     if host:
         q = q.where(Host.name == host)
+    if mechanisms is not None:
+        q = q.where(Cell.mechanism.in_(mechanisms))
     if campaign:
         q = q.where(Run.campaign_id == campaign)
     else:
@@ -58,30 +63,23 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     if ingested_only:
         q = q.where(Run.bundle_digest.is_not(None))
     with store.session() as s:
-        rows = [dict(zip(names, row)) for row in s.execute(q.order_by(Run.id))]
+        rows = [dict(zip(names, row)) for row in s.connection().execute(q.order_by(Run.id))]
         if with_identity:
-            _attach_identity(s, rows)
+            attach_identity(s, rows)
     return rows
 
 
-def _attach_identity(s, rows: list[dict]) -> None:
-    ids = {r["fingerprint_id"] for r in rows} - {None}
-    fps = {fid: (digest, data) for fid, digest, data in s.execute(
-        select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
-        .where(Fingerprint.id.in_(ids)))} if ids else {}
-    for r in rows:
-        digest, data = fps.get(r.pop("fingerprint_id"), (None, None))
-        r["workload"] = identity.workload_of(r.pop("spec"))
-        r["fingerprint"] = identity.fingerprint_view(digest, data)
-        r["fingerprint_data"] = data
-
 
 def scope(store: Store, *, host=None, campaign=None, workload=None,
-          include_demo: bool = False) -> list[dict]:
+          include_demo: bool = False, cell: str | None = None,
+          mechanisms: tuple[str, ...] | None = None) -> list[dict]:
     """Stored runs with their identity, filtered by host, campaign and workload digest prefix
-    (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused)."""
+    (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused). `cell`
+    and `mechanisms` narrow the runs read (load_runs) when no workload prefix is given: a prefix
+    is matched against every run in scope."""
     runs = load_runs(store, host=host, campaign=campaign, with_identity=True,
-                     include_demo=include_demo)
+                     include_demo=include_demo, cell=None if workload else cell,
+                     mechanisms=None if workload else mechanisms)
     return identity.select_workload(runs, workload)
 
 
@@ -164,9 +162,14 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
     """One cell's statistics, one entry per result group (bench.judge.identity: host, workload,
     fingerprint), never pooled across groups unless `pool`: then one entry whose `pooled`
     says which groups were pooled and what differs between them."""
-    name = parse_cell(cell).name
+    c = parse_cell(cell)
+    name = c.name
+    # What the view reads besides the cell's runs: a balloon cell's cross-check
+    # (cross_check_warnings) looks at balloon, cgroup and memboot runs; other cells at none.
+    balloon = c.mechanism == "balloon"
     runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload,
-                   include_demo=include_demo)
+                          include_demo=include_demo, cell=None if balloon else name,
+                          mechanisms=CROSS_CHECK_MECHANISMS if balloon else None)
     runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
         raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
@@ -220,7 +223,7 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
            "warnings": stats.indicators(summary) + cross_check_warnings(name, near)}
     if g.get("pooled"):
         out["warnings"].insert(0, g["pooled"]["reason"])
-    if parse_cell(name).is_engine:
+    if cell_of(name).is_engine:
         out["warnings"].append("an end-to-end engine cell has no replay figures: its pairs "
                                "are in `bench results --matrix end-to-end`")
     out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "repetition", "retained",
@@ -231,10 +234,13 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
     return out
 
 
+CROSS_CHECK_MECHANISMS = ("balloon", "cgroup", "memboot")
+
+
 def cross_check_warnings(name: str, scope: list[dict]) -> list[str]:
     """A low-capacity balloon cell needs a cgroup or memboot cross-check near its capacity
     (`scope`: the runs of the same host, workload and fingerprint)."""
-    c = parse_cell(name)
+    c = cell_of(name)
     if c.mechanism != "balloon":
         return []
     balloon_caps = [r["capacity_bytes"] for r in scope if r["mechanism"] == "balloon"]
@@ -278,8 +284,8 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
     groups = identity.label_groups(identity.group_runs(
         [r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
-         if not parse_cell(r["cell"]).is_engine], with_cell=False))
-    cells = {(g["id"], name): (parse_cell(name), stats.summarize(rs))
+         if not cell_of(r["cell"]).is_engine], with_cell=False))
+    cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}
     res = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
            "prefetch": _prefetch}[kind](cells)
@@ -374,7 +380,7 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
     row)."""
     runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
-            if parse_cell(r["cell"]).is_engine}
+            if cell_of(r["cell"]).is_engine}
     if not runs:
         return []
     cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
@@ -529,7 +535,7 @@ def sizing(store: Store, target_s: float, *, reclaim: str = "mglru", host=None,
 
 
 def _sizing_cell(name: str, reclaim: str) -> bool:
-    c = parse_cell(name)
+    c = cell_of(name)
     return (not c.is_engine and c.mode == "pagecache" and c.hints is None
             and c.reclaim == reclaim)
 
@@ -540,7 +546,7 @@ def _sizing_curve(g: dict, mech: str, target_s: float) -> dict | None:
     for name, rs in _group([r for r in g["runs"] if r["mechanism"] == mech]).items():
         s = stats.summarize(rs)
         if s["median_s"] is not None:
-            pts.append((parse_cell(name).capacity_bytes, s["median_s"]))
+            pts.append((cell_of(name).capacity_bytes, s["median_s"]))
     if not pts:
         return None
     curve = sorted(pts)

@@ -1,0 +1,55 @@
+"""How result views read a stored run's identity (bench.judge.identity) without loading the
+whole spec.json of every run: the parts of the spec that identity.workload_of reads are
+extracted in SQL as one JSON array text and parsed once per distinct text; fingerprints are
+read once per id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Text, cast, func, select
+
+from bench.judge import identity
+from bench.store.models import Fingerprint, Run
+
+SPEC_PARTS = ("workload", "agent", "engine", "plan_sha256", "pool_bytes")
+
+
+def spec_parts(dialect: str):
+    """A column holding SPEC_PARTS of runs.spec as a JSON array text, or the whole spec where
+    the dialect has no JSON functions this knows."""
+    if dialect == "sqlite":
+        return func.json_extract(Run.spec, *[f"$.{p}" for p in SPEC_PARTS])
+    if dialect == "postgresql":
+        return cast(func.json_build_array(*[Run.spec.op("->")(p) for p in SPEC_PARTS]), Text)
+    return Run.spec
+
+
+def attach_identity(s, rows: list[dict]) -> None:
+    ids = {r["fingerprint_id"] for r in rows} - {None}
+    fps = {fid: (digest, data) for fid, digest, data in s.execute(
+        select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
+        .where(Fingerprint.id.in_(ids)))} if ids else {}
+    views = {fid: identity.fingerprint_view(digest, data) for fid, (digest, data) in fps.items()}
+    none_view = identity.fingerprint_view(None, None)
+    workloads: dict[Any, dict] = {}
+    for r in rows:
+        fid = r.pop("fingerprint_id")
+        spec = r.pop("spec")
+        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+        w = workloads.get(key)
+        if w is None:
+            w = workloads[key] = identity.workload_of(_spec_of(spec))
+        r["workload"] = w
+        r["fingerprint"] = views.get(fid, none_view)
+        r["fingerprint_data"] = fps.get(fid, (None, None))[1]
+
+
+def _spec_of(parts: Any) -> dict | None:
+    """The spec (or the SPEC_PARTS of it) that _spec_parts selected."""
+    if isinstance(parts, str):
+        parts = json.loads(parts)
+    if isinstance(parts, list):
+        return {k: v for k, v in zip(SPEC_PARTS, parts) if v is not None}
+    return parts
