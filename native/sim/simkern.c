@@ -139,6 +139,24 @@ int bench_lfu_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capaci
     return 0;
 }
 
+/* Place key k at heap slot i or above it (a max-heap on pri[]), moving the keys it passes
+ * down; pos[] follows every move. */
+static inline void sift_up(int64_t *heap, int64_t *pos, const int64_t *pri, int64_t i,
+                           int64_t k)
+{
+    int64_t q = pri[k];
+    while (i > 0) {
+        int64_t up = (i - 1) / 2, u = heap[up];
+        if (pri[u] >= q)
+            break;
+        heap[i] = u;
+        pos[u] = i;
+        i = up;
+    }
+    heap[i] = k;
+    pos[k] = i;
+}
+
 /* Belady's MIN (demand paging): on a miss with a full cache, evict the cached key whose next
  * use is furthest; nxt[t] is the next access of keys[t] (-1: never, ranked as n + t so such
  * keys go first). An indexed max-heap of the cached keys by next use. */
@@ -165,32 +183,12 @@ int bench_belady_hits(const int64_t *keys, const int64_t *nxt, int64_t n, int64_
         if (pos[k] >= 0) {               /* hit: the priority grows, sift up */
             hit[t] = 1;
             pri[k] = q;
-            i = pos[k];
-            while (i > 0) {
-                int64_t up = (i - 1) / 2, u = heap[up];
-                if (pri[u] >= q)
-                    break;
-                heap[i] = u;
-                pos[u] = i;
-                i = up;
-            }
-            heap[i] = k;
-            pos[k] = i;
+            sift_up(heap, pos, pri, pos[k], k);
             continue;
         }
         pri[k] = q;
         if (size < capacity) {           /* admit: push */
-            i = size++;
-            while (i > 0) {
-                int64_t up = (i - 1) / 2, u = heap[up];
-                if (pri[u] >= q)
-                    break;
-                heap[i] = u;
-                pos[u] = i;
-                i = up;
-            }
-            heap[i] = k;
-            pos[k] = i;
+            sift_up(heap, pos, pri, size++, k);
             continue;
         }
         pos[heap[0]] = -1;               /* evict the root, the new key sifts down from it */
