@@ -159,10 +159,9 @@ def schedule_cmd(
     from bench.matrix.load import load_matrix
 
     names = [x.strip() for x in hosts.split(",") if x.strip()] if hosts else None
+    drawn = seed is None
     if seed is None:
         seed = secrets.randbelow(1_000_000)
-        if not json_out:
-            views.say(f"seed {seed}")
     sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
                          facts_max_age, json_out)
     if not dry_run and campaign is None:
@@ -170,6 +169,8 @@ def schedule_cmd(
                     + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
     plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
     _refuse_empty(plan, exp, m)
+    if drawn and not json_out:      # after the checks, so an error is the first thing said
+        views.say(f"seed {seed}")
     if not dry_run:
         from bench.execute.campaign.record import Settings, create
         from bench.store.db import open_store

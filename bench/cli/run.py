@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
+from bench.cli.options import DbOpt
 from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.results import views
@@ -67,8 +68,7 @@ def run(cell: Annotated[str, typer.Argument(
         mem: Annotated[Optional[str], typer.Option(
             "--mem", help="memboot cells: the mem= the host booted with, as bench writes "
             "sizes (93G = 93 x 10^9 bytes; bench reboots write mem= as exact bytes).")] = None,
-        db: Annotated[Optional[str], typer.Option("--db", help="Database URL (default "
-                                                  "$BENCH_DB, else the local SQLite).")] = None,
+        db: DbOpt = None,
         no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
                                                 "but do not ingest it.")] = False,
         cgroup_headroom: Annotated[Optional[str], typer.Option(
