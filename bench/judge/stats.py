@@ -70,6 +70,7 @@ def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> 
         "min_s": min(times) if times else None,
         "max_s": max(times) if times else None,
         "spread": spread(times),
+        "iteration_s_runs": times,
         "device_gb_per_iteration": None if dev is None else dev / GB,
         "device_gb_runs": [r["device_bytes_per_iteration"] / GB for r in kept
                            if r.get("device_bytes_per_iteration") is not None],
