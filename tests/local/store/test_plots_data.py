@@ -156,3 +156,24 @@ def test_every_kind_writes_vector_and_raster(filled, tmp_path, suffix):
         plots.draw(kind, queries.matrix(filled, kind), out)
         head = out.read_bytes()[:64]
         assert {".svg": b"<?xml", ".pdf": b"%PDF", ".png": b"\x89PNG"}[suffix] in head
+
+
+def test_prefetch_conditions_side_by_side(store, bundles):
+    seed = 0
+    for cell, speed in (("64Mi-cgroup-mglru", 1.0), ("64Mi-cgroup-mglru-oracle-advice", 0.9),
+                        ("64Mi-cgroup-mglru-oracle-block", 1.05)):
+        for rep in range(2):
+            put(store, bundles, f"{cell}-{rep}", cell, rep=rep, speed=speed, seed=seed)
+            seed += 1
+    m = queries.matrix(store, "prefetch")
+    fig = plots.figure("prefetch", m)
+    try:
+        (ax,) = fig.axes
+        assert ax.get_legend_handles_labels()[1] == m["prefetch"]
+        assert m["prefetch"][0] == "none" and len(m["prefetch"]) == 3
+        heights = sorted(_bar_heights(ax).values())
+        row = m["rows"][0]
+        assert heights == pytest.approx(sorted(row[k]["median_s"] for k in m["prefetch"]))
+        assert [t.get_text() for t in _texts(ax, "n=")] == ["n=2"] * 3
+    finally:
+        matplotlib.pyplot.close(fig)
