@@ -72,7 +72,7 @@ from pydantic import AfterValidator, Field, create_model
 from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
-from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
+from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
 from bench.matrix.engine import EngineConfig, EngineTable, config_of
 from bench.matrix.schema import AXES
 from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
@@ -267,6 +267,9 @@ class Scale(Table):
     estimate: EstimateOverride | None = doc("keys of [estimate] to override", None)
     order: OrderOverride | None = doc("keys of [order] to override", None)
     hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
+    reclaims: dict[Reclaim, Reclaim] = doc(
+        'reclaim settings replaced in every cell, e.g. { mglru = "classic" } for a lab whose '
+        "kernel has no MGLRU, where the matrix compares something else (modes, hints)", {})
 
 
 def apply_scale(data: dict, scale: str, source: str) -> dict:
@@ -305,8 +308,9 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
     _scale_cells(out.get("cells"), scaled)
     if missing:
         raise MatrixFileError(missing)
+    _map_reclaims(out.get("cells"), sc.reclaims)
     for k in Scale.model_fields:
-        if k == "capacities" or k not in raw:
+        if k in ("capacities", "reclaims") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead
@@ -343,6 +347,19 @@ def _scale_cells(cells: Any, scaled: Callable[[Any, str], Any]) -> None:
                                          f"cells.extra[{i}].cell"),
                          mechanism=cell.mechanism, reclaim=cell.reclaim, mode=cell.mode,
                          prefetch=cell.prefetch)
+
+
+def _map_reclaims(cells: Any, mapping: dict[str, str]) -> None:
+    """A scale's `reclaims` applied to [cells] in place (after _scale_cells made every extra
+    and exclude entry a table with its own `reclaim`)."""
+    if not mapping or not isinstance(cells, dict):
+        return
+    if isinstance(cells.get("reclaims"), list):
+        cells["reclaims"] = list(dict.fromkeys(mapping.get(r, r) for r in cells["reclaims"]))
+    for key in ("exclude", "extra"):
+        for x in cells.get(key) if isinstance(cells.get(key), list) else []:
+            if isinstance(x, dict) and x.get("reclaim") in mapping:
+                x["reclaim"] = mapping[x["reclaim"]]
 
 
 # validation ---------------------------------------------------------------------------------------
