@@ -171,6 +171,11 @@ class Matrix:
     scale: str | None = None                        # the [scale.NAME] applied, if any
     scales: tuple[str, ...] = ()                    # the scales the file offers
     engine: EngineConfig | None = None              # end-to-end engine matrices
+    # a scaled matrix: the paper's capacity -> the scale's (canonical texts), the memory the
+    # scale is sized for, and the unscaled workload (bench.matrix.regime compares the two)
+    capacity_map: tuple[tuple[str, str], ...] = ()
+    scale_memory: int | None = None
+    full_workload: dict = field(default_factory=dict)
 
     @property
     def pool_bytes(self) -> int | None:
@@ -267,6 +272,8 @@ class Scale(Table):
     estimate: EstimateOverride | None = doc("keys of [estimate] to override", None)
     order: OrderOverride | None = doc("keys of [order] to override", None)
     hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
+    memory: Size | None = doc("the host memory this scale is sized for: resolves its relative "
+                              "capacities for the regime check (bench matrix show --scale)", None)
     reclaims: dict[Reclaim, Reclaim] = doc(
         'reclaim settings replaced in every cell, e.g. { mglru = "classic" } for a lab whose '
         "kernel has no MGLRU, where the matrix compares something else (modes, hints)", {})
@@ -308,9 +315,9 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
     _scale_cells(out.get("cells"), scaled)
     if missing:
         raise MatrixFileError(missing)
-    _map_reclaims(out.get("cells"), sc.reclaims)
+    _map_reclaims(out.get("cells"), {str(k): str(v) for k, v in sc.reclaims.items()})
     for k in Scale.model_fields:
-        if k in ("capacities", "reclaims") or k not in raw:
+        if k in ("capacities", "reclaims", "memory") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead
@@ -357,7 +364,8 @@ def _map_reclaims(cells: Any, mapping: dict[str, str]) -> None:
     if isinstance(cells.get("reclaims"), list):
         cells["reclaims"] = list(dict.fromkeys(mapping.get(r, r) for r in cells["reclaims"]))
     for key in ("exclude", "extra"):
-        for x in cells.get(key) if isinstance(cells.get(key), list) else []:
+        items = cells.get(key)
+        for x in items if isinstance(items, list) else []:
             if isinstance(x, dict) and x.get("reclaim") in mapping:
                 x["reclaim"] = mapping[x["reclaim"]]
 
@@ -565,7 +573,11 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
         return m
     if scale not in scaled:
         apply_scale(data, scale, source)        # raises: no such scale, naming the ones there are
-    return replace(scaled[scale], scale=scale, scales=m.scales)
+    sc = doc.scale[scale]
+    return replace(scaled[scale], scale=scale, scales=m.scales, scale_memory=sc.memory,
+                   full_workload=dict(m.workload),
+                   capacity_map=tuple((parse_capacity(k)[0], parse_capacity(v)[0])
+                                      for k, v in sc.capacities.items()))
 
 
 def list_matrices() -> list[dict]:

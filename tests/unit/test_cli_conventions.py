@@ -130,7 +130,7 @@ def test_fixed_sets_are_choices(capsys):
     for argv, shown in ((("export",), "<runs|iterations|counters|timeline>"),
                         (("export",), "<csv|json>"), (("plot",), "<capacity|reclaim|equal-memory>"),
                         (("sizing",), "<mglru|classic>"),
-                        (("results",), "<capacity|reclaim|equal-memory|prefetch|end-to-end>")):
+                        (("results",), "<capacity|reclaim|equal-memory|prefetch|admission|end-to-end>")):
         rc, out, _ = run(capsys, *argv, "--help")
         assert rc == 0 and shown in _flat(out), (argv, shown)
     rc, _, err = run(capsys, "plot", "bogus", "-o", "x.png")
