@@ -15,8 +15,8 @@ from bench.results import store_views, views
 from bench.results.views import compose
 from bench.units import format_size
 
-MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "end-to-end"]
-PlotKind = Literal["capacity", "reclaim", "equal-memory", "prefetch"]
+MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission", "end-to-end"]
+PlotKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission"]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
 CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
 WorkloadOpt = Annotated[Optional[str], typer.Option(

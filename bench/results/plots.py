@@ -1,6 +1,6 @@
 """Figures from matrix results (matplotlib, Agg backend), drawn as the paper draws them: the
-capacity response (Fig. 2), reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4) and
-prefetch conditions (Fig. 6).
+capacity response (Fig. 2), reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4),
+prefetch conditions (Fig. 6) and cache admission (§9: GB/s admitted and bypassed).
 
 What a reviewer needs from every figure: the paper's axes and decimal units; the number of
 retained runs (n) next to every plotted point or bar; error bars spanning min..max of the
@@ -41,7 +41,7 @@ def image_format(out: Path) -> str:
     return fmt
 
 
-KINDS = ("capacity", "reclaim", "equal-memory", "prefetch")
+KINDS = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 
 
 def figure(kind: str, m: dict) -> Figure:
@@ -50,7 +50,7 @@ def figure(kind: str, m: dict) -> Figure:
     if not m["rows"]:
         raise InputError(f"no retained runs for the {kind} plot")
     draw_fn = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
-               "prefetch": _prefetch}[kind]
+               "prefetch": _prefetch, "admission": _admission}[kind]
     fig = draw_fn(m)
     fig.tight_layout()
     return fig
@@ -138,6 +138,8 @@ def _value_span(s: dict, key: str) -> tuple[float, float] | None:
         return (s["min_s"], s["max_s"]) if s.get("min_s") is not None else None
     if key == "device_gb_per_iteration":
         return _span(s.get("device_gb_runs") or [])
+    if key == "gb_per_s" and s.get("gb_per_s_min") is not None:
+        return (s["gb_per_s_min"], s["gb_per_s_max"])
     return None
 
 
@@ -307,5 +309,25 @@ def _prefetch(m: dict) -> Figure:
                             r["mechanism"], r["reclaim"]) for r in rows]
     ax.set_xticks(xs, labels, fontsize=8)
     ax.set(ylabel="iteration time (s)", title="one bounded prefetch worker")
+    _bar_axes_finish(ax)
+    return fig
+
+
+# §9 ---------------------------------------------------------------------------------------
+
+def _admission(m: dict) -> Figure:
+    rows = m["rows"]
+    fig, ax = plt.subplots(figsize=(_width(len(rows)), 4.5))
+    xs = [float(i) for i in range(len(rows))]
+    for off, mode, label, color in ((-0.2, "pagecache", "admitted (page cache)", ON),
+                                    (0.2, "nocache", "bypassed (nocache)", OFF)):
+        _bars(ax, [x + off for x in xs], [r.get(mode) for r in rows], "gb_per_s", 0.4, color,
+              label)
+    for x, r in zip(xs, rows):
+        if r.get("admitted_over_bypassed"):
+            ax.annotate(f"{r['admitted_over_bypassed']:.2f}x", (x, 0.9),
+                        xycoords=("data", "axes fraction"), ha="center", fontsize=9)
+    ax.set_xticks(xs, _pair_labels(m, rows), fontsize=8)
+    ax.set(ylabel="fixed set read rate (GB/s)", title="cache admission: the same fixed set")
     _bar_axes_finish(ax)
     return fig

@@ -127,6 +127,8 @@ def matrix_table(m: dict) -> LiteralTable:
         _capacity_rows(t, m["rows"], names)
     elif kind == "reclaim":
         _reclaim_rows(t, m["rows"], names)
+    elif kind == "admission":
+        _admission_rows(t, m["rows"], names)
     else:
         _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
     # literal text (LiteralTable): host, trace and kernel names as stored, never as markup
@@ -162,6 +164,29 @@ def _reclaim_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) 
                   # the mechanism's locked share: either reclaim's runs measure it
                   pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
                       else b.get("locked_fraction")))
+
+
+def _admission_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+    """§9: GB/s of the fixed set admitted to the page cache and bypassing it (min-max, n)."""
+    for col in ("C", "mechanism", "admitted GB/s", "n", "bypassed GB/s", "n",
+                "admitted/bypassed", "bypassed GB/it"):
+        t.add_column(col, justify="left" if col == "mechanism" else "right")
+    for r in rows:
+        a, b = r.get("pagecache") or {}, r.get("nocache") or {}
+        ratio = r["admitted_over_bypassed"]
+        t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
+                  _rate(a), _n(a), _rate(b), _n(b), "-" if ratio is None else f"{ratio:.2f}x",
+                  gb(b.get("device_gb_per_iteration"), ".3f"))
+
+
+def _rate(s: dict) -> str:
+    if s.get("gb_per_s") is None:
+        return "-"
+    return f"{s['gb_per_s']:.2f} [{s['gb_per_s_min']:.2f}-{s['gb_per_s_max']:.2f}]"
+
+
+def _n(s: dict) -> str:
+    return f"{s['n_retained']}/{s['n_retained'] + s['n_rejected']}" if s else "0"
 
 
 def _mode_rows(t: LiteralTable, m: dict, keys: Sequence[str], names: dict[str, str]) -> None:

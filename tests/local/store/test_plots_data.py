@@ -177,3 +177,28 @@ def test_prefetch_conditions_side_by_side(store, bundles):
         assert [t.get_text() for t in _texts(ax, "n=")] == ["n=2"] * 3
     finally:
         matplotlib.pyplot.close(fig)
+
+
+def test_admission_bars_are_the_rates_with_the_ratio(store, bundles):
+    seed = 0
+    for cell, speed in (("192Mi-none-mglru", 1.0), ("192Mi-none-mglru-nocache", 4.0)):
+        for rep in range(2):
+            put(store, bundles, f"{cell}-{rep}", cell, rep=rep, speed=speed * (1 + rep / 10),
+                seed=seed)
+            seed += 1
+    m = queries.matrix(store, "admission")
+    fig = plots.figure("admission", m)
+    try:
+        (ax,) = fig.axes
+        (row,) = m["rows"]
+        heights = _bar_heights(ax)
+        assert heights[-0.2] == pytest.approx(row["pagecache"]["gb_per_s"])
+        assert heights[0.2] == pytest.approx(row["nocache"]["gb_per_s"])
+        spans = [s for c in _errorbars(ax) for s in _spans(c)]
+        got = sorted(v for _x, lo, hi in spans for v in (lo, hi))
+        want = sorted(row[k][f"gb_per_s_{e}"] for k in ("pagecache", "nocache")
+                      for e in ("min", "max"))
+        assert got == pytest.approx(want)
+        assert f"{row['admitted_over_bypassed']:.2f}x" in [t.get_text() for t in ax.texts]
+    finally:
+        matplotlib.pyplot.close(fig)
