@@ -132,8 +132,34 @@ def matrix_table(m: dict) -> LiteralTable:
     else:
         _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
     # literal text (LiteralTable): host, trace and kernel names as stored, never as markup
-    t.caption = legend(m.get("groups", []), m.get("warnings", [])) or None
+    extra = agreement_lines(m, names) if kind == "reclaim" else []
+    t.caption = "\n".join(x for x in [legend(m.get("groups", []), m.get("warnings", [])),
+                                       *extra] if x) or None
     return t
+
+
+def agreement_lines(m: dict, names: dict[str, str]) -> list[str]:
+    """§4 mechanism agreement at equal C and §5's mem= point on the balloon curve, as text."""
+    out = []
+    for a in m.get("agreement", []):
+        out.append(f"agreement {names[a['group']]} {capacity_text(a['capacity_bytes'])} "
+                   f"{a['reclaim']}: {a['mechanism']} vs cgroup: time "
+                   f"{_signed(a['time_vs_cgroup'])}, device {_signed(a['device_vs_cgroup'])} "
+                   f"(n {a['n']} vs {a['n_cgroup']})")
+    for i in m.get("interpolation", []):
+        head = (f"mem= on the balloon curve {names[i['group']]} "
+                f"{capacity_text(i['capacity_bytes'])} {i['reclaim']}: memboot "
+                f"{num(i['memboot_s'])} s (n {i['n']})")
+        lo, hi = (capacity_text(c) for c in i["between"]) if i["between"] else ("", "")
+        out.append(head + (f", balloon interpolated {num(i['balloon_s'])} s between {lo} and "
+                           f"{hi}: {_signed(i['memboot_vs_balloon'])}"
+                           if i["status"] == "interpolated" else
+                           f", {i['status']}" + (f" {lo}..{hi}: not extrapolated" if lo else "")))
+    return out
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:

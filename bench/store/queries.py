@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
-from bench.judge import engine, identity, stats
+from bench.judge import agreement, engine, identity, stats
 from bench.judge.judgement import METRIC_COLUMNS
 from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
@@ -340,7 +340,8 @@ def _reclaim(cells) -> dict:
         a = m and m["device_gb_per_iteration"]
         b = k and k["device_gb_per_iteration"]
         r["mglru_over_classic"] = a / b if a and b else None
-    return {"rows": rows}
+    return {"rows": rows, "agreement": agreement.agreement(rows),
+            "interpolation": agreement.interpolation(rows)}
 
 
 def _equal(cells) -> dict:
