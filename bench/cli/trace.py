@@ -185,6 +185,9 @@ def sim(
              "across the FILES (one per domain); off-domain (Fig. 5): static trained on the "
              "first FILE scored on every FILE, next to LRU; regimes (§3): global vs "
              "per-layer per trace.")] = "rates",
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Also draw the curves or off-domain view into this image file "
+                       "(format from the suffix: .png, .pdf, .svg).")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Simulate cache policies under fair windows and print hit rates."""
@@ -202,9 +205,11 @@ def sim(
     bad = [b for b in budget_list if not 1 <= b <= LIMITS["slots"]]
     if bad:
         raise InputError(f"--budgets: {bad[0]} is outside [1, {LIMITS['slots']}] experts")
+    if plot is not None and view not in ("curves", "off-domain"):
+        raise InputError("--plot draws --view curves or --view off-domain")
     if view != "rates":
         _sim_view(view, _traces(files, k, batch), tuple(split_csv(policy, "--policy")), regime,
-                  budget_list, window, json_out)
+                  budget_list, window, json_out, plot)
         return
     rows = []
     for t in _traces(files, k, batch):
@@ -218,9 +223,12 @@ def sim(
 
 
 def _sim_view(view: str, traces: list, policies: tuple, regime: str, budgets: tuple,
-              window: float, json_out: bool) -> None:
-    """`bench sim --view curves|off-domain|regimes` (bench.sim.figures)."""
+              window: float, json_out: bool, plot: Path | None) -> None:
+    """`bench sim --view curves|off-domain|regimes` (bench.sim.figures), drawn with --plot."""
     from bench.sim import figures
+    if plot is not None:
+        from bench.cli.results import _plots
+        _plots().image_format(output_file(plot, "--plot"))
     if view == "curves":
         rows = figures.fig1_curves(traces, policies, budgets, regime, window)
         table = trace_views.curves_table(rows)
@@ -232,6 +240,8 @@ def _sim_view(view: str, traces: list, policies: tuple, regime: str, budgets: tu
     else:
         rows = [r for t in traces for r in figures.regimes(t, policies, budgets, window)]
         table = trace_views.regimes_table(rows)
+    if plot is not None:
+        _plots().draw_sim(view, rows, plot)
     if json_out:
         views.emit_json(rows)
     else:
