@@ -14,6 +14,15 @@ here. The structure mirrors what the paper measures on real routing (Table 1, Fa
 * domains: popularity ranks map to expert ids through a per-layer permutation; every domain
   keeps a fraction `overlap` of the base permutation's rank positions and shuffles the rest,
   so hot sets of different domains overlap by a tunable amount (Fact 5);
+* non-stationarity (off unless set; on in the k3 preset): phases of geometric length (mean
+  `phase` tokens, boundaries shared by all layers) each give a fresh hot set of `phase_set`
+  experts per layer, drawn uniformly, a share `drift` of the popularity (Zipf `phase_alpha`
+  inside it), so the hot set drifts within a request and a table of past counts ages while
+  recency tracks (Fig. 1, Fig. 5); `burst`: a selection re-picks an expert of the positions
+  before the previous one (the last `burst_window` - 1), short-range reuse beyond W1;
+* order inside a pass: `shuffle` (random) or `score` (by gate score, i.e. current popularity,
+  with jitter): an expert keeps about its place from pass to pass, so a pass of k experts
+  evicts its own reuse from an LRU of fewer than k keys (the paper's LRU at 0.5% for B=8);
 * speculative decoding: with probability `spec_accept` an iteration carries two positions per
   layer (records of width 2k, 2 accepted tokens); with probability `fallback` a failed
   speculation re-routes a contiguous range of deep layers inside the same step (1 token);
@@ -245,6 +254,17 @@ class _Layer:
         return chosen
 
 
+def _dry_run_lines(p: SynthParams) -> Iterator[str]:
+    """llama.cpp's synthetic first pass: identical for every domain and seed of this model."""
+    fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
+    for li in range(p.layers):
+        experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
+        if p.shape == "production":
+            yield json.dumps({"step": 0, "layer": li, "experts": experts})
+        else:
+            yield json.dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
+
+
 def generate(p: SynthParams) -> Iterator[str]:
     """Yield the JSONL lines of the trace, header first (production shape)."""
     p.validate()
@@ -268,14 +288,8 @@ def generate(p: SynthParams) -> Iterator[str]:
         for li, lay in enumerate(layers):
             yield dumps({"token": 0, "n_tokens": 7, "name": f"ffn_moe_topk-{li}",
                          "experts": lay.position(p, run_rng)})
-    if p.dry_run_pass:  # identical for every domain and seed of this model
-        fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
-        for li in range(p.layers):
-            experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
-            if p.shape == "production":
-                yield dumps({"step": 0, "layer": li, "experts": experts})
-            else:
-                yield dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
+    if p.dry_run_pass:
+        yield from _dry_run_lines(p)
     step = first = 1 if p.dry_run_pass else 0
     left = p.tokens - 1
     while left > 0:
