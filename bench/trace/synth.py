@@ -15,7 +15,7 @@ here. The structure mirrors what the paper measures on real routing (Table 1, Fa
   keeps a fraction `overlap` of the base permutation's rank positions and shuffles the rest,
   so hot sets of different domains overlap by a tunable amount (Fact 5);
 * non-stationarity (off unless set; on in the k3 preset): phases of geometric length (mean
-  `phase` tokens, boundaries shared by all layers) each give a fresh hot set of `phase_set`
+  `phase` tokens, each layer's phases ending on their own) each give a fresh hot set of `phase_set`
   experts per layer, drawn uniformly, a share `drift` of the popularity (Zipf `phase_alpha`
   inside it), so the hot set drifts within a request and a table of past counts ages while
   recency tracks (Fig. 1, Fig. 5); `burst`: a selection re-picks an expert of the positions
@@ -293,9 +293,10 @@ def generate(p: SynthParams) -> Iterator[str]:
     step = first = 1 if p.dry_run_pass else 0
     left = p.tokens - 1
     while left > 0:
-        if p.drift > 0 and (step == first or phase_rng.random() < 1.0 / p.phase):
+        if p.drift > 0:   # each layer's phases end on their own (geometric, mean `phase`)
             for lay in layers:
-                lay.new_phase(p, phase_rng)
+                if step == first or phase_rng.random() < 1.0 / p.phase:
+                    lay.new_phase(p, phase_rng)
         u = run_rng.random()
         if p.shape == "llama":
             for li, lay in enumerate(layers):

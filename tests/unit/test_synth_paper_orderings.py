@@ -4,7 +4,7 @@ which LFU the B=8 numbers imply, and Fig. 5's off-domain collapse of the static 
 
 Computed here from generated data (no stored numbers): the preset at 23 of its 92 layers (the
 layer gradient spans the same range; a full-depth trace takes about 10 s a domain), 300 tokens,
-seed 11, domains 0 (the "prose" the static table is trained on) and 1."""
+seeds 0 and 11, domains 0 (the "prose" the static table is trained on) and 1."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from bench.trace.parse import parse_lines
 from bench.trace.synth import generate, preset
 
 
-@pytest.fixture(scope="module")
-def traces():
-    return [parse_lines(list(generate(preset("k3", tokens=300, seed=11, domain=d, layers=23))),
-                        f"k3-d{d}") for d in range(2)]
+@pytest.fixture(scope="module", params=[0, 11])
+def traces(request):
+    return [parse_lines(list(generate(preset("k3", tokens=300, seed=request.param, domain=d,
+                                             layers=23))), f"k3-d{d}") for d in range(2)]
 
 
 @pytest.fixture(scope="module")
