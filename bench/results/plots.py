@@ -331,3 +331,62 @@ def _admission(m: dict) -> Figure:
     ax.set(ylabel="fixed set read rate (GB/s)", title="cache admission: the same fixed set")
     _bar_axes_finish(ax)
     return fig
+
+
+# Simulation figures (no host): data from bench.sim.figures ----------------------------------
+
+def sim_figure(kind: str, rows: list[dict]) -> Figure:
+    """Fig. 1 (`curves`: per policy the mean hit rate against budget, a min-max band across the
+    domains, n in the label) or Fig. 5 (`off-domain`: static and LRU bars per trace)."""
+    matplotlib.use("Agg")
+    if not rows:
+        raise InputError(f"no rows for the {kind} figure")
+    if kind == "curves":
+        return _sim_curves(plt, rows)
+    if kind == "off-domain":
+        return _sim_off_domain(plt, rows)
+    raise InputError(f"no figure for the {kind!r} view", hint="figures: curves, off-domain")
+
+
+def draw_sim(kind: str, rows: list[dict], out: Path) -> None:
+    """`sim_figure` written to OUT (format from its suffix; a failed write names OUT)."""
+    fmt = image_format(out)
+    fig = sim_figure(kind, rows)
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=200, format=fmt)
+    except OSError as exc:
+        raise write_error(out, exc) from None
+    finally:
+        plt.close(fig)
+
+
+def _sim_curves(plt, rows):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for n, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
+        pts = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["budget"])
+        xs = [r["budget"] for r in pts]
+        counts = sorted({r["n"] for r in pts})
+        label = f"{policy} (n={'/'.join(map(str, counts))})"
+        ax.plot(xs, [r["mean"] for r in pts], "o-", color=f"C{n % 10}", label=label)
+        ax.fill_between(xs, [r["min"] for r in pts], [r["max"] for r in pts],
+                        color=f"C{n % 10}", alpha=.2, linewidth=0)
+    ax.set(xscale="log", xlabel="budget B (experts per layer)", ylabel="hit rate (fair window)",
+           ylim=(0, 1), title="hit rate against budget: mean, min-max across domains")
+    ax.set_xticks(sorted({r["budget"] for r in rows}),
+                  [str(b) for b in sorted({r["budget"] for r in rows})])
+    ax.legend(fontsize="small")
+    return fig
+
+
+def _sim_off_domain(plt, rows):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r["static"] for r in rows], 0.4, label="static table")
+    ax.bar([x + 0.2 for x in xs], [r["lru"] for r in rows], 0.4, label="LRU")
+    ax.set_xticks(list(xs), [f"{Path(str(r['trace'])).name}\n({r['domain']})" for r in rows])
+    budgets = sorted({r["budget"] for r in rows})
+    ax.set(ylabel="hit rate (fair window)", ylim=(0, 1),
+           title=f"static table off its domain vs LRU, B={'/'.join(map(str, budgets))}")
+    ax.legend(fontsize="small")
+    return fig
