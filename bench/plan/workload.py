@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.errors import InputError
 from bench.paths import PRIVATE_FILE, private_dir, tighten, write_private
 from bench.trace.parse import NORMAL, Iteration, Pass, Trace, merge, parse_trace
-from bench.trace.synth import PRESETS, generate, preset
+from bench.trace.synth import PRESETS, generate, params_digest, preset
 
 DOMAINS = ("prose", "code", "math", "chat")   # index = the synth presets' domain number
 MAX_BATCH = 64
@@ -94,10 +94,11 @@ def streams(workload: dict, data_dir: Path) -> Streams:
             name += f"-{tag}{kw[field_]}"
     paths = []
     for seed in range(n):
-        path = d / f"{name}{f'-s{seed}' if seed else ''}.jsonl"
+        params = preset(trace, seed=seed, **kw)
+        # the parameters' digest in the name: a changed generator never reuses a stale file
+        path = d / f"{name}{f'-s{seed}' if seed else ''}-{params_digest(params)}.jsonl"
         if not path.exists():
-            write_private(path, ("\n".join(generate(preset(trace, seed=seed, **kw))) + "\n")
-                          .encode())
+            write_private(path, ("\n".join(generate(params)) + "\n").encode())
         tighten(path, PRIVATE_FILE)
         paths.append(path)
     return Streams(tuple(paths), domain_name(dom), n)

@@ -36,6 +36,7 @@ be read back), at most MAX_TOKENS tokens, finite rates and a non-negative seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator
@@ -263,6 +264,18 @@ def _dry_run_lines(p: SynthParams) -> Iterator[str]:
             yield json.dumps({"step": 0, "layer": li, "experts": experts})
         else:
             yield json.dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
+
+
+# Bump when generate() writes other lines for the same parameters (tests/unit/test_synth_version.py
+# holds the digest of one trace per version): generated traces are cached under a name that
+# carries params_digest, and a stale cache must never stand in for the new generator.
+GENERATOR_VERSION = 2
+
+
+def params_digest(p: SynthParams) -> str:
+    """12 hex digits naming a trace generated from `p` by this generator version."""
+    text = json.dumps([GENERATOR_VERSION, asdict(p)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def generate(p: SynthParams) -> Iterator[str]:
