@@ -235,7 +235,7 @@ class Executor:
         if holder is not None:
             raise HostError("controller", f"campaign {self.cid} is driven by pid "
                             f"{holder.get('pid')} on {holder.get('host')} (heartbeat "
-                            f"{time.time() - float(holder.get('heartbeat') or 0):.0f}s ago)",
+                            f"{holder.get('age_s')}s ago by the database clock)",
                             "`bench watch` it, or wait until its lock goes stale "
                             f"({self.s.lock_stale_s:.0f}s without heartbeat)")
         hb_stop = threading.Event()
