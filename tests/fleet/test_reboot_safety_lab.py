@@ -49,6 +49,11 @@ def boot_id(lab) -> str:
     return (Path(lab.host(X).dir) / "boot_id").read_text().strip()
 
 
+def reboot_log(lab) -> str:
+    p = Path(lab.host(X).dir) / "reboot.log"
+    return p.read_text() if p.exists() else ""
+
+
 def phase_of(status: Path) -> dict:
     try:
         return json.loads(status.read_text())
@@ -75,7 +80,7 @@ def test_a_run_in_progress_refuses_reboot_restore_mglru_and_force_names_it(
                                                 spec_accept=0.0, fallback=0.0))) + "\n")
     plan, plan_path = plan_from_trace_file(trace, data_dir=tmp_path / "data")
     hosts_dir = rebootable(lab, tmp_path / "hosts")
-    boot_before = boot_id(lab)
+    boot_before, log_before = boot_id(lab), reboot_log(lab)
     results: list = []
     th = threading.Thread(target=lambda: results.extend(r.as_dict() for r in run_hosts(
         [lab_inventory[X]], "1g-none-classic", plan, plan_path, "rbs1",
@@ -102,7 +107,7 @@ def test_a_run_in_progress_refuses_reboot_restore_mglru_and_force_names_it(
             st = phase_of(status)
             assert st.get("pid") == live["pid"] and st.get("phase") not in ("done", "failed")
             assert Path(f"/proc/{live['pid']}").exists()
-        assert not (Path(lab.host(X).dir) / "reboot.log").exists()
+        assert reboot_log(lab) == log_before       # no reboot was even triggered
         # --force: the run is named, the host reboots and the run dies with it
         rc = main(["hosts", "restore", X, "--force", "--hosts-dir", str(hosts_dir)])
         err = capsys.readouterr().err
