@@ -77,8 +77,10 @@ def _tokens_per_iteration(w: dict, spec: dict) -> float | None:
     decides it), from which a view turns seconds per iteration into seconds per accepted
     token; None for specs written before plans recorded their tokens."""
     tokens, iters = w.get("accepted_tokens"), spec.get("plan_iterations")
-    ok = all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (tokens, iters))
-    return tokens / iters if ok else None
+    if not (isinstance(tokens, int) and isinstance(iters, int)) or isinstance(tokens, bool) \
+            or isinstance(iters, bool) or tokens <= 0 or iters <= 0:
+        return None
+    return tokens / iters
 
 
 def fingerprint_view(digest: str | None, data: dict | None) -> dict:
