@@ -1,7 +1,7 @@
-"""How result views read a stored run's identity (bench.judge.identity) without loading the
-whole spec.json of every run: the parts of the spec that identity.workload_of reads are
-extracted in SQL as one JSON array text and parsed once per distinct text; fingerprints are
-read once per id."""
+"""How result views read a stored run's identity (bench.judge.identity): the workload from
+its stored identity (runs.workload_id, bench.store.workloads) or, for a run without one, from
+the parts of its spec that identity.workload_of reads, extracted in SQL as one JSON array text
+and parsed once per distinct text; fingerprints are read once per id."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Text, cast, func, select
 
 from bench.judge import identity
-from bench.store.models import Fingerprint, Run
+from bench.store.models import Fingerprint, Run, Workload
 
 SPEC_PARTS = ("workload", "agent", "engine", "plan_sha256", "pool_bytes")
 
@@ -26,7 +26,15 @@ def spec_parts(dialect: str):
     return Run.spec
 
 
-def attach_identity(s, rows: list[dict]) -> None:
+def attach_identity(s, rows: list[dict], dialect: str) -> None:
+    """Replace each row's `_pk`, `workload_id` and `fingerprint_id` by `workload`,
+    `fingerprint` and `fingerprint_data`. The workload is the stored identity
+    (bench.store.workloads); a run without one has it computed from its spec's parts."""
+    wids = {r["workload_id"] for r in rows} - {None}
+    stored = {wid: data for wid, data in s.execute(
+        select(Workload.id, Workload.data).where(Workload.id.in_(wids)))} if wids else {}
+    legacy = _legacy_parts(s, [r["_pk"] for r in rows if r["workload_id"] not in stored],
+                           dialect)
     ids = {r["fingerprint_id"] for r in rows} - {None}
     fps = {fid: (digest, data) for fid, digest, data in s.execute(
         select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
@@ -35,15 +43,29 @@ def attach_identity(s, rows: list[dict]) -> None:
     none_view = identity.fingerprint_view(None, None)
     workloads: dict[Any, dict] = {}
     for r in rows:
-        fid = r.pop("fingerprint_id")
-        spec = r.pop("spec")
-        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
-        w = workloads.get(key)
+        pk, wid, fid = r.pop("_pk"), r.pop("workload_id"), r.pop("fingerprint_id")
+        w = stored.get(wid)
         if w is None:
-            w = workloads[key] = identity.workload_of(_spec_of(spec))
+            spec = legacy[pk]
+            key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+            w = workloads.get(key)
+            if w is None:
+                w = workloads[key] = identity.workload_of(_spec_of(spec))
         r["workload"] = w
         r["fingerprint"] = views.get(fid, none_view)
         r["fingerprint_data"] = fps.get(fid, (None, None))[1]
+
+
+LEGACY_BATCH = 5000
+
+
+def _legacy_parts(s, pks: list[int], dialect: str) -> dict[int, Any]:
+    """{runs.id: its spec's SPEC_PARTS (spec_parts)} of runs read without a stored identity."""
+    out: dict[int, Any] = {}
+    for i in range(0, len(pks), LEGACY_BATCH):
+        out.update({pk: parts for pk, parts in s.execute(
+            select(Run.id, spec_parts(dialect)).where(Run.id.in_(pks[i:i + LEGACY_BATCH])))})
+    return out
 
 
 def _spec_of(parts: Any) -> dict | None:
