@@ -10,7 +10,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
@@ -20,7 +20,7 @@ from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
-from bench.store.spec_parts import attach_identity
+from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
 from bench.version import controller_version
@@ -59,42 +59,23 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
         cells = {i: rest for i, *rest in s.execute(
             select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
         hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
-        q = _runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
-                         campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
+        q = runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
+                        campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
         if ingested_only:
             q = q.where(Run.bundle_digest.is_not(None))
         n = len(columns)
-        # sorted here, not by ORDER BY: SQLite would scan the table in id order rather
-        # than the index and sort
-        found = sorted(s.execute(q).all(), key=itemgetter(n + 2))
-        names = columns + ("cell", "host") + CELL_COLS
-        extra = ("_pk", "workload_id", "fingerprint_id") if with_identity else ()
-        rows = [dict(zip(names + extra, (*row[:n], cells[row[n]][0], hosts[row[n + 1]],
-                                          *cells[row[n]][1:], *row[n + 2:])))
+        # sorted here, not by ORDER BY: SQLite would scan the table in id order rather than
+        # the index, to skip a sort
+        found = sorted(fetch_rows(s, q), key=itemgetter(n + 2))
+        names = columns + ("cell", "host") + CELL_COLS + (
+            ("_pk", "workload_id", "fingerprint_id") if with_identity else ())
+        where = {(c, h): (cells[c][0], hosts[h], *cells[c][1:])
+                 for c in cells for h in hosts}
+        rows = [dict(zip(names, (*row[:n], *where[row[n], row[n + 1]], *row[n + 2:])))
                 for row in found]
         if with_identity:
             attach_identity(s, rows, store.engine.dialect.name)
     return rows
-
-
-def _runs_filter(s, q, cells: dict, hosts: dict, *, cell, host, campaign, include_demo,
-                 mechanisms):
-    """load_runs' filters as conditions on runs' own columns."""
-    if cell:
-        name = parse_cell(cell).name
-        q = q.where(Run.cell_id.in_([i for i, c in cells.items() if c[0] == name]))
-    if host:
-        q = q.where(Run.host_id.in_([i for i, h in hosts.items() if h == host]))
-    if mechanisms is not None:
-        ix = CELL_COLS.index("mechanism") + 1
-        q = q.where(Run.cell_id.in_([i for i, c in cells.items() if c[ix] in mechanisms]))
-    if campaign:
-        return q.where(Run.campaign_id == campaign)
-    out = [Campaign.hidden.is_(True)] + ([] if include_demo else [Campaign.demo.is_(True)])
-    left_out = list(s.scalars(select(Campaign.id).where(or_(*out))))
-    if left_out:
-        q = q.where(Run.campaign_id.is_(None) | Run.campaign_id.not_in(left_out))
-    return q
 
 
 def scope(store: Store, *, host=None, campaign=None, workload=None,
