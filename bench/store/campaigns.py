@@ -18,6 +18,7 @@ from bench.store.db import Store, StoreError, get_or_create, referenced
 from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
 from bench.store.rows import CampaignRow, JournalRow, RunRow
 from bench.store.states import INITIAL, check_state, check_transition
+from bench.store.workloads import workload_id
 
 
 def _now() -> datetime:
@@ -99,9 +100,9 @@ def transition(store: Store, run_id: str, state: str, message: str = "",
         check_transition(run_id, old, state)
         run.state = state
         if spec is not None:
-            run.spec = spec
+            run.spec, run.workload_id = spec, workload_id(s, spec)
         if clear_spec:
-            run.spec = None
+            run.spec, run.workload_id = None, None
         d = {"from": old, "to": state, **(data or {})}
         s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="state",
                            message=f"{run_id}: {old} -> {state}" + (f": {message}" if message
@@ -117,7 +118,7 @@ def reassign(store: Store, run_id: str, host: str, cell: str, reason: str) -> No
         check_transition(run_id, run.state, "planned")
         old_host = referenced(s, Host, run.host_id).name
         run.host_id, run.cell_id = host_row(s, host).id, cell_row(s, cell).id
-        run.state, run.spec = "planned", None
+        run.state, run.spec, run.workload_id = "planned", None, None
         s.add(JournalEntry(campaign_id=run.campaign_id, run_ref=run.id, kind="handover",
                            message=f"{run_id}: {old_host} -> {host} as {cell}: {reason}",
                            data={"from": old_host, "to": host, "cell": cell}))

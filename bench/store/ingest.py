@@ -44,6 +44,7 @@ from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
                                 TimelineSample, Verdict, now)
 from bench.store.states import check_transition
+from bench.store.workloads import workload_id
 
 
 class NotABundle(BundleError):
@@ -349,6 +350,7 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
     run.boot_ref, run.fingerprint_id = boot.id, fp_row.id
     run.position, run.repetition = spec.get("position"), spec.get("repetition")
     run.state, run.spec, run.bundle_digest = "ingested", spec, b.digest
+    run.workload_id = workload_id(s, spec)
     run.runner_ok, run.runner_reason = b.status.get("ok"), b.status.get("reason")
     run.retained, run.ingested_at = keep, now()
     for col in METRIC_COLUMNS:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer,
-                        LargeBinary, MetaData, String, Text, UniqueConstraint, false)
+                        LargeBinary, MetaData, String, Text, UniqueConstraint, false, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {"ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -85,10 +85,37 @@ class Cell(Base):
     delivery: Mapped[str | None] = mapped_column(String(16))
 
 
+class Workload(Base):
+    """A stored run's workload identity (bench.judge.identity.workload_of of its spec, migration
+    0006): `key` is the sha256 of the identity's JSON (sorted keys, the shown trace name
+    included), `digest` the short digest that groups compare and --workload matches."""
+    __tablename__ = "workloads"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    digest: Mapped[str] = mapped_column(String(16), index=True)
+    data: Mapped[dict] = mapped_column(JSON)
+
+
+# What a results view reads of every ingested run (bench.store.queries.load_runs): a partial
+# covering index, so a view at 100,000 runs reads this index and not the table, whose rows
+# carry each run's spec.json (migration 0006).
+RESULTS_INDEX_COLUMNS = (
+    "cell_id", "host_id", "workload_id", "fingerprint_id", "campaign_id", "retained", "id",
+    "run_id", "position", "repetition", "state", "nominal_miss_bytes_per_iteration",
+    "iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s", "device_bytes",
+    "device_bytes_per_iteration", "logical_bytes_per_iteration", "served_fraction",
+    "scan_steal", "cgroup_scan_steal", "locked_fraction", "mem_total_bytes",
+    "mglru_loop_entry", "mglru_end", "bundle_digest")
+RESULTS_INDEX_WHERE = "bundle_digest IS NOT NULL"
+
+
 class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (Index("ix_runs_cell_retained", "cell_id", "retained"),
-                      Index("ix_runs_campaign_position", "campaign_id", "position"))
+                      Index("ix_runs_campaign_position", "campaign_id", "position"),
+                      Index("ix_runs_results", *RESULTS_INDEX_COLUMNS,
+                            sqlite_where=text(RESULTS_INDEX_WHERE),
+                            postgresql_where=text(RESULTS_INDEX_WHERE)))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[str] = mapped_column(String(64), unique=True)
     campaign_id: Mapped[str | None] = mapped_column(ForeignKey("campaigns.id"))
@@ -96,6 +123,9 @@ class Run(Base):
     cell_id: Mapped[int] = mapped_column(ForeignKey("cells.id"))
     boot_ref: Mapped[int | None] = mapped_column(ForeignKey("boots.id"))
     fingerprint_id: Mapped[int | None] = mapped_column(ForeignKey("fingerprints.id"))
+    # workload identity of `spec` (Workload; bench.store.workloads keeps the two in step). No
+    # foreign key: SQLite drops a referencing column only by copying the table (0006)
+    workload_id: Mapped[int | None] = mapped_column(Integer)
     position: Mapped[int | None] = mapped_column(Integer)
     repetition: Mapped[int | None] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16), default="planned")   # bench.store.states

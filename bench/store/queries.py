@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import select
@@ -19,7 +20,7 @@ from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
-from bench.store.spec_parts import attach_identity, spec_parts
+from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
 from bench.version import controller_version
@@ -27,59 +28,70 @@ from bench.version import controller_version
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
 CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
+# what a matrix and a cell's cross-check read of each run: every column that
+# bench.judge.stats.summarize reads (it reads with .get, so a column left out here reads as
+# None: test_workload_identity_0006 compares the views with reads of every column)
+SUMMARY_COLS = ("retained", "iteration_median_s", "device_bytes_per_iteration",
+                "logical_bytes_per_iteration", "nominal_miss_bytes_per_iteration",
+                "scan_steal", "cgroup_scan_steal", "served_fraction", "locked_fraction",
+                "mglru_loop_entry", "mglru_end")
 cell_of = lru_cache(maxsize=4096)(parse_cell)  # names repeat over every run of a view
 
 
 def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
               campaign: str | None = None, ingested_only: bool = True,
               with_identity: bool = False, include_demo: bool = False,
-              mechanisms: tuple[str, ...] | None = None) -> list[dict]:
-    """Stored runs as flat rows (RUN_COLS, cell, host, CELL_COLS). `with_identity` adds what
-    a result group is keyed by (bench.judge.identity): `workload` (from the stored spec),
-    `fingerprint` (the stored digest and its main fields) and `fingerprint_data`.
+              mechanisms: tuple[str, ...] | None = None,
+              columns: tuple[str, ...] = RUN_COLS) -> list[dict]:
+    """Stored runs as flat rows (`columns` of runs, by default RUN_COLS; cell, host,
+    CELL_COLS), in the order they were stored. `with_identity` adds what
+    a result group is keyed by (bench.judge.identity): `workload` (the stored identity of its
+    spec, bench.store.workloads), `fingerprint` (the stored digest and its main fields) and
+    `fingerprint_data`.
 
     Runs of demo campaigns (`bench demo`) are left out unless `include_demo`, and runs of
     hidden campaigns (`bench campaigns hide`) always, unless `campaign` names the campaign:
-    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone."""
-    cols = [getattr(Run, c) for c in RUN_COLS] + [Cell.name, Host.name] + \
-           [getattr(Cell, c) for c in CELL_COLS]
-    names: tuple[str, ...] = RUN_COLS + ("cell", "host") + CELL_COLS
-    if with_identity:
-        cols += [spec_parts(store.engine.dialect.name), Run.fingerprint_id]
-        names += ("spec", "fingerprint_id")
-    q = select(*cols).join(Cell, Run.cell_id == Cell.id).join(Host, Run.host_id == Host.id)
-    if cell:
-        q = q.where(Cell.name == parse_cell(cell).name)
-    if host:
-        q = q.where(Host.name == host)
-    if mechanisms is not None:
-        q = q.where(Cell.mechanism.in_(mechanisms))
-    if campaign:
-        q = q.where(Run.campaign_id == campaign)
-    else:
-        q = q.outerjoin(Campaign, Run.campaign_id == Campaign.id).where(
-            Run.campaign_id.is_(None)
-            | ((Campaign.hidden.is_(False)) & (Campaign.demo.is_(False) | include_demo)))
-    if ingested_only:
-        q = q.where(Run.bundle_digest.is_not(None))
-    with store.session() as s:
-        rows = [dict(zip(names, row)) for row in s.connection().execute(q.order_by(Run.id))]
-        if with_identity:
-            attach_identity(s, rows)
-    return rows
+    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone.
 
+    One query over runs alone, which the covering index ix_runs_results serves: cells, hosts
+    and the campaigns left out are small tables read first, and filters become their ids."""
+    cols = [getattr(Run, c) for c in columns] + [Run.cell_id, Run.host_id, Run.id]
+    if with_identity:
+        cols += [Run.workload_id, Run.fingerprint_id]
+    with store.session() as s:
+        cells = {i: rest for i, *rest in s.execute(
+            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
+        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
+        q = runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
+                        campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
+        if ingested_only:
+            q = q.where(Run.bundle_digest.is_not(None))
+        n = len(columns)
+        # sorted here, not by ORDER BY: SQLite would scan the table in id order rather than
+        # the index, to skip a sort
+        found = sorted(fetch_rows(s, q), key=itemgetter(n + 2))
+        names = columns + ("cell", "host") + CELL_COLS + (
+            ("_pk", "workload_id", "fingerprint_id") if with_identity else ())
+        where = {(c, h): (cells[c][0], hosts[h], *cells[c][1:])
+                 for c in cells for h in hosts}
+        rows = [dict(zip(names, (*row[:n], *where[row[n], row[n + 1]], *row[n + 2:])))
+                for row in found]
+        if with_identity:
+            attach_identity(s, rows, store.engine.dialect.name)
+    return rows
 
 
 def scope(store: Store, *, host=None, campaign=None, workload=None,
           include_demo: bool = False, cell: str | None = None,
-          mechanisms: tuple[str, ...] | None = None) -> list[dict]:
+          mechanisms: tuple[str, ...] | None = None,
+          columns: tuple[str, ...] = RUN_COLS) -> list[dict]:
     """Stored runs with their identity, filtered by host, campaign and workload digest prefix
     (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused). `cell`
     and `mechanisms` narrow the runs read (load_runs) when no workload prefix is given: a prefix
     is matched against every run in scope."""
     runs = load_runs(store, host=host, campaign=campaign, with_identity=True,
                      include_demo=include_demo, cell=None if workload else cell,
-                     mechanisms=None if workload else mechanisms)
+                     mechanisms=None if workload else mechanisms, columns=columns)
     return identity.select_workload(runs, workload)
 
 
@@ -166,11 +178,18 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
     name = c.name
     # What the view reads besides the cell's runs: a balloon cell's cross-check
     # (cross_check_warnings) looks at balloon, cgroup and memboot runs; other cells at none.
+    # Without a workload prefix the cell's runs are read whole and the cross-check's only
+    # for what it compares (SUMMARY_COLS); a prefix is matched against every run in scope.
     balloon = c.mechanism == "balloon"
-    runs_in_scope = scope(store, host=host, campaign=campaign, workload=workload,
-                          include_demo=include_demo, cell=None if balloon else name,
-                          mechanisms=CROSS_CHECK_MECHANISMS if balloon else None)
-    runs = [r for r in runs_in_scope if r["cell"] == name]
+    where = dict(host=host, campaign=campaign, workload=workload, include_demo=include_demo)
+    if balloon and workload is None:
+        runs_in_scope = scope(store, **where, mechanisms=CROSS_CHECK_MECHANISMS,
+                              columns=SUMMARY_COLS)
+        runs = scope(store, **where, cell=name)
+    else:
+        runs_in_scope = scope(store, **where, cell=None if balloon else name,
+                              mechanisms=CROSS_CHECK_MECHANISMS if balloon else None)
+        runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
         raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
                          hint="`bench runs` lists what is stored")
@@ -283,7 +302,7 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
                          hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
     groups = identity.label_groups(identity.group_runs(
         [r for r in scope(store, host=host, campaign=campaign, workload=workload,
-                   include_demo=include_demo)
+                          include_demo=include_demo, columns=SUMMARY_COLS)
          if not cell_of(r["cell"]).is_engine], with_cell=False))
     cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}

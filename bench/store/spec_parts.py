@@ -1,17 +1,20 @@
-"""How result views read a stored run's identity (bench.judge.identity) without loading the
-whole spec.json of every run: the parts of the spec that identity.workload_of reads are
-extracted in SQL as one JSON array text and parsed once per distinct text; fingerprints are
-read once per id."""
+"""How result views read stored runs: their filters as conditions on runs' own columns, the
+rows through the DBAPI cursor, and each run's identity (bench.judge.identity): the workload from
+its stored identity (runs.workload_id, bench.store.workloads) or, for a run without one, from
+the parts of its spec that identity.workload_of reads, extracted in SQL as one JSON array text
+and parsed once per distinct text; fingerprints are read once per id."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import Boolean, Select, Text, cast, func, or_, select
+from sqlalchemy.orm import Session
 
 from bench.judge import identity
-from bench.store.models import Fingerprint, Run
+from bench.matrix.cells import parse_cell
+from bench.store.models import Campaign, Fingerprint, Run, Workload
 
 SPEC_PARTS = ("workload", "agent", "engine", "plan_sha256", "pool_bytes")
 
@@ -26,7 +29,15 @@ def spec_parts(dialect: str):
     return Run.spec
 
 
-def attach_identity(s, rows: list[dict]) -> None:
+def attach_identity(s, rows: list[dict], dialect: str) -> None:
+    """Replace each row's `_pk`, `workload_id` and `fingerprint_id` by `workload`,
+    `fingerprint` and `fingerprint_data`. The workload is the stored identity
+    (bench.store.workloads); a run without one has it computed from its spec's parts."""
+    wids = {r["workload_id"] for r in rows} - {None}
+    stored = {wid: data for wid, data in s.execute(
+        select(Workload.id, Workload.data).where(Workload.id.in_(wids)))} if wids else {}
+    legacy = _legacy_parts(s, [r["_pk"] for r in rows if r["workload_id"] not in stored],
+                           dialect)
     ids = {r["fingerprint_id"] for r in rows} - {None}
     fps = {fid: (digest, data) for fid, digest, data in s.execute(
         select(Fingerprint.id, Fingerprint.digest, Fingerprint.data)
@@ -35,15 +46,29 @@ def attach_identity(s, rows: list[dict]) -> None:
     none_view = identity.fingerprint_view(None, None)
     workloads: dict[Any, dict] = {}
     for r in rows:
-        fid = r.pop("fingerprint_id")
-        spec = r.pop("spec")
-        key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
-        w = workloads.get(key)
+        pk, wid, fid = r.pop("_pk"), r.pop("workload_id"), r.pop("fingerprint_id")
+        w = stored.get(wid)
         if w is None:
-            w = workloads[key] = identity.workload_of(_spec_of(spec))
+            spec = legacy[pk]
+            key = spec if isinstance(spec, str) else json.dumps(spec, sort_keys=True)
+            w = workloads.get(key)
+            if w is None:
+                w = workloads[key] = identity.workload_of(_spec_of(spec))
         r["workload"] = w
         r["fingerprint"] = views.get(fid, none_view)
         r["fingerprint_data"] = fps.get(fid, (None, None))[1]
+
+
+LEGACY_BATCH = 5000
+
+
+def _legacy_parts(s, pks: list[int], dialect: str) -> dict[int, Any]:
+    """{runs.id: its spec's SPEC_PARTS (spec_parts)} of runs read without a stored identity."""
+    out: dict[int, Any] = {}
+    for i in range(0, len(pks), LEGACY_BATCH):
+        out.update({pk: parts for pk, parts in s.execute(
+            select(Run.id, spec_parts(dialect)).where(Run.id.in_(pks[i:i + LEGACY_BATCH])))})
+    return out
 
 
 def _spec_of(parts: Any) -> dict | None:
@@ -53,3 +78,54 @@ def _spec_of(parts: Any) -> dict | None:
     if isinstance(parts, list):
         return {k: v for k, v in zip(SPEC_PARTS, parts) if v is not None}
     return parts
+
+
+def fetch_rows(s: Session, q: Select) -> list[Any]:
+    """The rows of a Core select over plain columns, read through the DBAPI cursor of the
+    session's connection: the values SQLAlchemy's result rows would hold (booleans as bool,
+    which SQLite stores as 0/1; the other types these views read need no conversion on
+    SQLite or psycopg) at about half the cost per row, which counts at 100,000 runs."""
+    conn = s.connection()
+    compiled = q.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params: Any = compiled.params
+    if compiled.positiontup is not None:
+        params = tuple(params[k] for k in compiled.positiontup)
+    cur = conn.connection.cursor()
+    try:
+        cur.execute(str(compiled), params)
+        rows: list[Any] = list(cur.fetchall())
+    finally:
+        cur.close()
+    bools = [i for i, c in enumerate(q.selected_columns) if isinstance(c.type, Boolean)]
+    if not bools or conn.dialect.name != "sqlite":
+        return rows
+    as_bool = {None: None, 0: False, 1: True}
+    out = []
+    for row in rows:
+        v = list(row)
+        for i in bools:
+            x = v[i]
+            v[i] = as_bool[x] if x in as_bool else bool(x)
+        out.append(tuple(v))
+    return out
+
+
+def runs_filter(s, q, cells: dict, hosts: dict, *, cell, host, campaign, include_demo,
+                mechanisms):
+    """bench.store.queries.load_runs' filters as conditions on runs' own columns (`cells`:
+    {id: (name, *CELL_COLS)}, `hosts`: {id: name})."""
+    if cell:
+        name = parse_cell(cell).name
+        q = q.where(Run.cell_id.in_([i for i, c in cells.items() if c[0] == name]))
+    if host:
+        q = q.where(Run.host_id.in_([i for i, h in hosts.items() if h == host]))
+    if mechanisms is not None:
+        ix = 2                       # (name, capacity_bytes, mechanism, ...)
+        q = q.where(Run.cell_id.in_([i for i, c in cells.items() if c[ix] in mechanisms]))
+    if campaign:
+        return q.where(Run.campaign_id == campaign)
+    out = [Campaign.hidden.is_(True)] + ([] if include_demo else [Campaign.demo.is_(True)])
+    left_out = list(s.scalars(select(Campaign.id).where(or_(*out))))
+    if left_out:
+        q = q.where(Run.campaign_id.is_(None) | Run.campaign_id.not_in(left_out))
+    return q

@@ -17,6 +17,7 @@ from bench.judge.retention import RULES  # noqa: E402
 from bench.store.campaigns import cell_row, host_row  # noqa: E402
 from bench.store.db import open_store  # noqa: E402
 from bench.store.models import Campaign, Run, Verdict  # noqa: E402
+from bench.store.workloads import backfill  # noqa: E402
 
 N = 10_000
 CELLS = [f"{c}G-{m}-{r}" for c in (64, 93, 128, 256, 448) for m in ("balloon", "cgroup", "memboot")
@@ -62,6 +63,8 @@ def populate(url):
         s.execute(insert(Verdict), [{"run_id": i, "rule": r.name, "version": r.version,
                                      "passed": True, "reason": "ok", "current": True}
                                     for i in ids for r in RULES])
+    with st.engine.begin() as conn:     # runs.workload_id, as ingest sets it
+        backfill(conn)
     return st
 
 
