@@ -86,6 +86,9 @@ def cell_result_table(res: dict) -> LiteralTable:
         ("served without device reads", pct(res["served_fraction"])),
         ("locked fraction", pct(res["locked_fraction"])),
         ("MGLRU", res["mglru"] or "-")]
+    if res.get("seconds_per_accepted_token") is not None:
+        rows.insert(len(key_rows(res)) + 3, ("s per accepted token",
+                                             num(res["seconds_per_accepted_token"], ".4f")))
     for i, (k, v) in enumerate(rows):
         t.add_row(k, v, end_section=i == len(key_rows(res)) - 1)
     warnings = [w for w in res.get("warnings", []) if not split or w != split["warning"]]
@@ -163,13 +166,16 @@ def _signed(x: float | None) -> str:
 
 
 def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
-    for col in ("C", "mechanism", "reclaim", "n", "med s", "spread", "GB/it", "a/C dev",
-                "miss GB", "amp"):
+    # seconds per accepted token where the workload knows its tokens (the batch replay, §4)
+    tokens = any(r.get("seconds_per_accepted_token") is not None for r in rows)
+    for col in ("C", "mechanism", "reclaim", "n", "med s", *(("s/token",) if tokens else ()),
+                "spread", "GB/it", "a/C dev", "miss GB", "amp"):
         t.add_column(col, justify="left" if col in ("mechanism", "reclaim") else "right")
     for r in rows:
+        per_token = (num(r.get("seconds_per_accepted_token"), ".4f"),) if tokens else ()
         t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
                   r["reclaim"], f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
-                  num(r["median_s"], ".3f"), pct(r["spread"]),
+                  num(r["median_s"], ".3f"), *per_token, pct(r["spread"]),
                   gb(r["device_gb_per_iteration"], ".4f"), pct(r["a_over_c_dev"]),
                   gb(r["nominal_miss_gb_per_iteration"], ".4f"),
                   "-" if r["amplification"] is None else f"{r['amplification']:.2f}x")

@@ -14,12 +14,13 @@ from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
-from bench.judge import agreement, engine, identity, stats
+from bench.judge import engine, identity, stats
 from bench.judge.judgement import METRIC_COLUMNS
 from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store.ingest import reference_fingerprint
+from bench.store import shapes
 from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
@@ -214,6 +215,13 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
     return out
 
 
+def per_token(median_s: float | None, workload: dict | None) -> float | None:
+    """Seconds per accepted token (the §4 batch replay's figure): seconds per iteration over
+    the workload's accepted tokens per iteration; None where either is unknown."""
+    tpi = (workload or {}).get("tokens_per_iteration")
+    return None if median_s is None or not tpi else median_s / tpi
+
+
 def _pooled(groups: list[dict], diff: dict, why: str) -> dict:
     """Groups pooled on request: a key part shared by all of them stays, others are None."""
     def same(part):
@@ -239,6 +247,7 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
            "fingerprint": g["fingerprint"],
            "campaigns": sorted({r["campaign_id"] for r in runs if r["campaign_id"]}),
            "pooled": g.get("pooled"), "split": None, **summary,
+           "seconds_per_accepted_token": per_token(summary["median_s"], g.get("workload")),
            "warnings": stats.indicators(summary) + cross_check_warnings(name, near)}
     if g.get("pooled"):
         out["warnings"].insert(0, g["pooled"]["reason"])
@@ -306,108 +315,20 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
          if not cell_of(r["cell"]).is_engine], with_cell=False))
     cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}
-    res = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
-           "prefetch": _prefetch, "admission": _admission}[kind](cells)
+    res = shapes.SHAPES[kind](cells)
     used = {r["group"] for r in res["rows"]}
     shown = [g for g in groups if g["id"] in used]
     for r in res["rows"]:
-        r["host"] = next(g["host"] for g in shown if g["id"] == r["group"])
+        g = next(g for g in shown if g["id"] == r["group"])
+        r["host"] = g["host"]
+        if "median_s" in r:
+            r["seconds_per_accepted_token"] = per_token(r["median_s"], g["workload"])
     warnings = []
     if len(shown) > 1:
         warnings.append(f"{len(shown)} groups, not pooled: they differ in "
                         f"{identity.describe_differences(identity.differences(shown))}")
     return res | {"matrix": kind, "host": host, "campaign": campaign, "workload": workload,
                   "groups": group_keys(shown), "warnings": warnings}
-
-
-def _capacity(cells) -> dict:
-    """Table 2: the balloon (and ample) sweep per group and capacity, largest first, with a/C
-    per group and reclaim."""
-    rows = []
-    for (gid, name), (c, s) in cells.items():
-        if c.mechanism in ("balloon", "none") and c.mode == "pagecache" and c.hints is None:
-            rows.append({"group": gid, "cell": name, "capacity_bytes": c.capacity_bytes,
-                         "mechanism": c.mechanism, "reclaim": c.reclaim, **s})
-    rows.sort(key=lambda r: (_gnum(r["group"]), r["reclaim"], -r["capacity_bytes"]))
-    for key in {(r["group"], r["reclaim"]) for r in rows}:
-        sub = [r for r in rows if (r["group"], r["reclaim"]) == key]
-        ref = stats.a_over_c([(r["capacity_bytes"], r["device_gb_per_iteration"]) for r in sub])
-        for r in sub:
-            r["a_over_c_dev"] = ref.get(r["capacity_bytes"], (None, None))[1]
-    return {"rows": rows}
-
-
-def _gnum(gid: str) -> int:
-    return int(gid[1:])
-
-
-def _reclaim(cells) -> dict:
-    """Fig. 3: per group, capacity and mechanism, MGLRU on next to off."""
-    pairs: dict[tuple, dict] = {}
-    for (gid, name), (c, s) in cells.items():
-        if c.mode != "pagecache" or c.hints is not None:
-            continue
-        row = pairs.setdefault((gid, c.capacity_bytes, c.mechanism),
-                               {"group": gid, "capacity_bytes": c.capacity_bytes,
-                                "mechanism": c.mechanism})
-        row[c.reclaim] = s
-        row[f"{c.reclaim}_cell"] = name
-    rows = sorted(pairs.values(),
-                  key=lambda r: (_gnum(r["group"]), r["capacity_bytes"], r["mechanism"]))
-    for r in rows:
-        m, k = r.get("mglru"), r.get("classic")
-        a = m and m["device_gb_per_iteration"]
-        b = k and k["device_gb_per_iteration"]
-        r["mglru_over_classic"] = a / b if a and b else None
-    return {"rows": rows, "agreement": agreement.agreement(rows),
-            "interpolation": agreement.interpolation(rows)}
-
-
-def _equal(cells) -> dict:
-    """Fig. 4: per group, cgroup wall per capacity: pagecache / pinned / hybrid / random."""
-    rows: dict[tuple, dict] = {}
-    for (gid, _name), (c, s) in cells.items():
-        if c.mechanism == "cgroup" and c.hints is None:
-            rows.setdefault((gid, c.capacity_bytes), {"group": gid,
-                                                      "capacity_bytes": c.capacity_bytes}
-                            )[c.mode] = s
-    return {"rows": sorted(rows.values(),
-                           key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"])),
-            "modes": ["pagecache", "pinned", "hybrid", "random", "nocache"]}
-
-
-PREFETCH_KEYS = ("group", "capacity_bytes", "mechanism", "reclaim")
-
-
-def _prefetch(cells) -> dict:
-    """Fig. 6: per group, capacity and mechanism: none and each hint plan x delivery."""
-    rows: dict[tuple, dict] = {}
-    for (gid, _name), (c, s) in cells.items():
-        if c.mode != "pagecache":
-            continue
-        rows.setdefault((gid, c.capacity_bytes, c.mechanism, c.reclaim),
-                        {"group": gid, "capacity_bytes": c.capacity_bytes,
-                         "mechanism": c.mechanism, "reclaim": c.reclaim})[c.prefetch] = s
-    out = [r for r in rows.values() if len(r) > len(PREFETCH_KEYS) + 1]
-    return {"rows": sorted(out, key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"])),
-            "prefetch": sorted({k for r in out for k in r if k not in PREFETCH_KEYS},
-                               key=lambda k: (k != "none", k))}
-
-
-def _admission(cells) -> dict:
-    """§9: per group and capacity, the same fixed set read admitted (pagecache) and bypassed
-    (nocache), in GB/s, with admitted / bypassed."""
-    rows: dict[tuple, dict] = {}
-    for (gid, _name), (c, s) in cells.items():
-        if c.mode in ("pagecache", "nocache") and c.hints is None:
-            rows.setdefault((gid, c.capacity_bytes, c.mechanism, c.reclaim),
-                            {"group": gid, "capacity_bytes": c.capacity_bytes,
-                             "mechanism": c.mechanism, "reclaim": c.reclaim})[c.mode] = s
-    out = [r for r in rows.values() if "nocache" in r]
-    for r in out:
-        a, b = (r.get("pagecache") or {}).get("gb_per_s"), r["nocache"].get("gb_per_s")
-        r["admitted_over_bypassed"] = a / b if a and b else None
-    return {"rows": sorted(out, key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"]))}
 
 
 def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
