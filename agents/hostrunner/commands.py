@@ -1,8 +1,10 @@
 """The runner's command line: start (validate, detach, re-attach), status, wait, stop, and the
 pool writer; plus settling a run whose runner died.
 
-Detaching: `start` validates the spec, then under start.lock creates the bundle (0700: private
-to the runner's user, bundle.py), writes spec.json and status `accepted`, takes the run lock,
+Detaching: `start` validates the spec, then under start.lock takes the run lock and creates the
+bundle (0700: private to the runner's user, bundle.py) holding spec.json and status `accepted`
+at once (staged in <work_dir>/starting and renamed into place: a start that fails, on a full
+disk say, leaves nothing behind and the same run id can start later),
 double-forks (setsid in between; umask 077; stdio of the daemon goes to runner.log in the
 bundle, stdin /dev/null, SIGHUP ignored) and returns at once. The daemon inherits the
 run-lock descriptor, so the run is locked from before the fork until the daemon exits. A
@@ -13,8 +15,10 @@ marked failed (with a manifest) by whoever notices it first."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -25,8 +29,8 @@ from . import poolfmt, poolstore
 from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
 from .cleanup import clean_record, new_report
 from .errors import SpecError
-from .files import (PRIVATE_DIR, PRIVATE_FILE, now_iso, read_or_none, read_text, write_atomic,
-                    write_json)
+from .files import (PRIVATE_FILE, clear_staging, create_dir_atomic, now_iso, read_or_none,
+                    read_text, write_json)
 from .locks import lock_path, start_lock, try_lock
 from .waitlock import wait_unlocked
 from .poolwriter import write_keyed, write_pool
@@ -39,6 +43,7 @@ DESCRIPTION = ("bench host-side cell runner: one measurement cell on this host "
 TERMINAL = ("done", "failed")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 WAIT_SLICE_S = 60.0     # a blocked wait looks again at least this often
+STAGING = "starting"        # under work_dir: runs being created (create_dir_atomic)
 
 
 def out(obj: dict[str, Any], rc: int = EXIT_OK) -> int:
@@ -106,31 +111,65 @@ def cmd_start(a: argparse.Namespace) -> int:
         return out({"ok": False, "reason": f"cannot read spec {a.spec}: {e}"}, EXIT_USAGE)
     rid = spec.get("run_id") if isinstance(spec, dict) else None
     # re-attach first: an existing run is reported, never validated or run again
-    if isinstance(rid, str) and valid_run_id(rid) and os.path.isdir(bundle_dir(work_dir, rid)):
+    if isinstance(rid, str) and valid_run_id(rid) and os.path.exists(status_path(work_dir, rid)):
         return reattach(work_dir, rid, spec)
     try:
         cfg = validate_spec(spec, work_dir)
     except SpecError as e:
         return out({"ok": False, "run_id": rid, "reason": f"bad spec: {e}"}, EXIT_USAGE)
     rid = cfg["run_id"]
-    for d in ("runs", "locks", "active"):
-        os.makedirs(os.path.join(work_dir, d), exist_ok=True)
-    start_fd = start_lock(work_dir)
     bundle = bundle_dir(work_dir, rid)
     try:
-        os.mkdir(bundle, PRIVATE_DIR)
-        os.chmod(bundle, PRIVATE_DIR)           # exactly, whatever the caller's umask
-        run_fd = try_lock(lock_path(work_dir, rid))
-    except FileExistsError:
-        run_fd = None
-    if run_fd is None:              # another start made it first: report that run
+        for d in ("runs", "locks", "active"):
+            os.makedirs(os.path.join(work_dir, d), exist_ok=True)
+        start_fd = start_lock(work_dir)
+    except OSError as e:
+        return _cannot_start(rid, bundle, e)
+    run_fd: int | None = None
+    try:
+        run_fd = None if os.path.exists(status_path(work_dir, rid)) else \
+            try_lock(lock_path(work_dir, rid))
+        if run_fd is None:          # another start made it first: report that run
+            os.close(start_fd)
+            return reattach(work_dir, rid, spec)
+        if os.path.isdir(bundle):   # an older runner's failed start: never ran (no status)
+            shutil.rmtree(bundle)
+        # the bundle appears whole (spec.json byte for byte what was sent, status accepted)
+        # or not at all: a full disk leaves nothing, and the same run id starts later
+        clear_staging(os.path.join(work_dir, STAGING))
+        create_dir_atomic(bundle, os.path.join(work_dir, STAGING), {
+            "spec.json": raw, "status.json": json.dumps(accepted_status(rid), indent=1) + "\n"})
+    except OSError as e:
+        if run_fd is not None:      # the run lock file goes too: nothing is left behind
+            _unlink_quietly(lock_path(work_dir, rid))
+            os.close(run_fd)
         os.close(start_fd)
-        return reattach(work_dir, rid, spec)
-    write_atomic(os.path.join(bundle, "spec.json"), raw)   # byte for byte what was sent
-    write_json(os.path.join(bundle, "status.json"), accepted_status(rid))
+        return _cannot_start(rid, bundle, e)
     pid = detach(work_dir, bundle, spec, cfg, run_fd, start_fd)
     os.close(start_fd)
     return out({"ok": True, "state": "started", "run_id": rid, "pid": pid, "bundle": bundle})
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _cannot_start(rid: str, bundle: str, e: OSError) -> int:
+    """A start that could not create its run (a full disk, most often): nothing was left
+    behind, so the same run id can start once the cause is gone."""
+    code = errno.errorcode.get(e.errno or 0, "")
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return out({"ok": False, "run_id": rid, "errno": code, "disk_full": full,
+                "reason": f"cannot create the run {bundle}: {e.filename or '?'}: "
+                f"{e.strerror or e}"
+                + ("" if full else f" ({code})"),
+                "hint": ("free space on the host's file system holding the work dir (df -h), "
+                         "then start the same run again: nothing of it was left behind")
+                if full else "nothing of the run was left behind; fix the cause and start "
+                "it again"}, EXIT_FAILED)
 
 
 def detach(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any],

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from typing import Any
 
@@ -56,6 +58,50 @@ def write_atomic(path: str, text: str) -> None:
 
 def write_json(path: str, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def _write_synced(path: str, text: str) -> None:
+    """Write and fsync; an error names the file (a failed write or flush does not)."""
+    try:
+        with open_private(path) as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if e.filename:
+            raise
+        raise OSError(e.errno, e.strerror, path) from e
+
+
+def create_dir_atomic(final: str, staging: str, files: dict[str, str]) -> None:
+    """Create the directory `final` (0700) holding `files` (name -> text) at once: written into
+    a fresh directory under `staging` (same file system), each file fsynced, then renamed into
+    place. On any error (a full disk: ENOSPC) the staged directory is removed and the error
+    raised: `final` exists complete or not at all."""
+    os.makedirs(staging, PRIVATE_DIR, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(final) + ".", dir=staging)   # 0700
+    try:
+        for name, text in files.items():
+            _write_synced(os.path.join(tmp, name), text)
+        os.rename(tmp, final)
+    except BaseException:   # any failure (a full disk, a signal): remove the staged copy
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)        # the rename itself reaches the disk
+    except OSError:
+        pass                # the directory is in place; a failed flush changes nothing here
+    finally:
+        os.close(fd)
+
+
+def clear_staging(staging: str) -> None:
+    """Remove what a start killed mid-way left under `staging` (the caller holds the start
+    lock: no start is staging now)."""
+    if os.path.isdir(staging):
+        for name in os.listdir(staging):
+            shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
 
 
 def sha256_file(path: str) -> str:

@@ -54,13 +54,20 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 @matrix_app.command("show")
 def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
     """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
-    ordering, hosts, cells."""
+    ordering, hosts, cells; with --scale, whether each capacity keeps the paper's regime (the
+    demand model's miss fraction at the paper's C and at the scale's)."""
     from bench.matrix.load import load_matrix
-    m = load_matrix(matrix, scale).as_dict()
+    from bench.matrix.regime import regime, regime_lines
+    from bench.paths import default_data_dir
+    loaded = load_matrix(matrix, scale)
+    points = regime(loaded, default_data_dir()) if scale else []
+    m = loaded.as_dict()
     if json_out:
-        views.emit_json(m)
+        views.emit_json(m | ({"regime": [p.as_dict() for p in points]} if scale else {}))
     else:
         print(plan_views.matrix_text(m), end="")
+        for line in regime_lines(points):
+            print(views.visible(line))
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,

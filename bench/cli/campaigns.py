@@ -148,7 +148,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
 
     from bench.execute.campaign.watch import progress
     from bench.store.campaigns import journal_rows, latest_campaign
-    from bench.store.controller_lock import lock_holder
+    from bench.store.controller_lock import live_holder
     from bench.store.db import StoreError, open_store
     store = open_store(db, write=False)
     try:
@@ -166,9 +166,7 @@ def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
 
         def finished():
             # stop when no live controller drives it (after a grace for a restarting one)
-            from bench.store.controller_lock import lock_is_stale
-            h = lock_holder(store, cid)
-            if h and not lock_is_stale(h, 30.0):
+            if live_holder(store, cid, 30.0):
                 seen["t"] = _time.monotonic()
             return _time.monotonic() - seen["t"] > 5.0
         try:

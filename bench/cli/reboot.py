@@ -14,6 +14,9 @@ from bench.results import views
 from bench.results.views import compose, styled
 
 HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Go ahead even when a run is in progress on the host: says which run it "
+                    "kills. Without it such a host is refused, naming the run.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option(
     "--up-timeout", help="Seconds to wait for SSH with a new boot_id (default: inventory).")]
 
@@ -42,6 +45,21 @@ def _log():
     return lambda ev: views.say(styled(ev.line(), "dim"))
 
 
+def _say(line: str) -> None:
+    views.say(styled(line, "yellow"))
+
+
+def _guarded(t, h, what: str, force: bool, fn, *, kills: bool = True):
+    """fn() under the host lock, refused (one line naming it) while a run is in progress on
+    the host unless force (then the run it kills is named first)."""
+    from bench.hosts.lock import release_quietly, take_for
+    lock = take_for(t, h, what, force=force, say=_say, kills=kills)
+    try:
+        return fn()
+    finally:
+        release_quietly(lock)
+
+
 @hosts_app.command("reboot")
 def hosts_reboot(
     host: HostArg,
@@ -50,27 +68,30 @@ def hosts_reboot(
              "binary; written on the command line as exact bytes), or none.")] = None,
     lru_gen: Annotated[Optional[Literal["on", "off"]], typer.Option(
         help="MGLRU at boot: on or off (applied early at boot by bench.lru_gen=).")] = None,
-    up_timeout: TimeoutOpt = None,
+    up_timeout: TimeoutOpt = None, force: ForceOpt = False,
     hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Reboot a rebootable host with a new command line and prove it: new boot_id, mem= in
-    /proc/cmdline, MemTotal in range, MGLRU mask. Exit 1 if it ends quarantined."""
+    /proc/cmdline, MemTotal in range, MGLRU mask. Exit 1 if it ends quarantined. Refused
+    while a run is in progress on the host (--force kills it)."""
     from bench.hosts.reboot import reboot_host
     h, t = _host_and_transport(hosts_dir, host)
     try:
-        _show(reboot_host(t, h, mem, lru_gen, _log(), up_timeout=up_timeout), json_out)
+        _show(_guarded(t, h, "reboot", force, lambda: reboot_host(
+            t, h, mem, lru_gen, _log(), up_timeout=up_timeout)), json_out)
     finally:
         t.close()
 
 
 @hosts_app.command("restore")
-def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, hosts_dir: HostsDirOpt = None,
-                  json_out: JsonOpt = False) -> None:
+def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, force: ForceOpt = False,
+                  hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """Boot the host's default command line again and prove it."""
     from bench.hosts.reboot import restore_host
     h, t = _host_and_transport(hosts_dir, host)
     try:
-        _show(restore_host(t, h, _log(), up_timeout=up_timeout), json_out)
+        _show(_guarded(t, h, "restore", force, lambda: restore_host(
+            t, h, _log(), up_timeout=up_timeout)), json_out)
     finally:
         t.close()
 
@@ -78,14 +99,16 @@ def hosts_restore(host: HostArg, up_timeout: TimeoutOpt = None, hosts_dir: Hosts
 @hosts_app.command("mglru")
 def hosts_mglru(host: HostArg,
                 state: Annotated[Literal["on", "off"], typer.Argument(help="MGLRU at run time.")],
-                hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
+                force: ForceOpt = False, hosts_dir: HostsDirOpt = None,
+                json_out: JsonOpt = False) -> None:
     """Toggle MGLRU at run time (recorded as a runtime toggle) and read it back."""
     from bench.hosts.reboot import set_mglru_runtime
     if state not in ("on", "off"):
         raise InputError(f"MGLRU state {state!r}", hint="allowed values: on, off")
-    _h, t = _host_and_transport(hosts_dir, host)
+    h, t = _host_and_transport(hosts_dir, host)
     try:
-        res = set_mglru_runtime(t, state == "on", _log())
+        res = _guarded(t, h, f"toggle MGLRU {state}", force,
+                       lambda: set_mglru_runtime(t, state == "on", _log()), kills=False)
     finally:
         t.close()
     if json_out:

@@ -15,8 +15,8 @@ from bench.results import store_views, views
 from bench.results.views import compose
 from bench.units import format_size
 
-MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "end-to-end"]
-PlotKind = Literal["capacity", "reclaim", "equal-memory"]
+MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission", "end-to-end"]
+PlotKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission"]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
 CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
 WorkloadOpt = Annotated[Optional[str], typer.Option(
@@ -265,9 +265,11 @@ def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
                                            "suffix picks the format; none: PNG).")],
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
          db: DbOpt = None) -> None:
-    """Figures: capacity response (all runs, a/C), reclaim pairs, equal memory; one series per
-    host, workload and fingerprint, one mechanism per curve. OUT's directory must exist; its
-    suffix picks the format (.png, .svg, .pdf...; none: PNG)."""
+    """The paper's figures from stored results: capacity response (Fig. 2: every run, a/C),
+    reclaim pairs (Fig. 3: device traffic and seconds), equal memory (Fig. 4: time and device
+    traffic), prefetch conditions (Fig. 6). n and min-max error bars on every point, one series
+    per host, workload and fingerprint, missing cells marked. OUT's directory must exist; its
+    suffix picks the format (.svg and .pdf are vector; .png at 200 dpi; none: PNG)."""
     from bench.cli.outpath import output_file
     from bench.store import queries
     plots = _plots()

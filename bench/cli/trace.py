@@ -89,6 +89,15 @@ def trace_synth(
         help="Rate of spec-accept iterations.")] = None,
     fallback: Annotated[Optional[float], typer.Option(
         help="Rate of spec-fallback iterations.")] = None,
+    drift: Annotated[Optional[float], typer.Option(
+        help="Popularity share of each phase's own hot set (0: stationary).")] = None,
+    phase: Annotated[Optional[float], typer.Option(
+        help="Mean phase length in tokens (hot set redrawn at each phase).")] = None,
+    burst: Annotated[Optional[float], typer.Option(
+        help="Probability a selection re-picks an expert of the few positions before the "
+             "previous one.")] = None,
+    order: Annotated[Optional[Literal["shuffle", "score"]], typer.Option(
+        help="Experts of a pass in random order or by gate score (popularity).")] = None,
     shape: Annotated[Optional[Literal["production", "llama"]], typer.Option(
         help="Record shape (default production).")] = None,
     dry_run_pass: Annotated[bool, typer.Option("--dry-run-pass", help="Add llama.cpp's synthetic "
@@ -103,7 +112,8 @@ def trace_synth(
         output_file(out, "OUT")
     params = make_preset(preset, tokens=tokens, seed=seed, domain=domain, alpha=alpha, head=head,
                          gradient=gradient, reuse=reuse, overlap=overlap, spec_accept=spec_accept,
-                         fallback=fallback, shape=shape, dry_run_pass=dry_run_pass or None)
+                         fallback=fallback, drift=drift, phase=phase, burst=burst, order=order,
+                         shape=shape, dry_run_pass=dry_run_pass or None)
     lines = generate(params)
     if str(out) == "-":
         for line in lines:
@@ -159,7 +169,8 @@ def trace_recall(
 def sim(
     files: FilesArg,
     policy: Annotated[str, typer.Option(
-        help="Comma list of lru, lfu, static, belady.")] = "lru,lfu,static,belady",
+        help="Comma list of lru, lfu (libCacheSim's: counts forgotten on eviction), "
+             "lfu-perfect (counts kept), static, belady.")] = "lru,lfu,static,belady",
     regime: Annotated[Literal["per-layer", "global"], typer.Option(
         help="per-layer (B experts per layer) or global (one pool of B x layers keys).")
     ] = "per-layer",
@@ -169,6 +180,14 @@ def sim(
     train: Annotated[Optional[str], typer.Option(help="Static table: 'window' (default), "
                                                  "'oracle' (whole trace) or a trace FILE "
                                                  "(off-domain).")] = None,
+    view: Annotated[Literal["rates", "curves", "off-domain", "regimes"], typer.Option(
+        help="rates: one row per trace, policy and budget; curves (Fig. 1): mean and min-max "
+             "across the FILES (one per domain); off-domain (Fig. 5): static trained on the "
+             "first FILE scored on every FILE, next to LRU; regimes (§3): global vs "
+             "per-layer per trace.")] = "rates",
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Also draw the curves or off-domain view into this image file "
+                       "(format from the suffix: .png, .pdf, .svg).")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
 ) -> None:
     """Simulate cache policies under fair windows and print hit rates."""
@@ -186,6 +205,12 @@ def sim(
     bad = [b for b in budget_list if not 1 <= b <= LIMITS["slots"]]
     if bad:
         raise InputError(f"--budgets: {bad[0]} is outside [1, {LIMITS['slots']}] experts")
+    if plot is not None and view not in ("curves", "off-domain"):
+        raise InputError("--plot draws --view curves or --view off-domain")
+    if view != "rates":
+        _sim_view(view, _traces(files, k, batch), tuple(split_csv(policy, "--policy")), regime,
+                  budget_list, window, json_out, plot)
+        return
     rows = []
     for t in _traces(files, k, batch):
         rows += simulate(t, policies=tuple(split_csv(policy, "--policy")), regime=regime,
@@ -195,6 +220,32 @@ def sim(
         views.emit_json(rows)
     else:
         views.print_table(trace_views.sim_table(rows))
+
+
+def _sim_view(view: str, traces: list, policies: tuple, regime: str, budgets: tuple,
+              window: float, json_out: bool, plot: Path | None) -> None:
+    """`bench sim --view curves|off-domain|regimes` (bench.sim.figures), drawn with --plot."""
+    from bench.sim import figures
+    if plot is not None:
+        from bench.cli.results import _plots
+        _plots().image_format(output_file(plot, "--plot"))
+    if view == "curves":
+        rows = figures.fig1_curves(traces, policies, budgets, regime, window)
+        table = trace_views.curves_table(rows)
+    elif view == "off-domain":
+        if len(budgets) != 1:
+            raise InputError("--view off-domain takes one budget (the paper's: --budgets 159)")
+        rows = figures.fig5_off_domain(traces[0], traces[1:], budgets[0], window)
+        table = trace_views.off_domain_table(rows)
+    else:
+        rows = [r for t in traces for r in figures.regimes(t, policies, budgets, window)]
+        table = trace_views.regimes_table(rows)
+    if plot is not None:
+        _plots().draw_sim(view, rows, plot)
+    if json_out:
+        views.emit_json(rows)
+    else:
+        views.print_table(table)
 
 
 def demand(

@@ -8,7 +8,9 @@ archive sits in a 0700 collect/ for the copy.
 The controller's own disk failing a write (full, over quota, read-only, an I/O error) is a
 ControllerDiskError naming the local path: the host is not to blame, so it is never reported
 as unreachable (the SSH transport words every failed copy as the connection's; the local
-write error under it is looked for first), and the half-copied archive is removed."""
+write error under it is looked for first), and the half-copied archive is removed. A campaign
+meeting it spends no attempt of the run: it stops after the current runs, the run left on its
+host, and `bench resume` collects it once there is room (bench.execute.campaign.executor)."""
 
 from __future__ import annotations
 

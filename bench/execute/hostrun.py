@@ -180,8 +180,10 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
         raise SpecRefused(host.name, f"the runner refused the spec: {res.get('reason')}",
                           "the host disagrees with what the controller probed; re-probe it")
     if not res.get("ok"):
+        hint = res.get("hint") if isinstance(res.get("hint"), str) else None
         raise HostError(host.name, f"runner start: {res.get('reason') or res}",
-                        "a run with this id exists with a different spec: choose a new --run-id")
+                        hint[:300] if hint else "a run with this id exists with a different "
+                        "spec: choose a new --run-id")
     return res
 
 

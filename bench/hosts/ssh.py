@@ -405,6 +405,13 @@ class SSHTransport:
     def _io_error(self, what: str, remote: str, exc: Exception) -> BenchError:
         if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
             return CommandFailed(self.host, [what, remote], 1, str(exc))
+        if type(exc) is OSError and exc.errno is None and self._conn is not None \
+                and self._conn.is_connected:
+            # a status the host's SFTP server sent (paramiko: IOError(text), no errno, for
+            # SSH_FX_FAILURE; a full disk there is one): the host answered, it is not gone
+            return HostError(self.host, f"{what} {remote}: the host's SFTP server refused it "
+                             f"({str(exc)[:200]}): is its disk full?",
+                             f"check free space on the host (df -h {remote.rsplit('/', 1)[0]})")
         return self._error(exc)
 
     def spawn(self, argv: Sequence[str]) -> RemoteProcess:

@@ -156,6 +156,10 @@ class WorkloadSpec(Closed):
     batch: Optional[Annotated[int, at.Ge(1), at.Le(4096)]] = doc("sequences decoded together",
                                                                   None)
     domain: Optional[T64] = doc("the prompt domain the trace stands for", None)
+    accepted_tokens: Optional[Annotated[int, at.Ge(0), at.Le(1 << 40)]] = doc(
+        "accepted tokens of one replay of the plan (seconds per accepted token)", None)
+    fixed_set_bytes: Optional[Annotated[int, at.Ge(1), at.Le(1 << 50)]] = doc(
+        "a fixed-set plan (the admission experiment): bytes of the set each pass reads", None)
     engine: Optional[bool] = doc("an engine run (docs/engine.md)", None)
     prompt: Optional[Label] = doc("engine runs: the prompt label", None)
     n_tokens: Optional[Annotated[int, at.Ge(1), at.Le(1 << 20)]] = doc("engine runs: tokens",

@@ -68,7 +68,19 @@ def workload_of(spec: dict | None) -> dict:
               "plan_sha256": spec.get("plan_sha256"), "pool_bytes": spec.get("pool_bytes"),
               "threads": agent.get("threads"), "passes": agent.get("passes"),
               "batch": w.get("batch"), "domain": w.get("domain")}
-    return {"digest": _digest(fields), **fields, "trace": w.get("trace")}
+    return {"digest": _digest(fields), **fields, "trace": w.get("trace"),
+            "tokens_per_iteration": _tokens_per_iteration(w, spec)}
+
+
+def _tokens_per_iteration(w: dict, spec: dict) -> float | None:
+    """Accepted tokens per plan iteration (shown, not compared: the plan's digest already
+    decides it), from which a view turns seconds per iteration into seconds per accepted
+    token; None for specs written before plans recorded their tokens."""
+    tokens, iters = w.get("accepted_tokens"), spec.get("plan_iterations")
+    if not (isinstance(tokens, int) and isinstance(iters, int)) or isinstance(tokens, bool) \
+            or isinstance(iters, bool) or tokens <= 0 or iters <= 0:
+        return None
+    return tokens / iters
 
 
 def fingerprint_view(digest: str | None, data: dict | None) -> dict:

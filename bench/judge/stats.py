@@ -70,6 +70,7 @@ def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> 
         "min_s": min(times) if times else None,
         "max_s": max(times) if times else None,
         "spread": spread(times),
+        "iteration_s_runs": times,
         "device_gb_per_iteration": None if dev is None else dev / GB,
         "device_gb_runs": [r["device_bytes_per_iteration"] / GB for r in kept
                            if r.get("device_bytes_per_iteration") is not None],
@@ -79,8 +80,19 @@ def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> 
         "cgroup_scan_steal": _median_or_none(r.get("cgroup_scan_steal") for r in kept),
         "served_fraction": _median_or_none(r.get("served_fraction") for r in kept),
         "locked_fraction": _median_or_none(r.get("locked_fraction") for r in kept),
+        **_throughput(kept),
         "mglru": _mglru(kept),
     }
+
+
+def _throughput(runs: Sequence[dict]) -> dict:
+    """Logical GB read per second of each run (its bytes per iteration over its median
+    iteration time): the admission experiment's figure; median, min and max over runs."""
+    rates = [r["logical_bytes_per_iteration"] / r["iteration_median_s"] / GB for r in runs
+             if r.get("logical_bytes_per_iteration") and r.get("iteration_median_s")]
+    return {"gb_per_s": median(rates) if rates else None,
+            "gb_per_s_min": min(rates) if rates else None,
+            "gb_per_s_max": max(rates) if rates else None}
 
 
 def _mglru(runs: Sequence[dict]) -> str | None:

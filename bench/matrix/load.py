@@ -72,7 +72,7 @@ from pydantic import AfterValidator, Field, create_model
 from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
-from bench.matrix.cells import ENGINE_RECLAIM, Cell, parse_cell
+from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
 from bench.matrix.engine import EngineConfig, EngineTable, config_of
 from bench.matrix.schema import AXES
 from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
@@ -171,6 +171,11 @@ class Matrix:
     scale: str | None = None                        # the [scale.NAME] applied, if any
     scales: tuple[str, ...] = ()                    # the scales the file offers
     engine: EngineConfig | None = None              # end-to-end engine matrices
+    # a scaled matrix: the paper's capacity -> the scale's (canonical texts), the memory the
+    # scale is sized for, and the unscaled workload (bench.matrix.regime compares the two)
+    capacity_map: tuple[tuple[str, str], ...] = ()
+    scale_memory: int | None = None
+    full_workload: dict = field(default_factory=dict)
 
     @property
     def pool_bytes(self) -> int | None:
@@ -267,6 +272,11 @@ class Scale(Table):
     estimate: EstimateOverride | None = doc("keys of [estimate] to override", None)
     order: OrderOverride | None = doc("keys of [order] to override", None)
     hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
+    memory: Size | None = doc("the host memory this scale is sized for: resolves its relative "
+                              "capacities for the regime check (bench matrix show --scale)", None)
+    reclaims: dict[Reclaim, Reclaim] = doc(
+        'reclaim settings replaced in every cell, e.g. { mglru = "classic" } for a lab whose '
+        "kernel has no MGLRU, where the matrix compares something else (modes, hints)", {})
 
 
 def apply_scale(data: dict, scale: str, source: str) -> dict:
@@ -305,8 +315,9 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
     _scale_cells(out.get("cells"), scaled)
     if missing:
         raise MatrixFileError(missing)
+    _map_reclaims(out.get("cells"), {str(k): str(v) for k, v in sc.reclaims.items()})
     for k in Scale.model_fields:
-        if k == "capacities" or k not in raw:
+        if k in ("capacities", "reclaims", "memory") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead
@@ -343,6 +354,20 @@ def _scale_cells(cells: Any, scaled: Callable[[Any, str], Any]) -> None:
                                          f"cells.extra[{i}].cell"),
                          mechanism=cell.mechanism, reclaim=cell.reclaim, mode=cell.mode,
                          prefetch=cell.prefetch)
+
+
+def _map_reclaims(cells: Any, mapping: dict[str, str]) -> None:
+    """A scale's `reclaims` applied to [cells] in place (after _scale_cells made every extra
+    and exclude entry a table with its own `reclaim`)."""
+    if not mapping or not isinstance(cells, dict):
+        return
+    if isinstance(cells.get("reclaims"), list):
+        cells["reclaims"] = list(dict.fromkeys(mapping.get(r, r) for r in cells["reclaims"]))
+    for key in ("exclude", "extra"):
+        items = cells.get(key)
+        for x in items if isinstance(items, list) else []:
+            if isinstance(x, dict) and x.get("reclaim") in mapping:
+                x["reclaim"] = mapping[x["reclaim"]]
 
 
 # validation ---------------------------------------------------------------------------------------
@@ -548,7 +573,11 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
         return m
     if scale not in scaled:
         apply_scale(data, scale, source)        # raises: no such scale, naming the ones there are
-    return replace(scaled[scale], scale=scale, scales=m.scales)
+    sc = doc.scale[scale]
+    return replace(scaled[scale], scale=scale, scales=m.scales, scale_memory=sc.memory,
+                   full_workload=dict(m.workload),
+                   capacity_map=tuple((parse_capacity(k)[0], parse_capacity(v)[0])
+                                      for k, v in sc.capacities.items()))
 
 
 def list_matrices() -> list[dict]:

@@ -131,6 +131,16 @@ def check_cell_on_host(cell: Cell, host, facts: dict | None, options: RunOptions
                                   "or none cell on this host")
 
 
+def _workload_section(plan: PlanInfo) -> dict:
+    """What the run replays: the trace, and where the plan says so its domain, its accepted
+    tokens (seconds per accepted token) and its fixed set (bench.plan.workload)."""
+    w = {"trace": plan.trace, "trace_sha256": plan.trace_sha256, "batch": plan.batch}
+    for key in ("domain", "accepted_tokens", "fixed_set_bytes"):
+        if getattr(plan, key) is not None:
+            w[key] = getattr(plan, key)
+    return w
+
+
 def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
                facts: dict | None = None, options: RunOptions = RunOptions()) -> dict:
     """The spec.json of one run (docs/bundle.md), checked against the host."""
@@ -151,8 +161,7 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
         "host": host.name, "cell": cell.name, "capacity_bytes": cell.capacity_bytes,
         "mechanism": cell.mechanism, "reclaim": cell.reclaim, "mode": cell.mode,
         "prefetch": cell.hints or "none", "delivery": cell.delivery,
-        "workload": {"trace": plan.trace, "trace_sha256": plan.trace_sha256,
-                     "batch": plan.batch},
+        "workload": _workload_section(plan),
         "plan": plan.remote_path, "plan_sha256": plan.sha256, "plan_iterations": plan.iterations,
         "hints": hints, "hints_sha256": plan.hints_sha256 if hints else None,
         "hints_provenance": plan.hints_provenance if hints else None,

@@ -20,6 +20,9 @@ class PlanInfo:
     batch: int = 1
     hints_sha256: str | None = None
     hints_provenance: dict | None = None
+    domain: str | None = None             # the trace domain's label (bench.plan.workload)
+    accepted_tokens: int | None = None    # of one replay of the plan (seconds per token)
+    fixed_set_bytes: int | None = None    # a fixed-set plan (admission): the set's bytes
 
     @property
     def remote_path(self) -> str:

@@ -13,20 +13,24 @@ from bench.errors import InputError
 from bench.paths import PRIVATE_FILE, default_data_dir, private_dir, tighten, write_private
 from bench.plan.planfile import encode, plan_from_trace
 from bench.plan.planinfo import PlanInfo
-from bench.trace.parse import parse_trace
-from bench.trace.synth import PRESETS, generate, preset
+from bench.plan.workload import check_trace_file, file_sha256, fixed_set, read_streams, streams
+from bench.trace.parse import Trace, parse_trace
 
 
 def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | None = None
                          ) -> tuple[PlanInfo, Path]:
     """Parse a trace, write its plan into <data_dir>/plans/<sha256>.bin; (PlanInfo, path)."""
     trace = Path(trace)
-    if not trace.is_file():
-        raise InputError(f"{trace}: no such trace file" if not trace.exists() else
-                         f"{trace}: not a regular file (a trace is a JSONL file)")
-    trace_sha = _sha256(trace)
-    plan = plan_from_trace(parse_trace(trace, k=k),
-                           meta={"trace": trace.name, "trace_sha256": trace_sha})
+    check_trace_file(trace)
+    return _ship(parse_trace(trace, k=k), trace.name, _sha256(trace), data_dir)
+
+
+def _ship(trace: Trace, name: str, trace_sha: str, data_dir: Path | None, *, batch: int = 1,
+          domain: str | None = None, meta: dict | None = None) -> tuple[PlanInfo, Path]:
+    """The plan of a parsed trace written content-addressed into <data_dir>/plans/."""
+    plan = plan_from_trace(trace, meta={"trace": name, "trace_sha256": trace_sha,
+                                        **({"batch": batch} if batch > 1 else {}),
+                                        **(meta or {})})
     data = encode(plan)
     sha = hashlib.sha256(data).hexdigest()
     d = private_dir(Path(data_dir or default_data_dir()) / "plans")
@@ -36,41 +40,30 @@ def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | Non
     tighten(path, PRIVATE_FILE)
     info = PlanInfo(sha256=sha, layers=plan.layers, experts_per_layer=plan.experts_per_layer,
                     expert_bytes=plan.expert_bytes, iterations=len(plan.iterations),
-                    trace=trace.name, trace_sha256=trace_sha)
+                    trace=name, trace_sha256=trace_sha, batch=batch, domain=domain,
+                    accepted_tokens=trace.accepted_tokens,
+                    fixed_set_bytes=(meta or {}).get("fixed_set_bytes"))
     return info, path
 
 
 def _sha256(path: Path) -> str:
-    """The file's sha256, streamed (a trace is never held whole for its digest)."""
-    h = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
-    """(PlanInfo, path) of the campaign's workload: a synth preset is generated
-    deterministically into <data_dir>/traces/, a file is used as is."""
-    trace = str(workload.get("trace"))
-    if trace in PRESETS:
-        d = private_dir(Path(data_dir) / "traces")
-        dom = workload.get("domain")
-        kw = {"domain": int(dom)} if isinstance(dom, int) or (isinstance(dom, str)
-                                                              and dom.isdigit()) else {}
-        name = trace + (f"-d{kw['domain']}" if kw else "")
-        for key, field_, tag in (("layers", "layers", "l"), ("experts", "experts_per_layer", "e"),
-                                 ("expert_bytes", "expert_bytes", "b"), ("tokens", "tokens", "t")):
-            if workload.get(key):      # a re-sized preset (a matrix scale): its own file
-                kw[field_] = int(workload[key])
-                name += f"-{tag}{kw[field_]}"
-        path = d / f"{name}.jsonl"
-        if not path.exists():
-            write_private(path, ("\n".join(generate(preset(trace, **kw))) + "\n").encode())
-        tighten(path, PRIVATE_FILE)
-    else:
-        path = Path(trace).expanduser()
-    return plan_from_trace_file(path, data_dir=data_dir)
+    """(PlanInfo, path) of a campaign's workload (bench.plan.workload): its domain's trace, a
+    batch of streams merged through the canonical parser, or a fixed set read again and
+    again; a synth preset is generated deterministically into <data_dir>/traces/."""
+    s = streams(workload, data_dir)
+    trace, sha = read_streams(s)
+    name = "+".join(p.name for p in s.paths) if len(s.paths) <= 4 else \
+        f"{s.paths[0].name}+{len(s.paths) - 1} more"
+    meta = None
+    if workload.get("fixed_set_bytes"):
+        size = trace.model.expert_bytes
+        if not size:
+            raise InputError(f"{name}: the trace header has no expert_bytes, which a fixed set "
+                             "needs")
+        trace = fixed_set(trace, size, int(workload["fixed_set_bytes"]))
+        meta = dict(trace.meta)
+    return _ship(trace, name, sha, data_dir, batch=s.batch, domain=s.domain, meta=meta)

@@ -8,6 +8,7 @@ import shlex
 from collections.abc import Sequence
 
 from bench.results.views import LiteralTable, duration, visible
+from bench.units import format_size
 
 
 def _tags_text(tags) -> str:
@@ -41,7 +42,7 @@ def _workload_text(w: dict) -> str:
     if w.get("passes", 2) != 2:
         parts.append(f"{w['passes']} passes")
     if w.get("fixed_set_bytes"):
-        parts.append(f"fixed set {w['fixed_set_bytes'] / 1e9:g} GB")
+        parts.append(f"fixed set {format_size(int(w['fixed_set_bytes']))}")
     return ", ".join(parts)
 
 

@@ -127,11 +127,39 @@ def matrix_table(m: dict) -> LiteralTable:
         _capacity_rows(t, m["rows"], names)
     elif kind == "reclaim":
         _reclaim_rows(t, m["rows"], names)
+    elif kind == "admission":
+        _admission_rows(t, m["rows"], names)
     else:
         _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
     # literal text (LiteralTable): host, trace and kernel names as stored, never as markup
-    t.caption = legend(m.get("groups", []), m.get("warnings", [])) or None
+    extra = agreement_lines(m, names) if kind == "reclaim" else []
+    t.caption = "\n".join(x for x in [legend(m.get("groups", []), m.get("warnings", [])),
+                                       *extra] if x) or None
     return t
+
+
+def agreement_lines(m: dict, names: dict[str, str]) -> list[str]:
+    """§4 mechanism agreement at equal C and §5's mem= point on the balloon curve, as text."""
+    out = []
+    for a in m.get("agreement", []):
+        out.append(f"agreement {names[a['group']]} {capacity_text(a['capacity_bytes'])} "
+                   f"{a['reclaim']}: {a['mechanism']} vs cgroup: time "
+                   f"{_signed(a['time_vs_cgroup'])}, device {_signed(a['device_vs_cgroup'])} "
+                   f"(n {a['n']} vs {a['n_cgroup']})")
+    for i in m.get("interpolation", []):
+        head = (f"mem= on the balloon curve {names[i['group']]} "
+                f"{capacity_text(i['capacity_bytes'])} {i['reclaim']}: memboot "
+                f"{num(i['memboot_s'])} s (n {i['n']})")
+        lo, hi = (capacity_text(c) for c in i["between"]) if i["between"] else ("", "")
+        out.append(head + (f", balloon interpolated {num(i['balloon_s'])} s between {lo} and "
+                           f"{hi}: {_signed(i['memboot_vs_balloon'])}"
+                           if i["status"] == "interpolated" else
+                           f", {i['status']}" + (f" {lo}..{hi}: not extrapolated" if lo else "")))
+    return out
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
@@ -162,6 +190,29 @@ def _reclaim_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) 
                   # the mechanism's locked share: either reclaim's runs measure it
                   pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
                       else b.get("locked_fraction")))
+
+
+def _admission_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+    """§9: GB/s of the fixed set admitted to the page cache and bypassing it (min-max, n)."""
+    for col in ("C", "mechanism", "admitted GB/s", "n", "bypassed GB/s", "n",
+                "admitted/bypassed", "bypassed GB/it"):
+        t.add_column(col, justify="left" if col == "mechanism" else "right")
+    for r in rows:
+        a, b = r.get("pagecache") or {}, r.get("nocache") or {}
+        ratio = r["admitted_over_bypassed"]
+        t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
+                  _rate(a), _n(a), _rate(b), _n(b), "-" if ratio is None else f"{ratio:.2f}x",
+                  gb(b.get("device_gb_per_iteration"), ".3f"))
+
+
+def _rate(s: dict) -> str:
+    if s.get("gb_per_s") is None:
+        return "-"
+    return f"{s['gb_per_s']:.2f} [{s['gb_per_s_min']:.2f}-{s['gb_per_s_max']:.2f}]"
+
+
+def _n(s: dict) -> str:
+    return f"{s['n_retained']}/{s['n_retained'] + s['n_rejected']}" if s else "0"
 
 
 def _mode_rows(t: LiteralTable, m: dict, keys: Sequence[str], names: dict[str, str]) -> None:

@@ -54,6 +54,42 @@ def sim_table(rows: Sequence[dict], title: str = "Fair-window hit rates") -> Lit
     return t
 
 
+def curves_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Fig. 1: hit rate against budget across domains (mean, min-max)")
+    for col in ("policy", "budget", "n", "mean", "min", "max"):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    for r in rows:
+        t.add_row(r["policy"], str(r["budget"]), str(r["n"]), pct(r["mean"]), pct(r["min"]),
+                  pct(r["max"]))
+    return t
+
+
+def off_domain_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Fig. 5: static table off its domain vs table-free LRU")
+    for col in ("trace", "domain", "budget", "static trained on", "static", "LRU", "accesses"):
+        t.add_column(col, justify="left" if col in ("trace", "domain", "static trained on")
+                     else "right")
+    for r in rows:
+        t.add_row(source_name(str(r["trace"])), r["domain"], str(r["budget"]),
+                  source_name(str(r["train"])), pct(r["static"]), pct(r["lru"]),
+                  str(r["accesses"]))
+    return t
+
+
+def regimes_table(rows: Sequence[dict]) -> LiteralTable:
+    t = LiteralTable(title="Global pool vs equal-split per-layer budgets")
+    for col in ("trace", "policy", "budget", "per-layer", "global", "gap (pp)", "same order"):
+        t.add_column(col, justify="left" if col in ("trace", "policy") else "right")
+    for r in rows:
+        t.add_row(source_name(str(r["trace"])), r["policy"], str(r["budget"]),
+                  pct(r["per_layer"]), pct(r["global"]), f"{r['gap_pp']:+.1f}",
+                  "yes" if r["same_order"] else "no")
+    if rows:
+        worst = max(abs(r["gap_pp"]) for r in rows)
+        t.caption = f"largest gap {worst:.1f} pp over {len(rows)} rows"
+    return t
+
+
 def demand_table(rows: Sequence[dict]) -> LiteralTable:
     t = LiteralTable(title="Demand model: LRU over one global pool, measured (second) pass")
     for col in ("trace", "capacity", "pool keys", "misses/it", "nominal miss GB/it",

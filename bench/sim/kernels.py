@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI = 3
+ABI = 4
 _NATIVE = Path(__file__).resolve().parents[2] / "native"
 SOURCE_CANDIDATES = (_NATIVE / "sim" / "simkern.c",
                      Path(__file__).resolve().parents[1] / "native" / "sim" / "simkern.c")
@@ -96,6 +96,7 @@ def _open(path: Path) -> ctypes.CDLL | None:
     lib.bench_lru_hits.argtypes = [_P, _P, _I, _P, _I, _P]
     lib.bench_lru_hits.restype = None
     lib.bench_lfu_hits.argtypes = [_P, _I, _I, _I, _P]
+    lib.bench_lfu_perfect_hits.argtypes = [_P, _I, _I, _I, _P]
     lib.bench_belady_hits.argtypes = [_P, _P, _I, _I, _I, _P]
     lib.bench_next_use.argtypes = [_P, _I, _I, _P]
     return lib
@@ -186,13 +187,16 @@ def next_use(keys: np.ndarray) -> np.ndarray | None:
     return nxt
 
 
-def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray | None:
+def lfu_hits(keys: np.ndarray, capacity: int, perfect: bool = False) -> np.ndarray | None:
+    """LFU hit flags (libCacheSim's in-cache LFU, or with perfect=True the LFU whose counts
+    survive eviction); None without the lib."""
     lib = library()
     if lib is None:
         return None
     k, nkeys = _dense(keys)
     hit = np.zeros(k.shape[0], np.uint8)
-    if lib.bench_lfu_hits(_ptr(k), k.shape[0], nkeys, int(capacity), _ptr(hit)) != 0:
+    fn = lib.bench_lfu_perfect_hits if perfect else lib.bench_lfu_hits
+    if fn(_ptr(k), k.shape[0], nkeys, int(capacity), _ptr(hit)) != 0:
         return None
     return hit.view(bool)
 

@@ -17,6 +17,8 @@ Policies (demand paging: every miss is admitted, except for static, which never 
 * ``lru``: from LRU stack distances (`bench.sim.stackdist`), every budget in one pass;
 * ``lfu``: libCacheSim's LFU (counts forgotten on eviction; among equal counts, evict the key that
   reached its count earliest), see `bench.sim.policies`;
+* ``lfu-perfect``: the same LFU with counts kept for evicted keys ("perfect LFU"); the paper's
+  B=8 figures (LFU above static) imply this one, see `bench.sim.policies`;
 * ``static``: the cache holds, fixed, the top-B experts of each layer (per-layer) or the top-N
   keys (global) by access count; ties broken by ascending expert id (per-layer) or ascending
   (layer, expert) (global). Counts come from the warm window (``train=None``, the default), the
@@ -37,7 +39,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from bench.errors import InputError
-from bench.sim.policies import belady_hits, lfu_hits
+from bench.sim.policies import belady_hits, lfu_hits, lfu_perfect_hits
 from bench.sim.stackdist import (COLD, lru_hits_by_capacity, lru_misses, lru_stack_distances,
                                  lru_steady_misses, next_use)
 from bench.trace.parse import Accesses, Trace, accesses
@@ -45,9 +47,10 @@ from bench.trace.parse import Accesses, Trace, accesses
 __all__ = ["POLICIES", "REGIMES", "DEFAULT_WINDOW", "COLD", "simulate", "simulate_accesses",
            "scored_mask",
            "lru_stack_distances", "lru_misses", "lru_steady_misses", "static_table",
-           "lfu_hits", "belady_hits", "policy_hits"]
+           "lfu_hits", "lfu_perfect_hits", "belady_hits", "policy_hits", "DEFAULT_POLICIES"]
 
-POLICIES = ("lru", "lfu", "static", "belady")
+POLICIES = ("lru", "lfu", "lfu-perfect", "static", "belady")
+DEFAULT_POLICIES = ("lru", "lfu", "static", "belady")
 REGIMES = ("per-layer", "global")
 DEFAULT_WINDOW = 0.6
 
@@ -144,14 +147,17 @@ def static_table(counts: np.ndarray, layers: int, experts: int, regime: str, bud
 
 
 def policy_hits(keys: np.ndarray, policy: str, capacity: int) -> np.ndarray:
-    """Hit flags of a dynamic policy ('lru', 'lfu', 'belady') on one key stream."""
+    """Hit flags of a dynamic policy ('lru', 'lfu', 'lfu-perfect', 'belady') on one key
+    stream."""
     if policy == "lru":
         return lru_stack_distances(keys) < capacity
     if policy == "lfu":
         return lfu_hits(keys, capacity)
+    if policy == "lfu-perfect":
+        return lfu_perfect_hits(keys, capacity)
     if policy == "belady":
         return belady_hits(keys, capacity)
-    raise InputError(f"unknown policy {policy!r}", hint="valid: lru, lfu, belady")
+    raise InputError(f"unknown policy {policy!r}", hint="valid: lru, lfu, lfu-perfect, belady")
 
 
 def simulate(trace: Trace, policies: Iterable[str] = POLICIES, regime: str = "per-layer",
@@ -212,6 +218,8 @@ def simulate_accesses(acc: Accesses, n_iterations: int, source: str,
                 for s, (k, sc) in enumerate(subs):
                     if policy == "lfu":
                         h = lfu_hits(k, cap)
+                    elif policy == "lfu-perfect":
+                        h = lfu_perfect_hits(k, cap)
                     else:
                         h = belady_hits(k, cap, nxts[s])
                     total += int(np.count_nonzero(h & sc))

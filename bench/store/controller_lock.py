@@ -1,10 +1,22 @@
-"""One controller per campaign: a lock row in the journal with a heartbeat.
+"""One controller per campaign: a lock row in the journal with a lease.
 
-One journal row per campaign, kind "lock", updated in place, data {owner, pid, host, heartbeat
-(epoch seconds), started}. Taking it is a compare-and-set inside a transaction that first
-writes the campaign row (a row lock on PostgreSQL, the write lock on SQLite), so two
-controllers cannot both win. A holder is stale when its heartbeat is older than `stale_s`, or at
-once when it ran on this machine and its pid is gone (a SIGKILLed controller)."""
+One journal row per campaign, kind "lock", updated in place, data {owner, pid, host, heartbeat,
+clock: "db", started}. Taking it is a compare-and-set inside a transaction that first writes
+the campaign row (a row lock on PostgreSQL, the write lock on SQLite), so two controllers
+cannot both win.
+
+Whether the holder is alive is decided without the controllers' wall clocks, which may be
+skewed (a controller whose clock ran 120 s ahead used to find a live holder's heartbeat "old"
+and take its lock):
+- on the holder's own machine (same host name) its pid decides: alive holds the lock, gone (a
+  SIGKILLed controller, or a zombie) frees it at once;
+- from another machine the lease decides, timed by the database's own clock: the heartbeat is
+  the database's time when it was written (SQLite: julianday('now') in the database engine;
+  PostgreSQL: clock_timestamp() on the server), and the lock is free once the database's now is
+  more than `stale_s` past it. Controllers on machines with skewed clocks read one clock.
+With SQLite the database's clock is the clock of the machine that holds the file, the one every
+controller of it runs on. A row written before the lease used the database clock (no "clock"
+key) is read the same way: its heartbeat was wall-clock epoch seconds, the same scale."""
 
 from __future__ import annotations
 
@@ -13,10 +25,14 @@ import socket
 import time
 from datetime import datetime, timezone
 
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from bench.store.db import Store, StoreError, rowcount
 from bench.store.models import Campaign, JournalEntry
+
+# the database's clock, in epoch seconds
+_DB_NOW = {"sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+           "postgresql": "SELECT extract(epoch FROM clock_timestamp())"}
 
 
 def _now() -> datetime:
@@ -26,6 +42,15 @@ def _now() -> datetime:
 def owner_info(purpose: str = "bench campaign") -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "owner": purpose,
             "heartbeat": time.time(), "started": time.time()}
+
+
+def db_now(s) -> float:
+    """The database's clock (epoch seconds), read in session s."""
+    name = s.get_bind().dialect.name
+    if name not in _DB_NOW:
+        raise StoreError(f"no clock for database dialect {name!r}",
+                         hint="bench stores in SQLite or PostgreSQL")
+    return float(s.execute(text(_DB_NOW[name])).scalar_one())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -43,31 +68,48 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def lock_is_stale(holder: dict | None, stale_s: float, now: float | None = None) -> bool:
+def lock_is_stale(holder: dict | None, stale_s: float, db_time: float) -> bool:
+    """Free to take: no holder; a holder on this machine whose pid is gone; a holder on another
+    machine whose lease (its heartbeat by the database clock) ran out at db_time."""
     if not holder or not holder.get("pid"):
         return True
-    now = time.time() if now is None else now
-    if now - float(holder.get("heartbeat") or 0) > stale_s:
-        return True
-    if holder.get("host") == socket.gethostname() and not _pid_alive(int(holder["pid"])):
-        return True
-    return False
+    if holder.get("host") == socket.gethostname():
+        return not _pid_alive(int(holder["pid"]))
+    try:
+        beat = float(holder.get("heartbeat") or 0)
+    except (TypeError, ValueError):
+        beat = 0.0
+    return db_time - beat > stale_s
+
+
+def _lock_row(s, campaign_id: str) -> JournalEntry | None:
+    return s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
+                    .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
+
+
+def _ours(data: dict | None, me: dict) -> bool:
+    return data is not None and data.get("pid") == me["pid"] and data.get("host") == me["host"]
 
 
 def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0) -> dict | None:
-    """Take the campaign's controller lock; None when taken, else the live holder's data."""
+    """Take the campaign's controller lock; None when taken, else the live holder's data (its
+    "age_s": seconds since its heartbeat by the database clock)."""
     with store.session() as s, s.begin():
         n = rowcount(s.execute(update(Campaign).where(Campaign.id == campaign_id)
                                .values(state=Campaign.state)))
         if n != 1:
             raise StoreError(f"no campaign {campaign_id}", hint="`bench campaigns` lists them")
-        row = s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
-                       .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
+        now = db_now(s)         # read under the write lock the update above took
+        row = _lock_row(s, campaign_id)
         holder = row.data if row is not None else None
-        same = holder and holder.get("pid") == me["pid"] and holder.get("host") == me["host"]
-        if holder and holder.get("pid") and not same and not lock_is_stale(holder, stale_s):
-            return holder
-        data = dict(me, heartbeat=time.time())
+        same = _ours(holder, me)
+        if holder and holder.get("pid") and not same and not lock_is_stale(holder, stale_s, now):
+            try:
+                age = round(now - float(holder.get("heartbeat") or 0), 1)
+            except (TypeError, ValueError):
+                age = None
+            return dict(holder, age_s=age)
+        data = dict(me, heartbeat=now, clock="db")
         msg = f"controller lock: pid {me['pid']} on {me['host']}"
         if holder and holder.get("pid") and not same:
             msg += f" (took over from stale pid {holder['pid']} on {holder.get('host')})"
@@ -81,29 +123,34 @@ def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0
 
 
 def heartbeat(store: Store, campaign_id: str, me: dict) -> bool:
-    """Refresh the heartbeat; False when the lock is no longer ours."""
+    """Renew the lease (the database's now); False when the lock is no longer ours."""
     with store.session() as s, s.begin():
-        row = s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
-                       .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
-        if row is None or not row.data or row.data.get("pid") != me["pid"] or \
-                row.data.get("host") != me["host"]:
+        row = _lock_row(s, campaign_id)
+        if row is None or row.data is None or not _ours(row.data, me):
             return False
-        row.data = dict(row.data, heartbeat=time.time())
+        row.data = dict(row.data, heartbeat=db_now(s), clock="db")
         return True
 
 
 def release_lock(store: Store, campaign_id: str, me: dict) -> None:
     with store.session() as s, s.begin():
-        row = s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
-                       .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
-        if row is not None and row.data and row.data.get("pid") == me["pid"] and \
-                row.data.get("host") == me["host"]:
-            row.data = {"pid": None, "released": time.time(), "host": me["host"]}
+        row = _lock_row(s, campaign_id)
+        if row is not None and _ours(row.data, me):
+            row.data = {"pid": None, "released": db_now(s), "host": me["host"]}
             row.message = f"controller lock released by pid {me['pid']}"
 
 
 def lock_holder(store: Store, campaign_id: str) -> dict | None:
     with store.session() as s:
-        row = s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
-                       .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
+        row = _lock_row(s, campaign_id)
         return row.data if row is not None and row.data and row.data.get("pid") else None
+
+
+def live_holder(store: Store, campaign_id: str, stale_s: float) -> dict | None:
+    """The lock's holder while it is live (as acquire_lock would judge it), else None."""
+    with store.session() as s:
+        row = _lock_row(s, campaign_id)
+        holder = row.data if row is not None and row.data and row.data.get("pid") else None
+        if holder is None or lock_is_stale(holder, stale_s, db_now(s)):
+            return None
+        return holder

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.hosts.facts import as_host_json
-from bench.judge import engine, identity, stats
+from bench.judge import agreement, engine, identity, stats
 from bench.judge.judgement import METRIC_COLUMNS
 from bench.judge.measured import fingerprint_diff, fingerprint_of
 from bench.matrix.cells import parse_cell
@@ -267,7 +267,7 @@ def group_keys(groups: list[dict]) -> list[dict]:
     return [{k: g[k] for k in ("id", "host", "workload", "fingerprint")} for g in groups]
 
 
-MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch")
+MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 ENGINE_MATRIX = "end-to-end"
 
 
@@ -288,7 +288,7 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
     cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
              for g in groups for name, rs in _group(g["runs"]).items()}
     res = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
-           "prefetch": _prefetch}[kind](cells)
+           "prefetch": _prefetch, "admission": _admission}[kind](cells)
     used = {r["group"] for r in res["rows"]}
     shown = [g for g in groups if g["id"] in used]
     for r in res["rows"]:
@@ -340,7 +340,8 @@ def _reclaim(cells) -> dict:
         a = m and m["device_gb_per_iteration"]
         b = k and k["device_gb_per_iteration"]
         r["mglru_over_classic"] = a / b if a and b else None
-    return {"rows": rows}
+    return {"rows": rows, "agreement": agreement.agreement(rows),
+            "interpolation": agreement.interpolation(rows)}
 
 
 def _equal(cells) -> dict:
@@ -372,6 +373,22 @@ def _prefetch(cells) -> dict:
     return {"rows": sorted(out, key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"])),
             "prefetch": sorted({k for r in out for k in r if k not in PREFETCH_KEYS},
                                key=lambda k: (k != "none", k))}
+
+
+def _admission(cells) -> dict:
+    """§9: per group and capacity, the same fixed set read admitted (pagecache) and bypassed
+    (nocache), in GB/s, with admitted / bypassed."""
+    rows: dict[tuple, dict] = {}
+    for (gid, _name), (c, s) in cells.items():
+        if c.mode in ("pagecache", "nocache") and c.hints is None:
+            rows.setdefault((gid, c.capacity_bytes, c.mechanism, c.reclaim),
+                            {"group": gid, "capacity_bytes": c.capacity_bytes,
+                             "mechanism": c.mechanism, "reclaim": c.reclaim})[c.mode] = s
+    out = [r for r in rows.values() if "nocache" in r]
+    for r in out:
+        a, b = (r.get("pagecache") or {}).get("gb_per_s"), r["nocache"].get("gb_per_s")
+        r["admitted_over_bypassed"] = a / b if a and b else None
+    return {"rows": sorted(out, key=lambda r: (_gnum(r["group"]), -r["capacity_bytes"]))}
 
 
 def engine_rows(store: Store, *, host=None, campaign=None, workload=None,

@@ -14,6 +14,15 @@ here. The structure mirrors what the paper measures on real routing (Table 1, Fa
 * domains: popularity ranks map to expert ids through a per-layer permutation; every domain
   keeps a fraction `overlap` of the base permutation's rank positions and shuffles the rest,
   so hot sets of different domains overlap by a tunable amount (Fact 5);
+* non-stationarity (off unless set; on in the k3 preset): phases of geometric length (mean
+  `phase` tokens, each layer's phases ending on their own) each give a fresh hot set of `phase_set`
+  experts per layer, drawn uniformly, a share `drift` of the popularity (Zipf `phase_alpha`
+  inside it), so the hot set drifts within a request and a table of past counts ages while
+  recency tracks (Fig. 1, Fig. 5); `burst`: a selection re-picks an expert of the positions
+  before the previous one (the last `burst_window` - 1), short-range reuse beyond W1;
+* order inside a pass: `shuffle` (random) or `score` (by gate score, i.e. current popularity,
+  with jitter): an expert keeps about its place from pass to pass, so a pass of k experts
+  evicts its own reuse from an LRU of fewer than k keys (the paper's LRU at 0.5% for B=8);
 * speculative decoding: with probability `spec_accept` an iteration carries two positions per
   layer (records of width 2k, 2 accepted tokens); with probability `fallback` a failed
   speculation re-routes a contiguous range of deep layers inside the same step (1 token);
@@ -27,6 +36,7 @@ be read back), at most MAX_TOKENS tokens, finite rates and a non-negative seed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator
@@ -56,12 +66,20 @@ class SynthParams:
     domain: int = 0
     spec_accept: float = 0.05
     fallback: float = 0.15
+    drift: float = 0.0          # popularity mass of the current phase's hot set (0: stationary)
+    phase: float = 40.0         # mean phase length in accepted-token positions (geometric)
+    phase_set: int = 24         # experts per layer in a phase's hot set
+    phase_alpha: float = 0.0    # Zipf slope of the popularity inside a phase's hot set
+    burst: float = 0.0          # probability a selection re-picks one of the last `burst_window`
+    burst_window: int = 8       # positions' experts (beyond the previous one: short bursts)
+    order: str = "shuffle"      # "score": a pass lists its experts by popularity rank (gate score)
     seed: int = 0
     shape: str = "production"  # or "llama": one record per token and layer, no header
     dry_run_pass: bool = False  # llama.cpp's synthetic first pass, identical for every prompt
 
     def validate(self) -> "SynthParams":
-        floats = ("alpha", "head", "gradient", "reuse", "overlap", "spec_accept", "fallback")
+        floats = ("alpha", "head", "gradient", "reuse", "overlap", "spec_accept", "fallback",
+                  "drift", "phase", "burst", "phase_alpha")
         for name in floats:
             if not math.isfinite(getattr(self, name)):
                 raise InputError(f"synth: {name} must be a finite number, got "
@@ -91,6 +109,15 @@ class SynthParams:
             (0 <= self.spec_accept <= 1, "spec_accept must be in [0, 1]"),
             (0 <= self.fallback <= 1, "fallback must be in [0, 1]"),
             (self.spec_accept + self.fallback <= 1, "spec_accept + fallback must be <= 1"),
+            (0 <= self.drift <= 1, "drift must be in [0, 1]"),
+            (1 <= self.phase <= MAX_TOKENS, f"phase must be in [1, {MAX_TOKENS}] tokens"),
+            (0 <= self.burst <= 1, "burst must be in [0, 1]"),
+            (self.phase_alpha >= 0, "phase_alpha must be >= 0"),
+            (self.reuse + self.burst <= 1, "reuse + burst must be <= 1"),
+            (1 <= self.burst_window <= 64, "burst_window must be in [1, 64]"),
+            (1 <= self.phase_set <= self.experts_per_layer,
+             "phase_set must be in [1, experts_per_layer]"),
+            (self.order in ("shuffle", "score"), "order must be shuffle or score"),
             (self.shape in ("production", "llama"), "shape must be production or llama"),
             (self.shape == "production" or (self.spec_accept == 0 and self.fallback == 0),
              "the llama shape has no speculative decoding: set spec_accept and fallback to 0"),
@@ -109,8 +136,10 @@ PRESETS: dict[str, SynthParams] = {
     # The production model of the paper: k=16, E=896, 92 routed layers, 17.55 MB experts.
     # head and alpha chosen so locality lands near the paper's Table 1 for K3: top-8 share
     # about 14%, W1/W8/W64 about 33/55/80%, pool coverage about 70% in 300 tokens.
-    "k3": SynthParams("kimi-k3-synth", 16, 896, 92, 17_550_000, alpha=1.3, head=20.0,
-                      gradient=0.8, reuse=0.28, overlap=0.6, spec_accept=0.05, fallback=0.15),
+    "k3": SynthParams("kimi-k3-synth", 16, 896, 92, 17_550_000, alpha=1.6, head=40.0,
+                      gradient=0.8, reuse=0.24, overlap=0.75, spec_accept=0.05, fallback=0.15,
+                      drift=0.3, phase=30.0, phase_set=24, phase_alpha=1.5, burst=0.08,
+                      burst_window=3, order="score"),
     "qwen3": SynthParams("qwen3-30b-a3b-synth", 8, 128, 48, 2_864_583, tokens=401, alpha=1.18,
                          reuse=0.3, spec_accept=0.0, fallback=0.0),
     "dsv3": SynthParams("deepseek-v3-synth", 8, 256, 58, 44_040_192, tokens=301, alpha=0.9,
@@ -126,11 +155,10 @@ def preset(name: str, **overrides) -> SynthParams:
     return replace(PRESETS[name], **clean).validate()
 
 
-def _inclusion(n: int, k: int, alpha: float, head: float = 0.0) -> np.ndarray:
-    """Per-rank probability of being among a position's k selections: proportional to
-    (rank + head)^-alpha, summing to k, capped at 1 (an expert is chosen at most once per position),
-    so the slope of selection counts over rank is alpha itself."""
-    w = (np.arange(1, n + 1, dtype=np.float64) + head) ** -alpha
+def _inclusion_of(w: np.ndarray, k: int) -> np.ndarray:
+    """Per-expert probability of being among a position's k selections: proportional to w,
+    summing to k, capped at 1."""
+    n = w.shape[0]
     pi = np.zeros(n)
     capped = np.zeros(n, bool)
     for _ in range(n):
@@ -149,12 +177,55 @@ class _Layer:
 
     def __init__(self, p: SynthParams, layer: int, base_perm: np.ndarray, rng: np.random.Generator):
         e = p.experts_per_layer
-        self.inclusion = _inclusion(e, p.k, p.layer_alpha(layer), p.head)
         perm = base_perm.copy()
         moved = np.flatnonzero(rng.random(e) >= p.overlap)  # rank positions this domain reshuffles
         perm[moved] = perm[rng.permutation(moved)]
-        self.expert_of_rank = perm
+        w = (np.arange(1, e + 1, dtype=np.float64) + p.head) ** -p.layer_alpha(layer)
+        self.base = np.empty(e)
+        self.base[perm] = w / w.sum()            # the domain's stationary popularity, by expert
+        self.weights = self.base
+        self.inclusion = _inclusion_of(self.base, p.k)
         self.prev: np.ndarray | None = None
+        self.history: list[list[int]] = []   # older positions, newest last (burst source)
+
+    def new_phase(self, p: SynthParams, rng: np.random.Generator) -> None:
+        """A phase boundary: a fresh hot set of `phase_set` experts, drawn uniformly from the
+        layer, takes a share `drift` of the popularity mass (Zipf slope `phase_alpha` inside
+        it) until the next boundary: popularity drifts within a request, the stationary head
+        keeps the rest."""
+        hot = rng.choice(self.base.shape[0], size=p.phase_set, replace=False)
+        share = np.arange(1, p.phase_set + 1, dtype=np.float64) ** -p.phase_alpha
+        w = self.base * (1.0 - p.drift)
+        w[hot] += p.drift * share / share.sum()
+        self.weights = w
+        self.inclusion = _inclusion_of(w, p.k)
+
+    def _fresh(self, p: SynthParams, rng: np.random.Generator, chosen: list[int]) -> None:
+        # Systematic PPS sampling: k distinct experts, expert x included with probability
+        # inclusion[x]; the random permutation decorrelates which experts are drawn together.
+        order = rng.permutation(self.inclusion.shape[0])
+        edges = np.cumsum(self.inclusion[order])
+        hits = np.searchsorted(edges, rng.random() + np.arange(p.k), side="right")
+        fresh = order[np.minimum(hits, order.shape[0] - 1)]
+        rng.shuffle(fresh)
+        taken = set(chosen)
+        for expert in fresh.tolist():
+            if expert not in taken:
+                chosen.append(expert)
+                taken.add(expert)
+                if len(chosen) == p.k:
+                    break
+
+    def _burst(self, p: SynthParams, rng: np.random.Generator, chosen: list[int]) -> None:
+        """Re-pick experts of the positions before the previous one (a short burst)."""
+        n = int(rng.binomial(p.k, p.burst)) if self.history and p.burst > 0 else 0
+        if not n:
+            return
+        pool = [e for e in dict.fromkeys(x for pos in self.history for x in pos)
+                if e not in set(chosen)]
+        if pool:
+            chosen += rng.choice(pool, size=min(n, len(pool), p.k - len(chosen)),
+                                 replace=False).tolist()
 
     def position(self, p: SynthParams, rng: np.random.Generator, commit: bool = True) -> list[int]:
         chosen: list[int] = []
@@ -162,28 +233,49 @@ class _Layer:
             n_copy = int(rng.binomial(p.k, p.reuse))
             if n_copy:
                 chosen = rng.choice(self.prev, size=n_copy, replace=False).tolist()
+        self._burst(p, rng, chosen)
         if len(chosen) < p.k:
-            # Systematic PPS sampling: k distinct ranks, rank r included with probability
-            # inclusion[r]; the random permutation decorrelates which ranks are drawn together.
-            order = rng.permutation(self.inclusion.shape[0])
-            edges = np.cumsum(self.inclusion[order])
-            hits = np.searchsorted(edges, rng.random() + np.arange(p.k), side="right")
-            fresh = self.expert_of_rank[order[np.minimum(hits, order.shape[0] - 1)]]
-            rng.shuffle(fresh)
-            taken = set(chosen)
-            for expert in fresh.tolist():
-                if expert not in taken:
-                    chosen.append(expert)
-                    taken.add(expert)
-                    if len(chosen) == p.k:
-                        break
-        # Routers list a position's experts by gate score, which says nothing about recency:
-        # shuffle so copied experts are not systematically read first.
-        order = rng.permutation(len(chosen))
-        chosen = [chosen[i] for i in order]
+            self._fresh(p, rng, chosen)
+        if p.order == "score":
+            # A router lists a pass's experts by gate score, which follows popularity: an expert
+            # keeps about its place from pass to pass, so a pass of k experts evicts its own
+            # reuse from an LRU cache of fewer than k (the paper's B=8 LRU at 0.5%).
+            jitter = rng.normal(0.0, 0.5, len(chosen))
+            key = -np.log(self.weights[np.asarray(chosen, np.int64)]) + jitter
+            chosen = [chosen[i] for i in np.argsort(key, kind="stable")]
+        else:
+            # Shuffled: copied experts are not systematically read first.
+            order = rng.permutation(len(chosen))
+            chosen = [chosen[i] for i in order]
         if commit:
+            keep = p.burst_window - 1
+            if self.prev is not None and p.burst > 0 and keep:
+                self.history = (self.history + [self.prev.tolist()])[-keep:]
             self.prev = np.asarray(chosen)
         return chosen
+
+
+def _dry_run_lines(p: SynthParams) -> Iterator[str]:
+    """llama.cpp's synthetic first pass: identical for every domain and seed of this model."""
+    fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
+    for li in range(p.layers):
+        experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
+        if p.shape == "production":
+            yield json.dumps({"step": 0, "layer": li, "experts": experts})
+        else:
+            yield json.dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
+
+
+# Bump when generate() writes other lines for the same parameters (tests/unit/test_synth_version.py
+# holds the digest of one trace per version): generated traces are cached under a name that
+# carries params_digest, and a stale cache must never stand in for the new generator.
+GENERATOR_VERSION = 2
+
+
+def params_digest(p: SynthParams) -> str:
+    """12 hex digits naming a trace generated from `p` by this generator version."""
+    text = json.dumps([GENERATOR_VERSION, asdict(p)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def generate(p: SynthParams) -> Iterator[str]:
@@ -192,6 +284,7 @@ def generate(p: SynthParams) -> Iterator[str]:
     base_rng = np.random.default_rng([p.seed, 0xBA5E])
     dom_rng = np.random.default_rng([p.seed, 0xD0, p.domain])
     run_rng = np.random.default_rng([p.seed, 0x5EED, p.domain])
+    phase_rng = np.random.default_rng([p.seed, 0xF4A5E, p.domain])
     base_perms = [base_rng.permutation(p.experts_per_layer) for _ in range(p.layers)]
     layers = [_Layer(p, li, base_perms[li], dom_rng) for li in range(p.layers)]
     dumps = json.dumps
@@ -208,17 +301,15 @@ def generate(p: SynthParams) -> Iterator[str]:
         for li, lay in enumerate(layers):
             yield dumps({"token": 0, "n_tokens": 7, "name": f"ffn_moe_topk-{li}",
                          "experts": lay.position(p, run_rng)})
-    if p.dry_run_pass:  # identical for every domain and seed of this model
-        fixed = np.random.default_rng([0xD27, p.layers, p.experts_per_layer])
-        for li in range(p.layers):
-            experts = fixed.choice(p.experts_per_layer, size=p.k, replace=False).tolist()
-            if p.shape == "production":
-                yield dumps({"step": 0, "layer": li, "experts": experts})
-            else:
-                yield dumps({"token": 0, "name": f"ffn_moe_topk-{li}", "experts": experts})
-    step = 1 if p.dry_run_pass else 0
+    if p.dry_run_pass:
+        yield from _dry_run_lines(p)
+    step = first = 1 if p.dry_run_pass else 0
     left = p.tokens - 1
     while left > 0:
+        if p.drift > 0:   # each layer's phases end on their own (geometric, mean `phase`)
+            for lay in layers:
+                if step == first or phase_rng.random() < 1.0 / p.phase:
+                    lay.new_phase(p, phase_rng)
         u = run_rng.random()
         if p.shape == "llama":
             for li, lay in enumerate(layers):

@@ -139,6 +139,66 @@ int bench_lfu_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capaci
     return 0;
 }
 
+/* Perfect LFU: as bench_lfu_hits, but a key's count survives its eviction (counts of every key
+ * ever accessed are kept); a miss admits the key with its kept count + 1, after evicting the
+ * cached key of smallest count (among equal counts the one that reached its count earliest). */
+int bench_lfu_perfect_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
+                           uint8_t *hit)
+{
+    memset(hit, 0, (size_t)n);
+    if (capacity <= 0 || n == 0)
+        return 0;
+    size_t nk = (size_t)nkeys, nf = (size_t)n + 2;
+    int64_t *cnt = calloc(nk, sizeof *cnt);        /* kept count of every key */
+    uint8_t *in = calloc(nk, 1);                   /* 1: cached */
+    int64_t *nx = malloc(nk * sizeof *nx), *pv = malloc(nk * sizeof *pv);
+    int64_t *head = malloc(nf * sizeof *head), *tail = malloc(nf * sizeof *tail);
+    if (!cnt || !in || !nx || !pv || !head || !tail) {
+        free(cnt); free(in); free(nx); free(pv); free(head); free(tail);
+        return -1;
+    }
+    memset(head, 0xff, nf * sizeof *head);
+    memset(tail, 0xff, nf * sizeof *tail);
+    int64_t size = 0, min_f = 0;
+#define UNLINK(k, f) do { \
+        if (pv[k] >= 0) nx[pv[k]] = nx[k]; else head[f] = nx[k]; \
+        if (nx[k] >= 0) pv[nx[k]] = pv[k]; else tail[f] = pv[k]; } while (0)
+#define APPEND(k, f) do { \
+        pv[k] = tail[f]; nx[k] = -1; \
+        if (tail[f] >= 0) nx[tail[f]] = k; else head[f] = k; \
+        tail[f] = k; } while (0)
+    for (int64_t t = 0; t < n; t++) {
+        int64_t k = keys[t], f = cnt[k];
+        if (in[k]) {
+            hit[t] = 1;
+            UNLINK(k, f);
+            if (head[f] < 0 && min_f == f)
+                min_f = f + 1;
+            cnt[k] = ++f;
+            APPEND(k, f);
+            continue;
+        }
+        cnt[k] = ++f;
+        if (size >= capacity) {
+            int64_t v = head[min_f];
+            UNLINK(v, min_f);
+            in[v] = 0;
+            while (min_f < f && head[min_f] < 0)   /* the next smallest, at most f */
+                min_f++;
+        } else {
+            size++;
+        }
+        in[k] = 1;
+        APPEND(k, f);
+        if (size == 1 || f < min_f)
+            min_f = f;
+    }
+#undef UNLINK
+#undef APPEND
+    free(cnt); free(in); free(nx); free(pv); free(head); free(tail);
+    return 0;
+}
+
 /* Place key k at heap slot i or above it (a max-heap on pri[]), moving the keys it passes
  * down; pos[] follows every move. */
 static inline void sift_up(int64_t *heap, int64_t *pos, const int64_t *pri, int64_t i,
@@ -231,5 +291,5 @@ int bench_next_use(const int64_t *keys, int64_t n, int64_t nkeys, int64_t *nxt)
  * loaded (bench/sim/kernels.py ABI). */
 int bench_sim_abi(void)
 {
-    return 3;
+    return 4;
 }

@@ -10,7 +10,8 @@ u32 time, u64 obj_id = key + 1, u32 size = 1, i64 next access position or -1), t
 8 budgets, global regime (capacity = budget x layers objects). libCacheSim scores every access,
 so both sides are compared at window 0 (the whole stream); bench is also timed at the fair
 window (0.6) and in the per-layer regime, and LFU and Belady once per budget as well (the
-worst per-budget ratio). The "fallback" columns time the pure numpy/Python
+worst per-budget ratio). lfu-perfect (counts kept on eviction) has no libCacheSim class: it is
+timed, and checked against its fallback, only. The "fallback" columns time the pure numpy/Python
 paths (BENCH_SIM_NATIVE=0, today's implementation) and check that they give the same counts.
 Prints the ratios measured in this run and whether every miss count is identical; exit 1 on a
 mismatch. Not a test: a report.
@@ -97,9 +98,9 @@ def main(argv=None) -> int:
         print(f"{'policy':7s} {'libCacheSim s':>13s} {'bench s':>8s} {'ratio':>7s} "
               f"{'worst b':>10s} "
               f"{'fair s':>7s} {'layer s':>7s} {'fallback s':>10s} {'fb layer s':>10s}")
-        for p in ("lru", "lfu", "belady", "static"):
+        for p in ("lru", "lfu", "lfu-perfect", "belady", "static"):
             ref, ref_m, worst = 0.0, [], float("inf")
-            if p != "static":
+            if p in CLASSES:                # lfu-perfect and static: no libCacheSim class
                 for b in budgets:
                     dt, m = lcs_run(lc, p, path, b * acc.layers, n)
                     ref += dt

@@ -128,9 +128,9 @@ def test_the_bracket_check_can_fail():
 def test_fixed_sets_are_choices(capsys):
     """Options with a fixed set of values show it in help and refuse anything else (exit 2)."""
     for argv, shown in ((("export",), "<runs|iterations|counters|timeline>"),
-                        (("export",), "<csv|json>"), (("plot",), "<capacity|reclaim|equal-memory>"),
+                        (("export",), "<csv|json>"), (("plot",), "<capacity|reclaim|equal-memory|prefetch|admission>"),
                         (("sizing",), "<mglru|classic>"),
-                        (("results",), "<capacity|reclaim|equal-memory|prefetch|end-to-end>")):
+                        (("results",), "<capacity|reclaim|equal-memory|prefetch|admission|end-to-end>")):
         rc, out, _ = run(capsys, *argv, "--help")
         assert rc == 0 and shown in _flat(out), (argv, shown)
     rc, _, err = run(capsys, "plot", "bogus", "-o", "x.png")
@@ -166,7 +166,8 @@ def test_completion_offers_hosts_matrices_and_choices(tmp_path):
         "gpu-a,cpu-c", "gpu-a,gpu-b"]
     from bench.matrix.load import shipped_names
     assert _complete("bench schedule --matrix ", **env) == sorted(shipped_names())
-    assert _complete("bench plot ", **env) == ["capacity", "reclaim", "equal-memory"]
+    assert _complete("bench plot ", **env) == ["capacity", "reclaim", "equal-memory", "prefetch",
+                                               "admission"]
     assert _complete("bench export --format ", **env) == ["csv", "json"]
     assert not (tmp_path / "none.db").exists()
 

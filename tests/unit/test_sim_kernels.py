@@ -142,3 +142,39 @@ def test_an_unusable_cache_dir_falls_back_to_numpy(monkeypatch, tmp_path):
         kernels.reset()
     monkeypatch.undo()
     assert rows == simulate(synth(1), regime="global", budgets=(2,))
+
+
+def _perfect_lfu_by_definition(keys, cap):
+    """Perfect LFU from its definition, O(n x cap): counts of every key kept; evict the cached
+    key of least count, among equal counts the one whose last access is oldest."""
+    count, last, cache, out = {}, {}, [], []
+    for t, k in enumerate(keys):
+        count[k] = count.get(k, 0) + 1
+        out.append(k in cache)
+        if k not in cache:
+            if len(cache) >= cap:
+                cache.remove(min(cache, key=lambda x: (count[x], last[x])))
+            cache.append(k)
+        last[k] = t
+    return out
+
+
+@given(keys=streams, cap=st.integers(1, 12))
+@settings(max_examples=300, deadline=None)
+def test_lfu_perfect_kernel_fallback_and_definition_agree(keys, cap):
+    from bench.sim.policies import lfu_perfect_hits
+    with pytest.MonkeyPatch.context() as mp:
+        k = np.array(keys, np.int64)
+        a, b = both(mp, lambda: lfu_perfect_hits(k, cap))
+        assert a.tolist() == b.tolist() == _perfect_lfu_by_definition(keys, cap)
+
+
+def test_lfu_perfect_keeps_counts_that_in_cache_lfu_forgets():
+    # cap 1: key 0 earns count 3, is evicted by 1, comes back with count 4; in-cache LFU
+    # restarts it at 1. The streams differ exactly where the kept count decides a victim.
+    from bench.sim.policies import lfu_perfect_hits
+    keys = np.array([0, 0, 0, 1, 0, 2, 0], np.int64)
+    assert lfu_perfect_hits(keys, 2).tolist() == [False, True, True, False, True, False, True]
+    assert lfu_hits(keys, 2).tolist() == [False, True, True, False, True, False, True]
+    keys = np.array([0, 0, 1, 1, 1, 2, 0, 3, 0], np.int64)
+    assert lfu_perfect_hits(keys, 2).tolist() != lfu_hits(keys, 2).tolist()

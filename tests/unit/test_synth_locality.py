@@ -10,6 +10,11 @@ from bench.trace.synth import generate, preset
 from tests.support.traces import header, rec
 
 
+# The k3 preset's non-stationarity (phases, bursts) switched off: tests of one generator
+# parameter measure that parameter alone.
+STILL = {"drift": 0.0, "burst": 0.0}
+
+
 def _trace(name="tiny", **kw):
     return parse_lines(list(generate(preset(name, **kw))), f"{name}-{kw.get('domain', 0)}")
 
@@ -37,13 +42,14 @@ def test_speculation_rates_land_near_parameters():
 def test_zipf_slope_lands_near_alpha(alpha):
     # No reuse and no gradient: the fit sees the generator's slope, but top-k selection caps
     # the head at one pick per position, which reads a little flat (measured about -5%).
-    t = _trace("k3", tokens=400, alpha=alpha, head=0.0, gradient=0.0, reuse=0.0, layers=8)
+    t = _trace("k3", tokens=400, alpha=alpha, head=0.0, gradient=0.0, reuse=0.0, layers=8,
+               **STILL)
     fit = trace_stats(t)["zipf_alpha"]
     assert abs(fit - alpha) <= 0.12 * alpha, fit
 
 
 def test_gradient_makes_deep_layers_more_concentrated():
-    s = trace_stats(_trace("k3", tokens=300, gradient=1.0, layers=10))
+    s = trace_stats(_trace("k3", tokens=300, gradient=1.0, layers=10, **STILL))
     per = s["top8_share"]["per_layer"]
     assert per[-1] > per[0] * 1.5
     slopes = s["zipf_alpha_per_layer"]
@@ -54,14 +60,15 @@ def test_gradient_makes_deep_layers_more_concentrated():
 def test_reuse_w1_lands_near_parameter(r):
     # W1 = copies (rate r) plus fresh draws that happen to repeat the previous position (at
     # most the reuse-free rate `base`, less once copies have taken some of those experts).
-    base = trace_stats(_trace("k3", tokens=300, reuse=0.0, layers=8))["reuse"]["w1"]
-    w1 = trace_stats(_trace("k3", tokens=300, reuse=r, layers=8))["reuse"]["w1"]
+    base = trace_stats(_trace("k3", tokens=300, reuse=0.0, layers=8, **STILL))["reuse"]["w1"]
+    w1 = trace_stats(_trace("k3", tokens=300, reuse=r, layers=8, **STILL))["reuse"]["w1"]
     assert r - 0.02 <= w1 <= r + (1 - r) * base + 0.02, (w1, r, base)
 
 
 def test_domain_overlap_controls_jaccard():
     def jac(overlap):
-        ts = [_trace("k3", tokens=300, overlap=overlap, domain=d, layers=8) for d in range(2)]
+        ts = [_trace("k3", tokens=300, overlap=overlap, domain=d, layers=8, **STILL)
+              for d in range(2)]
         return locality(ts, top=16)["jaccard"][0]["jaccard"]
     lo, mid, hi = jac(0.0), jac(0.5), jac(1.0)
     assert lo < mid < hi

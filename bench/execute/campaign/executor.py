@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import BenchError, HostError, InputError, SafetyError
+from bench.execute.collect import ControllerDiskError
 from bench.execute.campaign.record import (FINAL, Settings, attempts_of, deterministic,
                                            ensure_runs, load_record, outcome, outcome_line,
                                            resume_action)
@@ -203,6 +204,16 @@ class Executor:
         if not last:
             time.sleep(self.s.retry_pause_s)
 
+    def controller_disk(self, host: str, rid: str, exc: ControllerDiskError) -> None:
+        """The controller's own disk failed a write (full, read-only): neither the run's fault
+        nor the host's, and the next runs would meet it too. No attempt is spent: the run stays
+        as it is (its host keeps the bundle), the campaign stops after the current runs, and
+        `bench resume` collects it once there is room."""
+        self.workers[host].ready = None
+        self.journal("warning", f"{host}: {rid}: {exc.message}; stopping the campaign after "
+                     f"the current runs ({exc.hint})", {"run_id": rid, "controller_disk": True})
+        self._stop.set()
+
     def refuse(self, rid: str, exc: BenchError) -> None:
         """A deterministic input error: the run fails at once with the reason and is never
         retried (its attempts are FINAL, here and for `bench resume`)."""
@@ -235,7 +246,7 @@ class Executor:
         if holder is not None:
             raise HostError("controller", f"campaign {self.cid} is driven by pid "
                             f"{holder.get('pid')} on {holder.get('host')} (heartbeat "
-                            f"{time.time() - float(holder.get('heartbeat') or 0):.0f}s ago)",
+                            f"{holder.get('age_s')}s ago by the database clock)",
                             "`bench watch` it, or wait until its lock goes stale "
                             f"({self.s.lock_stale_s:.0f}s without heartbeat)")
         hb_stop = threading.Event()
@@ -334,6 +345,8 @@ class Executor:
                 self.refuse(rid, exc)
             else:
                 self.fail(rid, exc)
+        except ControllerDiskError as exc:
+            self.controller_disk(w.name, rid, exc)
         except BenchError as exc:
             self.fail(rid, exc)
         except Exception as exc:  # noqa: BLE001 - never let a worker die silently

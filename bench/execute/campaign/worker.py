@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -24,7 +25,7 @@ from bench.execute.staging import ensure_file, ensure_pool
 from bench.hosts.bootplan import parse_mem
 from bench.hosts.deploy import deploy
 from bench.hosts.inventory import Host
-from bench.hosts.lock import HostLock, HostLocked
+from bench.hosts.lock import HostLock, HostLocked, release_quietly, take_for
 from bench.hosts.procfs import cmdline_param, parse_cmdline
 from bench.hosts.reboot import reboot_host, restore_host
 from bench.hosts.transport import Transport
@@ -176,9 +177,10 @@ class Worker:
         self.ready = None
         t0 = time.monotonic()
         try:
-            res = reboot_host(self.session.transport, self.host,
-                              format_size(want[0]) if want[0] else None, want[1],
-                              lambda e: None)
+            with self.boot_lock(f"reboot for {rid}"):
+                res = reboot_host(self.session.transport, self.host,
+                                  format_size(want[0]) if want[0] else None, want[1],
+                                  lambda e: None)
         finally:
             self.session.drop()        # the next step talks to the new boot
         secs = round(time.monotonic() - t0, 1)
@@ -194,6 +196,18 @@ class Worker:
         boot_id = res.after.boot_id if res.after else None
         self.ex.set_state(rid, "boot_verified", f"booted {boot.get('label')} "
                           f"(boot_id {boot_id})", {"boot_id": boot_id})
+
+    @contextmanager
+    def boot_lock(self, what: str) -> Iterator[None]:
+        """The host lock for a reboot, taken once no run is in progress there (another
+        controller's or campaign's: waited for up to host_lock_wait_s, then HostLocked or
+        RunInProgress naming it)."""
+        lock = take_for(self.session.transport, self.host,
+                        f"{what} (campaign {self.ex.cid})", wait_s=self.ex.s.host_lock_wait_s)
+        try:
+            yield
+        finally:
+            release_quietly(lock)
 
     def host_lock(self, t: Transport, rid: str) -> HostLock:
         """The controller's host lock, waited for: a killed controller's holder goes away
@@ -341,7 +355,8 @@ class Worker:
             return
         self.session.drop()
         try:
-            res = restore_host(self.session.transport, self.host, lambda e: None)
+            with self.boot_lock("restore"):
+                res = restore_host(self.session.transport, self.host, lambda e: None)
         except BenchError as exc:
             self.ex.journal("warning", f"{self.name}: restore to the default boot failed: "
                             f"{exc.message}")

@@ -77,3 +77,108 @@ def test_the_ssh_transports_wording_of_a_local_disk_error_is_seen_through(tmp_pa
                 raise t._io_error("get", "/work/collect/r5.tar.gz", err) from None
         if want is ControllerDiskError:
             assert exc.value.message.startswith(f"controller disk: {local}: No space left")
+
+
+CAMPAIGN = """
+name = "disk-full"
+description = "none/classic cells on the local host"
+repetitions = 2
+
+[workload]
+trace = "tiny"
+tokens = 40
+passes = 2
+
+[estimate]
+run_seconds = 2
+reboot_seconds = 30
+
+[cells]
+capacities = ["2pool"]
+mechanisms = ["none"]
+reclaims = ["classic"]
+"""
+
+
+def _fill(path: Path) -> Path:
+    """Zeros into path/filler until the file system says ENOSPC."""
+    filler = path / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        chunk = b"\0" * (64 << 10)
+        while True:
+            try:
+                f.write(chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+                if len(chunk) == 1:
+                    return filler
+                chunk = chunk[:len(chunk) // 2]
+
+
+@pytest.mark.root
+@pytest.mark.native
+def test_a_campaign_whose_data_disk_fills_stops_naming_it_and_resumes(tmp_path):
+    """The campaign's data dir on a real 16 MiB tmpfs, filled while the first run executes: its
+    collect fails on the controller's disk. The campaign says so with the path, spends no
+    attempt and blames no host (no quarantine, no "unreachable"), and stops with the run left
+    running; once there is room, resume collects it without running it again."""
+    import shutil as _sh
+
+    from bench.cli.campaign import build_plan
+    from bench.execute.campaign.executor import Event, Executor
+    from bench.execute.campaign.record import Settings, create
+    from bench.hosts.inventory import render_host_toml
+    from bench.store.campaigns import journal_rows, run_rows
+    from bench.store.db import open_store
+    for tool in ("make", "cc", "python3"):
+        if _sh.which(tool) is None:
+            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
+    data = tmp_path / "data"
+    data.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(data)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"needs a machine where root may mount a tmpfs ({r.stderr.strip()})")
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "local.toml").write_text(render_host_toml(Host(
+        name="local", address="localhost", transport="local",
+        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    (tmp_path / "matrix.toml").write_text(CAMPAIGN)
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    plan, exp, m = build_plan(str(tmp_path / "matrix.toml"), ["local"], hosts, 5, "df")
+    s = Settings(threads=2, passes=2, retries=2, data_dir=data, db_url=db, hosts_dir=hosts,
+                 chunk_s=1.0, retry_pause_s=0.1)
+    store = open_store(db)
+    fillers: list[Path] = []
+
+    def fill_once(ev: Event) -> None:
+        if ev.kind == "state" and ev.message.endswith("-> running (starting the runner)") \
+                and not fillers:
+            fillers.append(_fill(data))
+    try:
+        create(store, plan, exp, m, ["local"], s, str(tmp_path / "matrix.toml"))
+        res = Executor(store, "df", s, on_event=fill_once).run()
+        rows = {x.run_id: x for x in run_rows(store, "df")}
+        js = journal_rows(store, "df")
+        msgs = [j.message for j in js]
+        assert res.state == "stopped" and not res.quarantined, (res.state, msgs[-8:])
+        disk = [x for x in msgs if "controller disk: " in x]
+        assert disk and "No space left on device" in disk[0], msgs[-8:]
+        assert str(data / "bundles" / "local") in disk[0], disk
+        assert not any("unreachable" in x.lower() or "quarantin" in x.lower() for x in msgs)
+        assert not any(x.state == "failed" for x in rows.values()), rows
+        started = [x for x in rows.values() if x.state == "running"]
+        assert len(started) == 1 and started[0].spec, rows
+        # room again: resume collects the run that ran, runs the other, nothing twice
+        fillers[0].unlink()
+        res = Executor(store, "df", s).run()
+        assert res.state == "done", [j.message for j in journal_rows(store, "df")][-8:]
+        rows = {x.run_id: x for x in run_rows(store, "df")}
+        assert {x.state for x in rows.values()} == {"validated"}
+        ran = [j for j in journal_rows(store, "df", kinds=("state",))
+               if (j.data or {}).get("to") == "running"]
+        assert sorted(j.run_ref for j in ran) == sorted(x.ref for x in rows.values())
+    finally:
+        store.close()
+        subprocess.run(["umount", str(data)], check=True)

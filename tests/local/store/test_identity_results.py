@@ -265,19 +265,18 @@ def test_sizing_cli_answers_per_curve(curves, db_url, capsys):
 
 
 def test_plots_one_series_per_group_and_mechanism(curves, tmp_path):
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     m = queries.matrix(curves, "capacity")
-    fig = plots._capacity(plt, m)
+    fig = plots.figure("capacity", m)
     try:
-        left = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("median")]
-        labels = sorted(ln.get_label() for ln in left)
-        assert labels == ["median g1 fixture-a balloon mglru", "median g1 fixture-a none mglru",
-                          "median g2 fixture-b balloon mglru"]
+        series = fig.axes[0].containers
+        labels = sorted(c.get_label() for c in series)
+        assert labels == ["g1 fixture-a balloon mglru", "g1 fixture-a none mglru",
+                          "g2 fixture-b balloon mglru"]
         rows = {(r["group"], r["mechanism"]): r for r in m["rows"]}
-        for ln in left:
-            gid, _host, mech, _ = ln.get_label().split()[1:]
-            xs = list(ln.get_xdata())
+        for c in series:
+            gid, _host, mech, _ = c.get_label().split()
+            xs = list(c.lines[0].get_xdata())
             want = sorted(r["capacity_bytes"] / 1e9 for r in m["rows"]
                           if (r["group"], r["mechanism"]) == (gid, mech))
             assert xs == want and (gid, mech) in rows
