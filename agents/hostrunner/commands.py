@@ -32,6 +32,7 @@ from .errors import SpecError
 from .files import (PRIVATE_FILE, clear_staging, create_dir_atomic, now_iso, read_or_none,
                     read_text, write_json)
 from .locks import lock_path, start_lock, try_lock
+from .waitlock import wait_unlocked
 from .poolwriter import write_keyed, write_pool
 from .progress import read_progress
 from .run import Run
@@ -41,6 +42,7 @@ DESCRIPTION = ("bench host-side cell runner: one measurement cell on this host "
                "(Algorithm 1 of DESIGN.md).")
 TERMINAL = ("done", "failed")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+WAIT_SLICE_S = 60.0     # a blocked wait looks again at least this often
 STAGING = "starting"        # under work_dir: runs being created (create_dir_atomic)
 
 
@@ -259,6 +261,10 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 
 def cmd_wait(a: argparse.Namespace) -> int:
+    """Block until the run is final (or --timeout): not a poll, a blocking flock on the run
+    lock, which the live runner holds until it exits (after writing its final status), so
+    the answer comes as soon as the run ends; the status is then read (and an orphan
+    settled) as `status` does."""
     if _no_such_run(a):
         return out({"ok": False, "run_id": a.run_id, "reason": "no such run"}, EXIT_FAILED)
     work_dir = os.path.abspath(a.work_dir)
@@ -267,10 +273,15 @@ def cmd_wait(a: argparse.Namespace) -> int:
         st = settle_orphan(work_dir, a.run_id)
         if not st["live"] and st.get("phase") in TERMINAL:
             return out(st, EXIT_OK if st.get("ok") else EXIT_FAILED)
-        if end is not None and time.monotonic() > end:
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
             st["timed_out"] = True
             return out(st, EXIT_TIMEOUT)
-        time.sleep(0.25)
+        if st["live"]:
+            wait_unlocked(lock_path(work_dir, a.run_id), WAIT_SLICE_S if left is None
+                          else min(left, WAIT_SLICE_S))
+        else:       # not live, not final: a start between its mkdir and its run lock
+            time.sleep(0.05)
 
 
 def cmd_stop(a: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.errors import BenchError, HostError
+from bench.errors import BenchError, CommandFailed, HostError
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
 from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, scan_dir
@@ -121,6 +121,11 @@ def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
     return c.manifest
 
 
+NO_MANIFEST = 3
+PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
+               'install -d -m 700 "$3" && tar -czf "$4" -C "$1" "$2"')
+
+
 def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     """Copy <work_dir>/runs/<run_id>/ to <data_dir>/bundles/<host>/<run_id>/ and verify its
     manifest. An already collected bundle that verifies is kept ('present'). A bundle whose
@@ -135,15 +140,17 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
         except BundleError:
             shutil.rmtree(dest)
     src = f"{host.work_dir}/runs/{run_id}"
-    r = t.run(["test", "-f", f"{src}/manifest.json"], timeout=30, check=False)
-    if r.rc != 0:
+    remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
+    # one round trip: the bundle is final (manifest written), then archived in a directory only
+    # we can enter (the archive holds the bundle's private files)
+    r = t.run(["sh", "-c", PACK_SCRIPT, "bench-collect", f"{host.work_dir}/runs", run_id,
+               f"{host.work_dir}/collect", remote_tar], timeout=600, check=False)
+    if r.rc == NO_MANIFEST:
         raise HostError(host.name, f"{src}/manifest.json does not exist: the run has not "
                         "finished writing its bundle (or no such run)",
                         f"check `runner.py status {run_id}` on the host; collect again later")
-    remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
-    # the archive holds the bundle's private files: made in a directory only we can enter
-    t.run(["install", "-d", "-m", "700", f"{host.work_dir}/collect"], timeout=30)
-    t.run(["tar", "-czf", remote_tar, "-C", f"{host.work_dir}/runs", run_id], timeout=600)
+    if r.rc != 0:
+        raise CommandFailed(host.name, ["tar", "-czf", remote_tar], r.rc, r.stderr)
     with _local_disk(dest.parent):
         private_dir(dest.parent.parent)             # bundles/
         private_dir(dest.parent)                    # bundles/<host>/

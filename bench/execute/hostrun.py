@@ -149,19 +149,30 @@ def runner_status(t: Transport, host: Host, run_id: str) -> dict | None:
     return st
 
 
+START_SCRIPT = 'mkdir -p "$1" && printf "%s" "$3" > "$2" && shift 3 && exec "$@"'
+MAX_INLINE_SPEC = 64 << 10      # one argument of the start command (Linux: 128 KiB at most)
+
+
 def start_run(t: Transport, host: Host, spec: dict) -> dict:
-    """Put spec.json and start the runner (which detaches). Returns its JSON answer."""
+    """Put spec.json and start the runner (which detaches), in one round trip: the spec goes
+    as an argument of the command into <work_dir>/specs/<run_id>.json (an unusually large
+    one by SFTP first), then `runner.py start` reads it there. Returns its JSON answer."""
     rid = spec["run_id"]
     remote = f"{host.work_dir}/specs/{rid}.json"
-    t.run(["mkdir", "-p", f"{host.work_dir}/specs"], timeout=30)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        fh.write(json.dumps(spec, indent=1, sort_keys=True))
-        local = fh.name
-    try:
-        t.put(Path(local), remote)
-    finally:
-        os.unlink(local)
-    r = t.run(runner_argv(host, "start", "--spec", remote), timeout=120, check=False)
+    text = json.dumps(spec, indent=1, sort_keys=True)
+    if len(text.encode()) > MAX_INLINE_SPEC:
+        t.run(["mkdir", "-p", f"{host.work_dir}/specs"], timeout=30)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            fh.write(text)
+        try:
+            t.put(Path(fh.name), remote)
+        finally:
+            os.unlink(fh.name)
+        argv = runner_argv(host, "start", "--spec", remote)
+    else:
+        argv = ["sh", "-c", START_SCRIPT, "bench-start", f"{host.work_dir}/specs", remote, text,
+                *runner_argv(host, "start", "--spec", remote)]
+    r = t.run(argv, timeout=120, check=False)
     res = last_json(r.stdout)
     if res is None:
         raise CommandFailed(host.name, ["runner.py", "start"], r.rc, r.stderr or r.stdout)

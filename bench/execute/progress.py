@@ -115,9 +115,9 @@ def _read_journal(journal: list[JournalRow], by_ref: dict[int, RunRow]) -> _Seen
     return seen
 
 
-def _host(h: str, runs: list[RunRow], rec: dict, seen: _Seen, run_s: float, reboot_s: float,
+def _host(h: str, mine: list[RunRow], rec: dict, seen: _Seen, run_s: float, reboot_s: float,
           now: float) -> HostProgress:
-    mine = [r for r in runs if r.host == h]
+    """One host's line, from its own runs (`mine`)."""
     active = [r for r in mine if r.state not in TERMINAL + ("planned", "failed", "pending")]
     cur = active[0] if active else None
     left = [r for r in mine if r.state not in TERMINAL + ("failed",)]
@@ -154,7 +154,10 @@ def fold(campaign: CampaignRow, runs: list[RunRow], journal: list[JournalRow],
     reboot_s = (sum(seen.reboots) / len(seen.reboots) if seen.reboots
                 else float(est.get("reboot_seconds") or 600))
     names = rec.get("hosts") or sorted({r.host for r in runs})
-    hosts = [_host(h, runs, rec, seen, run_s, reboot_s, now) for h in names]
+    by_host: dict[str, list[RunRow]] = {}
+    for r in runs:          # once, not once per host: a tick stays linear in the runs
+        by_host.setdefault(r.host, []).append(r)
+    hosts = [_host(h, by_host.get(h, []), rec, seen, run_s, reboot_s, now) for h in names]
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.state] = counts.get(r.state, 0) + 1

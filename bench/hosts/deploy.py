@@ -12,6 +12,7 @@ local hash and whose agents/ carries the local agents hash is skipped ("current"
 from __future__ import annotations
 
 import hashlib
+import secrets
 import io
 import tarfile
 import tempfile
@@ -102,6 +103,34 @@ def remote_agent(transport, work_dir: str) -> dict | None:
         return None
 
 
+CHECK_SCRIPT = ('"$1/native/bench-agent" version 2>/dev/null; echo "$2 $?"; '
+                'cat "$1/agents/$3" 2>/dev/null; echo "$2 $?"')
+
+
+def remote_state(transport, work_dir: str) -> tuple[dict | None, str | None]:
+    """(what the host's agent reports, the host agents' stamp), each None when absent or
+    broken: one round trip, both answers split by a random marker line."""
+    mark = f"bench-check-{secrets.token_hex(8)}"
+    try:
+        r = transport.run(["sh", "-c", CHECK_SCRIPT, "bench-deploy", work_dir, mark,
+                           AGENTS_STAMP], timeout=30, check=False)
+    except CommandFailed:
+        return None, None
+    parts = r.stdout.split(mark)
+    if r.rc != 0 or len(parts) != 3:
+        return None, None
+    agent_out, agent_rc = parts[0], parts[1].split("\n", 1)
+    stamp_rc = parts[2].strip()
+    agent = None
+    if agent_rc[0].strip() == "0":
+        try:
+            agent = parse_agent(agent_out)
+        except FormatError:
+            agent = None
+    stamp = agent_rc[1].strip() if len(agent_rc) > 1 and stamp_rc == "0" else None
+    return agent, stamp or None
+
+
 def deploy(transport, host, repo: Path = REPO, force: bool = False,
            build_timeout: float = 900.0) -> dict:
     """Ship, build and verify on one host. Returns {host, status: current|deployed, ...};
@@ -109,9 +138,7 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
     local_hash = source_hash(repo / "native")
     local_agents = agents_hash(repo / "agents")
     wd = host.work_dir
-    before = remote_agent(transport, wd)
-    stamp = transport.run(["cat", f"{wd}/agents/{AGENTS_STAMP}"], timeout=30, check=False)
-    remote_agents = stamp.stdout.strip() if stamp.rc == 0 else None
+    before, remote_agents = remote_state(transport, wd)
     out = {"host": host.name, "source_sha256": local_hash, "agents_sha256": local_agents,
            "before": before["source_sha256"] if before else None}
     agent_current = bool(before and before["source_sha256"] == local_hash)

@@ -270,8 +270,10 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     path = _sqlite_file(u)
     if path is not None:
         (_private_sqlite if create else _existing_sqlite)(path)
+    sqlite = u.get_backend_name() == "sqlite"
     try:
-        engine = create_engine(u, future=True)
+        engine = create_engine(u, future=True,
+                               **({"connect_args": {"timeout": SQLITE_BUSY_S}} if sqlite else {}))
     except (NoSuchModuleError, ImportError) as exc:
         hint = ("install the postgres extra: pip install 'bench[postgres]' (from a "
                 "checkout: pip install '.[postgres]')"
@@ -279,7 +281,26 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         raise StoreError(f"no driver for {u.drivername}: {exc}", hint=hint) from None
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas if create else _sqlite_reader_pragmas)
+        if create:
+            event.listen(engine, "connect", _own_transactions)
+            event.listen(engine, "begin", _begin_immediate)
     return engine
+
+
+# A writer's SQLite transactions take the write lock when they begin (BEGIN IMMEDIATE), and a
+# busy database is waited for up to SQLITE_BUSY_S: a transaction that reads and then writes
+# (a state transition, an ingest) would otherwise fail at once with `database is locked`
+# whenever another connection wrote in between (WAL cannot upgrade a stale read snapshot,
+# and no busy handler is run for it): a campaign of 64 hosts lost runs to it.
+SQLITE_BUSY_S = 60.0
+
+
+def _own_transactions(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None       # pysqlite begins nothing itself: _begin_immediate
+
+
+def _begin_immediate(conn) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

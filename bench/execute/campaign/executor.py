@@ -327,6 +327,7 @@ class Executor:
         with self.cv:
             self.busy.discard(w.name)
             self.cv.notify_all()
+        w.drain_ingests()
         if not w.quarantined and not self._stop.is_set():
             w.restore()
         w.session.close()
@@ -361,8 +362,9 @@ class Executor:
                     continue
                 a = resume_action(r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
                                   self.s.retries)
-                if a not in ("skip", "give-up"):
-                    acts.append((0 if a in ("reattach", "ingest") else 1, r.position, r.run_id))
+                if a not in ("skip", "give-up"):       # an ingest under way: last, waited for
+                    acts.append((2 if self.workers[host].ingesting(r.run_id) else
+                                 0 if a in ("reattach", "ingest") else 1, r.position, r.run_id))
             return min(acts)[2] if acts else None
 
     # quarantine and hand-over -------------------------------------------------------------

@@ -7,8 +7,10 @@ which the worker reaches through the `Coordinator` protocol."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -76,6 +78,9 @@ class Worker:
         self.rebooted = False
         self.quarantined: str | None = None
         self.ready: tuple | None = None     # (boot_id, plan sha256) once agent/plan/pool checked
+        self._ingests: dict[str, Future] = {}   # run id -> its ingest (ingest: off the path)
+        self._ingest_lock = threading.Lock()
+        self._ingest_pool: ThreadPoolExecutor | None = None
 
     # the host -----------------------------------------------------------------------------
     def probe_boot(self, t: Transport) -> tuple:
@@ -291,6 +296,43 @@ class Worker:
         return Path(self.ex.s.data_dir)
 
     def ingest(self, rid: str) -> None:
+        """Ingest off the host's critical path: the run stays `collected` (so a controller
+        killed meanwhile ingests it on resume) and is counted (validated/rejected) only when
+        its ingest ends, in the worker's ingest thread, while the host starts its next run.
+        A run whose ingest is already under way is waited for here instead, and what that
+        ingest raised is raised here, for this run (the executor picks such runs last:
+        `ingesting`)."""
+        with self._ingest_lock:
+            fut = self._ingests.pop(rid, None)
+            if fut is None:
+                for done in [r for r, f in self._ingests.items() if f.done()]:
+                    self._ingests.pop(done)
+                if self._ingest_pool is None:
+                    self._ingest_pool = ThreadPoolExecutor(1, f"ingest-{self.name}")
+                self._ingests[rid] = self._ingest_pool.submit(self.ingest_now, rid)
+                return
+        fut.result()
+
+    def ingesting(self, rid: str) -> bool:
+        """True while rid's ingest is queued or running (or ended, not yet waited for)."""
+        with self._ingest_lock:
+            return rid in self._ingests
+
+    def drain_ingests(self) -> None:
+        """Wait for the ingests still queued or running (the worker's end)."""
+        if self._ingest_pool is not None:
+            self._ingest_pool.shutdown(wait=True)
+            self._ingest_pool = None
+        with self._ingest_lock:
+            left, self._ingests = self._ingests, {}
+        for rid, fut in left.items():   # a stopped or quarantined worker: resume ingests it
+            exc = fut.exception()
+            if exc is not None:
+                self.ex.journal("warning", f"{self.name}: {rid}: ingest failed ("
+                                f"{exc.message if isinstance(exc, BenchError) else exc!r}); "
+                                "the run stays collected, `bench resume` ingests it")
+
+    def ingest_now(self, rid: str) -> None:
         b = bundle_path(self.data_dir, self.name, rid)
         if not b.is_dir():
             raise HostError(self.name, f"{rid}: collected but {b} is missing; collecting again")
