@@ -61,12 +61,14 @@ reclaim = "classic"
 """
 
 
-# on the guest: SIGSTOP the agent the runner recorded in its active record (argv[1])
-STOP_AGENT = ("import json, os, signal, sys\n"
-              "d = json.load(open(sys.argv[1]))\n"
-              "p = [x['pid'] for x in d['pids'] if x['role'] == 'agent']\n"
-              "os.kill(p[0], signal.SIGSTOP)\n"
-              "print(p[0])\n")
+# on the guest: SIGSTOP the runner of a run and every child it recorded (the agent), from its
+# active record (argv[1]); exit 1 while the record is not there yet
+STOP_RUN = ("import json, os, signal, sys\n"
+            "d = json.load(open(sys.argv[1]))\n"
+            "pids = [d['runner_pid']] + [x['pid'] for x in d['pids']]\n"
+            "for p in pids:\n"
+            "    os.kill(p, signal.SIGSTOP)\n"
+            "print(' '.join(map(str, pids)))\n")
 
 
 def _rows(db, cid):
@@ -87,6 +89,17 @@ def _running(db, cid, host):
         return None
 
 
+def _waited(db, cid, r):
+    """Whether the campaign heard the run's live status (its first wait chunk ended)."""
+    from bench.store.campaigns import journal_rows
+    from bench.store.db import open_store
+    store = open_store(db)
+    try:
+        return any(j.run_ref == r.ref for j in journal_rows(store, cid, kinds=("live",)))
+    finally:
+        store.close()
+
+
 def _qemu_pid(name):
     from bench.lab import vm as lab_vm
     g = lab_vm._load_state()["guests"][name]
@@ -94,11 +107,10 @@ def _qemu_pid(name):
 
 
 def _freeze(db, cid, stopped, log, deadline):
-    """lab-a: SIGSTOP its qemu once its first run is running."""
+    """lab-a: SIGSTOP its qemu once the controller waits for its first run."""
     while time.monotonic() < deadline:
         r = _running(db, cid, "lab-a")
-        if r is not None:
-            time.sleep(3)       # well inside the run
+        if r is not None and _waited(db, cid, r):      # the runner started, its wait began
             pid = _qemu_pid("lab-a")
             assert pid, "lab-a's qemu is not running"
             os.kill(pid, signal.SIGSTOP)
@@ -109,22 +121,25 @@ def _freeze(db, cid, stopped, log, deadline):
 
 
 def _wedge(db, cid, host_entry, connect, log, deadline):
-    """lab-b: SIGSTOP the agent the runner recorded for its first run, inside the guest."""
-    while time.monotonic() < deadline:
+    """lab-b: SIGSTOP the runner (and the agent once recorded) of its first run, inside the
+    guest, over one SSH connection kept open."""
+    r = None
+    while r is None and time.monotonic() < deadline:
         r = _running(db, cid, "lab-b")
-        if r is None:
-            time.sleep(1)
-            continue
-        active = f"{host_entry.work_dir}/active/{r.run_id}.json"
-        t = connect(host_entry)
-        try:
-            res = t.run(["python3", "-c", STOP_AGENT, active], timeout=60, check=False)
-        finally:
-            t.close()
-        if res.rc == 0 and res.stdout.strip():
-            log.append(("wedged", "lab-b", r.run_id, res.stdout.strip(), time.time()))
-            return
-        time.sleep(1)
+        time.sleep(0.5)
+    if r is None:
+        return
+    active = f"{host_entry.work_dir}/active/{r.run_id}.json"
+    t = connect(host_entry)
+    try:
+        while time.monotonic() < deadline:
+            res = t.run(["python3", "-c", STOP_RUN, active], timeout=60, check=False)
+            if res.rc == 0 and res.stdout.strip():
+                log.append(("wedged", "lab-b", r.run_id, res.stdout.strip(), time.time()))
+                return
+            time.sleep(0.5)
+    finally:
+        t.close()
 
 
 @pytest.fixture(scope="module")

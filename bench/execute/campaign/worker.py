@@ -157,7 +157,8 @@ class Worker:
         """A step outside the wait (deploy, start, collect) lost the host: is it gone? Back in
         time: return (the step counts as a failed attempt); gone: the recovery ladder
         (bench.execute.campaign.ladder) power-cycles it where the inventory allows, and a
-        recovered host also returns (the retry starts, or collects, again); else the run is
+        recovered host raises the step's error with the ladder's steps (a failed attempt: the
+        retry starts, or collects, again); else the run is
         parked `pending` (its spec kept when it has one, so `bench resume` re-attaches) and
         Quarantined raised, instead of every later run of the host burning its retries on a
         dead host."""
@@ -166,8 +167,12 @@ class Worker:
                                                self.probe_boot)
         except Quarantined as q:
             res = self.climb(rid, q, wedge_ok=False)
-            if res.ok or res.symptom != "unreachable":
-                return      # recovered, or back by now: the caller counts the failed attempt
+            if res.ok:      # the caller counts the failed attempt, with the ladder's steps
+                said = exc.message.removeprefix(f"{self.name}: ")
+                raise HostError(self.name, f"{said}; host recovered by the ladder: "
+                                f"{res.summary}") from exc
+            if res.symptom != "unreachable":
+                return      # back by now: the caller counts the failed attempt
             started = bool(self.ex.rows[rid].spec)
             why = f"{q.message}; recovery ladder: {res.summary}"
             self.ex.set_state(rid, "pending", f"host quarantined: {why}; `bench resume` "
