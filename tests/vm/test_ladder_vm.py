@@ -36,6 +36,7 @@ repetitions = 1
 [workload]
 trace = "tiny"
 batch = 1
+passes = 3            # runs long enough to be caught while the controller waits for them
 
 [order]
 randomize = false
@@ -89,35 +90,37 @@ def _running(db, cid, host):
         return None
 
 
-def _waited(db, cid, r):
-    """Whether the campaign heard the run's live status (its first wait chunk ended)."""
-    from bench.store.campaigns import journal_rows
-    from bench.store.db import open_store
-    store = open_store(db)
-    try:
-        return any(j.run_ref == r.ref for j in journal_rows(store, cid, kinds=("live",)))
-    finally:
-        store.close()
-
-
 def _qemu_pid(name):
     from bench.lab import vm as lab_vm
     g = lab_vm._load_state()["guests"][name]
     return g["pid"] if lab_vm._is_our_qemu(g["pid"], g["overlay"]) else None
 
 
-def _freeze(db, cid, stopped, log, deadline):
-    """lab-a: SIGSTOP its qemu once the controller waits for its first run."""
-    while time.monotonic() < deadline:
+def _freeze(db, cid, host_entry, connect, stopped, log, deadline):
+    """lab-a: SIGSTOP its qemu once the controller waits for its first run (its `runner.py
+    wait` is on the guest), seen over one SSH connection kept open."""
+    r = None
+    while r is None and time.monotonic() < deadline:
         r = _running(db, cid, "lab-a")
-        if r is not None and _waited(db, cid, r):      # the runner started, its wait began
-            pid = _qemu_pid("lab-a")
-            assert pid, "lab-a's qemu is not running"
-            os.kill(pid, signal.SIGSTOP)
-            stopped.append(pid)
-            log.append(("frozen", "lab-a", r.run_id, pid, time.time()))
-            return
-        time.sleep(1)
+        time.sleep(0.5)
+    if r is None:
+        return
+    t = connect(host_entry)
+    seen = False
+    try:
+        while not seen and time.monotonic() < deadline:
+            seen = t.run(["pgrep", "-f", f"runner.py wait {r.run_id}"], timeout=60,
+                         check=False).rc == 0
+            time.sleep(0 if seen else 0.5)
+    finally:
+        t.close()
+    if not seen:
+        return
+    pid = _qemu_pid("lab-a")
+    assert pid, "lab-a's qemu is not running"
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    log.append(("frozen", "lab-a", r.run_id, pid, time.time()))
 
 
 def _wedge(db, cid, host_entry, connect, log, deadline):
@@ -152,8 +155,8 @@ def campaign(lab, lab_hosts, connect, tmp_path_factory):
     stopped: list[int] = []
     log: list[tuple] = []
     deadline = time.monotonic() + 900
-    injectors = [threading.Thread(target=_freeze, args=(db, cid, stopped, log, deadline),
-                                  daemon=True),
+    injectors = [threading.Thread(target=_freeze, args=(db, cid, lab_hosts["lab-a"], connect,
+                                                        stopped, log, deadline), daemon=True),
                  threading.Thread(target=_wedge, args=(db, cid, lab_hosts["lab-b"], connect,
                                                        log, deadline), daemon=True)]
     for t in injectors:
