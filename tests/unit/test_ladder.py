@@ -137,3 +137,16 @@ def test_power_cycle_runner_bounds_time_and_output():
                                "import sys; sys.stdout.write('x' * 5_000_000 + 'END')"],
                               tail=100)
     assert rc == 0 and len(out) == 100 and out.endswith("END")
+
+
+@pytest.mark.parametrize("mask,default,want", [
+    (0x0007, 0x0007, True), (0x0000, 0x0007, False), (None, 0x0007, False),
+    (0x0007, None, None), (0x0000, 0x0000, True),
+])
+def test_mglru_default_check(mask, default, want):
+    from bench.execute.campaign.ladder import mglru_default
+    from bench.hosts.bootplan import Observation
+    after = Observation("b", "root=/dev/vda", 1 << 30, mask)
+    c = mglru_default(after, default)
+    assert (None if c is None else c.ok) is want
+    assert mglru_default(None, default) is None

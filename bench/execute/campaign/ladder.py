@@ -14,7 +14,8 @@ outlived the campaign's run timeout. The ladder then climbs, one rung at a time:
    `[reboot] power_cycle` argv run on the controller (a BMC: `ipmitool ... chassis power
    cycle`; the x86 vm lab's own qemu restart), time- and output-bounded, then the new boot
    proven by the same gate as every reboot (boot_id changed, /proc/cmdline without mem= or
-   bench.lru_gen=, MemTotal back to full, bench.hosts.bootplan.evaluate_gate).
+   bench.lru_gen=, MemTotal back to full, bench.hosts.bootplan.evaluate_gate, and the MGLRU
+   mask of the host's default boot when one was seen).
 4. `quarantine`: nothing worked, or the inventory allows neither rung (reboot.allowed false,
    no method, no power_cycle): as before the ladder existed.
 
@@ -37,7 +38,7 @@ from datetime import datetime, timezone
 
 from bench.errors import BenchError, HostError
 from bench.execute.hostrun import HostSession, runner_status
-from bench.hosts.bootplan import Observation, evaluate_gate
+from bench.hosts.bootplan import Check, Observation, evaluate_gate
 from bench.hosts.inventory import Host
 from bench.hosts.reboot import observe, read_boot_id, restore_host
 from bench.hosts.transport import quote_argv
@@ -138,6 +139,16 @@ class StallWatch:
         return self.stalled(st, now) > self.limit_s
 
 
+def mglru_default(after: Observation | None, default: int | None) -> Check | None:
+    """The MGLRU mask of a recovered boot against the host's default boot (None: no default
+    boot seen, nothing to check)."""
+    if after is None or default is None:
+        return None
+    seen = "absent" if after.lru_mask is None else f"{after.lru_mask:#06x}"
+    return Check("MGLRU as in the default boot", after.lru_mask == default,
+                 f"mask {seen}, default boot {default:#06x}")
+
+
 def summary(steps: Sequence[Step], limit: int = 1500) -> str:
     """The steps as one line for a run's reason (bounded)."""
     text = "; ".join(s.line() for s in steps)
@@ -193,13 +204,15 @@ class LadderResult:
 class Ladder:
     """One climb for one host's stuck run (module doc). `before` is the host's last proven
     boot (the gate's reference); `full_memtotal` its MemTotal without mem= when known;
-    `on_step` hears each Step as it ends."""
+    `default_lru` the MGLRU mask of its default boot when seen; `on_step` hears each Step as
+    it ends."""
 
     def __init__(self, host: Host, session: HostSession, run_id: str,
                  before: Observation | None, full_memtotal: int | None = None,
-                 on_step: Callable[[Step], None] | None = None, poll_s: float = 2.0):
+                 on_step: Callable[[Step], None] | None = None, poll_s: float = 2.0,
+                 default_lru: int | None = None):
         self.host, self.session, self.rid = host, session, run_id
-        self.before, self.full = before, full_memtotal
+        self.before, self.full, self.default_lru = before, full_memtotal, default_lru
         self.on_step = on_step or (lambda s: None)
         self.poll_s = poll_s
         self.steps: list[Step] = []
@@ -258,11 +271,14 @@ class Ladder:
 
     def ssh_reboot(self) -> tuple[bool, str]:
         res = restore_host(self.session.transport, self.host, None)
-        self.after = res.after if res.ok else None
-        return res.ok, (f"{res.method} into the default command line: {res.verdict} "
-                        f"({res.reason})" + ("; power-cycled by the reboot"
-                                              if res.power_cycled else "")
-                        + (f"; boot_id {res.after.boot_id}" if res.after else ""))
+        lru = mglru_default(res.after, self.default_lru)
+        ok = res.ok and (lru is None or lru.ok)
+        self.after = res.after if ok else None
+        return ok, (f"{res.method} into the default command line: {res.verdict} "
+                    f"({res.reason})" + ("; power-cycled by the reboot" if res.power_cycled
+                                         else "")
+                    + (f"; boot_id {res.after.boot_id}" if res.after else "")
+                    + (f"; {'ok' if lru.ok else 'FAIL'} {lru.name}: {lru.detail}" if lru else ""))
 
     def power_cycle(self) -> tuple[bool, str]:
         argv = list(self.host.reboot.power_cycle or ())
@@ -298,10 +314,14 @@ class Ladder:
                           "prove it against"
         gate = evaluate_gate(self.before, after, None, None, arch=after.arch or None,
                              full_memtotal=self.full)
-        self.after = after if gate.ok else None
-        checks = ", ".join(f"{'ok' if c.ok else 'FAIL'} {c.name}" for c in gate.checks)
-        return gate.ok, f"{said}; boot_id {after.boot_id}; gate: {checks}" + (
-            "" if gate.ok else f" ({gate.reason})")
+        lru = mglru_default(after, self.default_lru)
+        every = list(gate.checks) + ([lru] if lru else [])
+        ok = all(c.ok for c in every)
+        self.after = after if ok else None
+        checks = ", ".join(f"{'ok' if c.ok else 'FAIL'} {c.name}" for c in every)
+        return ok, f"{said}; boot_id {after.boot_id}; gate: {checks}" + (
+            "" if ok else " (" + "; ".join(f"{c.name}: {c.detail}" for c in every
+                                           if not c.ok) + ")")
 
 
 def _now() -> str:

@@ -81,6 +81,7 @@ class Worker:
         self.ready: tuple | None = None     # (boot_id, plan sha256) once agent/plan/pool checked
         self.seen: Observation | None = None    # the last proven boot (the ladder's reference)
         self.full_memtotal: int | None = None   # MemTotal seen without mem=
+        self.default_lru: int | None = None     # MGLRU mask seen in a default boot
         self.stall: StallWatch | None = None    # the run being waited for (the ladder's clock)
 
     # the host -----------------------------------------------------------------------------
@@ -110,6 +111,8 @@ class Worker:
         self.current_boot = (parse_mem(mem) if mem else None, lru or None)
         if mem is None:
             self.full_memtotal = obs.memtotal
+        if mem is None and lru is None and obs.lru_mask is not None:
+            self.default_lru = obs.lru_mask
 
     # one run ------------------------------------------------------------------------------
     def do_run(self, rid: str) -> None:
@@ -226,8 +229,8 @@ class Worker:
                             {"host": self.name, "run_id": rid, "ladder": s.as_dict()})
         self.session.drop()
         self.ready = None
-        res = Ladder(self.host, self.session, rid, self.seen, self.full_memtotal,
-                     step).climb(wedge_ok)
+        res = Ladder(self.host, self.session, rid, self.seen, self.full_memtotal, step,
+                     default_lru=self.default_lru).climb(wedge_ok)
         if res.ok and res.after is not None:
             self.remember(res.after)
         return res
