@@ -3,7 +3,8 @@
 A run is stuck on its host when the host stayed unreachable longer than its patience (the
 session's reconnect timeout, by default the inventory's reboot.up_timeout), when the runner's
 status stopped advancing for as long (the agent or the runner hung: `Wedged`), or when the run
-outlived the campaign's run timeout. The ladder then climbs, one rung at a time:
+outlived the campaign's run timeout. The stall clock runs only on hosts the ladder may reboot
+or power-cycle, and never shorter than STALL_FLOOR_S. The ladder then climbs, one rung at a time:
 
 1. look: does SSH answer, and does the runner still hold the run live? (`diagnose`) A run
    that ended meanwhile is not stuck: the ordinary paths take it again.
@@ -49,6 +50,7 @@ REBOOT_METHODS = ("kexec", "grub-reboot", "command")
 OUTPUT_TAIL = 2000          # bytes of a power-cycle command's output kept
 DETAIL_MAX = 300            # characters of one step's detail
 POWER_CYCLE_TIMEOUT_S = 120.0
+STALL_FLOOR_S = 60.0        # a run's status may stand still this long, whatever the patience
 
 
 class Wedged(HostError):

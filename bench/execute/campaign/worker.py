@@ -14,7 +14,8 @@ from typing import Protocol, TypeVar
 
 from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
-from bench.execute.campaign.ladder import Ladder, LadderResult, StallWatch, Step, Wedged
+from bench.execute.campaign.ladder import (STALL_FLOOR_S, Ladder, LadderResult, StallWatch,
+                                           Step, Wedged, permits)
 from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
 from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
@@ -191,8 +192,12 @@ class Worker:
         advancing for as long, or past the run timeout) goes up the recovery ladder. True:
         collected. False: the host was recovered and the run stored failed with the ladder's
         steps. Raises Quarantined (with the steps) when the ladder fails, and the original
-        error when the run turns out not to be stuck (the ordinary paths decide)."""
-        self.stall = StallWatch(max(self.session.limit, 3 * self.ex.s.chunk_s))
+        error when the run turns out not to be stuck (the ordinary paths decide). The stall
+        clock runs only for a host the ladder may reboot or power-cycle (elsewhere a slow run
+        is waited for up to the run timeout, as before the ladder)."""
+        p = permits(self.host)
+        self.stall = (StallWatch(max(self.session.limit, 3 * self.ex.s.chunk_s, STALL_FLOOR_S))
+                      if p.reboot or p.power_cycle else None)
         try:
             self.wait_collect(rid)
             return True
