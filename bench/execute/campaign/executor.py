@@ -26,6 +26,10 @@ the action it names; the store refuses an illegal move.
   reboot. The host's worker stops; its not-yet-started runs placed `one` are handed to another
   eligible live host (as that host's cell); the others become `pending` with the reason. A run
   in flight there becomes `pending` with its spec kept: `bench resume` re-attaches to it.
+- Before quarantine, the recovery ladder (bench.execute.campaign.ladder): a run stuck on its
+  host (gone past its patience, wedged, past the run timeout) gets an SSH reboot and/or a power
+  cycle where the inventory allows them; a recovered host goes on, the run is `failed` with
+  the ladder's steps (`interrupted`).
 - At the end, every host this campaign rebooted is restored to its default boot.
 
 Resume (bench.execute.campaign.record.resume_action): finished runs are skipped; collected or
@@ -225,6 +229,23 @@ class Executor:
             self.set_state(rid, "failed", f"not retried (its input is refused): {exc.message}",
                            {"attempt": n, "final": True, "deterministic": True,
                             "error": type(exc).__name__})
+        except IllegalTransition as refused:
+            self._overruled(host, rid, refused)
+
+    def interrupted(self, rid: str, message: str, steps: list[dict]) -> None:
+        """A run its host's recovery ladder interrupted (bench.execute.campaign.ladder): the
+        host was rebooted or power-cycled under it, so the run fails with the ladder's steps
+        in its reason and is not retried in this session (its run id is spent on that host:
+        the runner never runs an id twice); the host goes on with its other runs."""
+        host = self.rows[rid].host
+        self.workers[host].ready = None
+        n = self.attempts.get(rid, 0) + 1
+        self.attempts[rid] = max(n, self.s.retries + 1)
+        try:
+            self.set_state(rid, "failed", f"attempt {n}/{1 + self.s.retries}, not retried: "
+                           f"interrupted by the recovery ladder: {message}",
+                           {"attempt": n, "final": True, "interrupted": True, "ladder": steps,
+                            "error": "Interrupted"})
         except IllegalTransition as refused:
             self._overruled(host, rid, refused)
 

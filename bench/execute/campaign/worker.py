@@ -17,6 +17,8 @@ from typing import Protocol, TypeVar
 
 from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
+from bench.execute.campaign.ladder import (STALL_FLOOR_S, Ladder, LadderResult, StallWatch,
+                                           Step, Wedged, permits)
 from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
 from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
@@ -27,7 +29,8 @@ from bench.hosts.deploy import deploy
 from bench.hosts.inventory import Host
 from bench.hosts.lock import HostLock, HostLocked, release_quietly, take_for
 from bench.hosts.procfs import cmdline_param, parse_cmdline
-from bench.hosts.reboot import reboot_host, restore_host
+from bench.hosts.bootplan import Observation
+from bench.hosts.reboot import observe, reboot_host, restore_host
 from bench.hosts.transport import Transport
 from bench.matrix.cells import parse_cell
 from bench.matrix.runspec import RunOptions
@@ -65,6 +68,8 @@ class Coordinator(Protocol):
 
     def boot_of(self, rid: str) -> dict: ...
 
+    def interrupted(self, rid: str, message: str, steps: list[dict]) -> None: ...
+
 
 class Worker:
     def __init__(self, ex: Coordinator, host: Host,
@@ -81,6 +86,10 @@ class Worker:
         self._ingests: dict[str, Future] = {}   # run id -> its ingest (ingest: off the path)
         self._ingest_lock = threading.Lock()
         self._ingest_pool: ThreadPoolExecutor | None = None
+        self.seen: Observation | None = None    # the last proven boot (the ladder's reference)
+        self.full_memtotal: int | None = None   # MemTotal seen without mem=
+        self.default_lru: int | None = None     # MGLRU mask seen in a default boot
+        self.stall: StallWatch | None = None    # the run being waited for (the ladder's clock)
 
     # the host -----------------------------------------------------------------------------
     def probe_boot(self, t: Transport) -> tuple:
@@ -99,7 +108,18 @@ class Worker:
     def start(self) -> None:
         """Learn the current boot; a host that is down (or rebooting) gets the same patience
         as one lost mid-run (Quarantined when it stays away)."""
-        self.current_boot = self.patiently("at the start of its worker", self.probe_boot)
+        self.remember(self.patiently("at the start of its worker", observe))
+
+    def remember(self, obs: Observation) -> None:
+        """A boot seen (at the start, proven by a reboot or by the recovery ladder)."""
+        self.seen = obs
+        mem = cmdline_param(obs.args, "mem")
+        lru = cmdline_param(obs.args, "bench.lru_gen")
+        self.current_boot = (parse_mem(mem) if mem else None, lru or None)
+        if mem is None:
+            self.full_memtotal = obs.memtotal
+        if mem is None and lru is None and obs.lru_mask is not None:
+            self.default_lru = obs.lru_mask
 
     # one run ------------------------------------------------------------------------------
     def do_run(self, rid: str) -> None:
@@ -117,8 +137,8 @@ class Worker:
                 self.deploy_and_start(rid, None)
             else:
                 self.reattach(rid, row)
-            self.wait_collect(rid)
-            self.ingest(rid)
+            if self.wait_or_recover(rid):
+                self.ingest(rid)
         except Quarantined as exc:
             if not self.ex.is_parked(rid):
                 self.ex.set_state(rid, "pending", f"host quarantined while running: "
@@ -145,20 +165,86 @@ class Worker:
 
     def lost(self, rid: str, exc: BenchError) -> None:
         """A step outside the wait (deploy, start, collect) lost the host: is it gone? Back in
-        time: return (the step counts as a failed attempt); gone: the run is parked `pending`
-        (its spec kept when it has one, so `bench resume` re-attaches) and Quarantined raised,
-        instead of every later run of the host burning its retries on a dead host."""
+        time: return (the step counts as a failed attempt); gone: the recovery ladder
+        (bench.execute.campaign.ladder) power-cycles it where the inventory allows, and a
+        recovered host raises the step's error with the ladder's steps (a failed attempt: the
+        retry starts, or collects, again); else the run is
+        parked `pending` (its spec kept when it has one, so `bench resume` re-attaches) and
+        Quarantined raised, instead of every later run of the host burning its retries on a
+        dead host."""
         try:
             self.current_boot = self.patiently(f"after {rid} lost it ({exc.message})",
                                                self.probe_boot)
         except Quarantined as q:
+            res = self.climb(rid, q, wedge_ok=False)
+            if res.ok:      # the caller counts the failed attempt, with the ladder's steps
+                said = exc.message.removeprefix(f"{self.name}: ")
+                raise HostError(self.name, f"{said}; host recovered by the ladder: "
+                                f"{res.summary}") from exc
+            if res.symptom != "unreachable":
+                return      # back by now: the caller counts the failed attempt
             started = bool(self.ex.rows[rid].spec)
-            self.ex.set_state(rid, "pending", f"host quarantined: {q.message}; `bench resume` "
+            why = f"{q.message}; recovery ladder: {res.summary}"
+            self.ex.set_state(rid, "pending", f"host quarantined: {why}; `bench resume` "
                               + ("re-attaches" if started else "redoes it"), {"quarantine": True})
             self.ex.park(rid)
-            raise
+            raise Quarantined(self.name, why) from None
         except BenchError:
             return      # it answers, if badly: the caller counts the failed attempt
+
+    # the recovery ladder ------------------------------------------------------------------
+    def wait_or_recover(self, rid: str) -> bool:
+        """wait_collect; a run stuck on its host (gone past its patience, its status not
+        advancing for as long, or past the run timeout) goes up the recovery ladder. True:
+        collected. False: the host was recovered and the run stored failed with the ladder's
+        steps. Raises Quarantined (with the steps) when the ladder fails, and the original
+        error when the run turns out not to be stuck (the ordinary paths decide). The stall
+        clock runs only for a host the ladder may reboot or power-cycle (elsewhere a slow run
+        is waited for up to the run timeout, as before the ladder)."""
+        p = permits(self.host)
+        self.stall = (StallWatch(max(self.session.limit, 3 * self.ex.s.chunk_s, STALL_FLOOR_S))
+                      if p.reboot or p.power_cycle else None)
+        try:
+            self.wait_collect(rid)
+            return True
+        except (Quarantined, Wedged, CommandTimeout) as exc:
+            stuck: BenchError = exc
+        finally:
+            self.stall = None
+        res = self.climb(rid, stuck)
+        if res.symptom == "not-stuck":
+            raise stuck
+        if not res.ok:
+            raise Quarantined(self.name, f"{stuck.message}; recovery ladder: {res.summary}")
+        self.ex.interrupted(rid, f"{stuck.message}; host recovered by the ladder: "
+                            f"{res.summary}", [s.as_dict() for s in res.steps])
+        return False
+
+    def on_status(self, rid: str, st: dict) -> None:
+        """The runner's status after a wait chunk: the live view, and the stall clock."""
+        self.ex.live(rid, st)
+        if self.stall is not None and self.stall.wedged(st, time.monotonic()):
+            raise Wedged(self.name, f"{rid}: the runner's status has not advanced for "
+                         f"{self.stall.limit_s:.0f}s (phase {st.get('phase')}, progress "
+                         f"{st.get('progress')})")
+
+    def climb(self, rid: str, why: BenchError, wedge_ok: bool = True) -> LadderResult:
+        """One climb of the ladder for this host, each rung journaled as it ends; a recovered
+        host's boot is remembered (the next run reboots into its boot config if it needs
+        one) and everything checked in the old boot forgotten."""
+        self.ex.journal("warning", f"{self.name}: {rid} stuck ({why.message}); recovery ladder",
+                        {"host": self.name, "run_id": rid, "ladder": "start"})
+
+        def step(s: Step) -> None:
+            self.ex.journal("warning", f"{self.name}: recovery ladder: {s.line()}",
+                            {"host": self.name, "run_id": rid, "ladder": s.as_dict()})
+        self.session.drop()
+        self.ready = None
+        res = Ladder(self.host, self.session, rid, self.seen, self.full_memtotal, step,
+                     default_lru=self.default_lru).climb(wedge_ok)
+        if res.ok and res.after is not None:
+            self.remember(res.after)
+        return res
 
     def boot(self, rid: str) -> None:
         """Reboot into the run's boot config unless the host already runs it (proven by the
@@ -193,6 +279,7 @@ class Worker:
             raise Quarantined(self.name, f"proven reboot failed: {res.reason}")
         self.rebooted = True
         self.current_boot = want
+        self.seen = res.after
         boot_id = res.after.boot_id if res.after else None
         self.ex.set_state(rid, "boot_verified", f"booted {boot.get('label')} "
                           f"(boot_id {boot_id})", {"boot_id": boot_id})
@@ -274,7 +361,7 @@ class Worker:
         log: list[dict] = []
         self.session.events = log
         st = wait_run(self.session, rid, timeout_s=self.ex.s.run_timeout_s,
-                      chunk_s=self.ex.s.chunk_s, on_status=lambda st: self.ex.live(rid, st))
+                      chunk_s=self.ex.s.chunk_s, on_status=lambda st: self.on_status(rid, st))
         lost = [e for e in log if e["event"] == "lost"]
         if lost:        # one warning per outage, not one per reconnect attempt
             self.ex.journal("warning", f"{self.name}: {rid}: connection lost "
