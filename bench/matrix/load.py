@@ -68,6 +68,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator
 
+import annotated_types as at
 from pydantic import AfterValidator, Field, create_model
 from pydantic.fields import FieldInfo
 
@@ -83,6 +84,7 @@ from bench.matrix.schema import RELATIVE_CAPACITY as _REL
 from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
                                  Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
                                  Workload, bad, collect, doc, matches, parse_capacity)
+from bench.matrix.cells import Reclaim
 from bench.units import MB, format_size
 
 
@@ -267,6 +269,9 @@ class Scale(Table):
     estimate: EstimateOverride | None = doc("keys of [estimate] to override", None)
     order: OrderOverride | None = doc("keys of [order] to override", None)
     hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
+    reclaims: Annotated[list[Reclaim], at.MinLen(1)] | None = doc(
+        "replaces cells.reclaims (a scale for hosts whose kernel has no MGLRU runs the "
+        "classic variant; say why in the matrix)", None)
 
 
 def apply_scale(data: dict, scale: str, source: str) -> dict:
@@ -303,10 +308,12 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
         return mapping[b]
     out = copy.deepcopy({k: v for k, v in data.items() if k != "scale"})
     _scale_cells(out.get("cells"), scaled)
+    if sc.reclaims is not None and isinstance(out.get("cells"), dict):
+        out["cells"]["reclaims"] = list(sc.reclaims)
     if missing:
         raise MatrixFileError(missing)
     for k in Scale.model_fields:
-        if k == "capacities" or k not in raw:
+        if k in ("capacities", "reclaims") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.errors import InputError
 from bench.paths import PRIVATE_FILE, default_data_dir, private_dir, tighten, write_private
-from bench.plan.planfile import encode, plan_from_trace
+from bench.plan.planfile import Plan, encode, plan_from_trace
 from bench.plan.planinfo import PlanInfo
 from bench.trace.parse import parse_trace
 from bench.trace.synth import PRESETS, generate, preset
@@ -74,3 +74,21 @@ def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
     else:
         path = Path(trace).expanduser()
     return plan_from_trace_file(path, data_dir=data_dir)
+
+
+def write_hint_plan(hints: Plan, data_dir: Path) -> tuple[str, Path]:
+    """A hint plan written content-addressed beside the replay plans:
+    `<data_dir>/plans/<sha256>.hints.bin` (the name a run's spec gives it on the host);
+    (sha256, path)."""
+    data = encode(hints)
+    sha = hashlib.sha256(data).hexdigest()
+    path = hints_file(private_dir(Path(data_dir) / "plans"), sha)
+    if not path.exists():
+        write_private(path, data)
+    tighten(path, PRIVATE_FILE)
+    return sha, path
+
+
+def hints_file(plans_dir: Path, sha: str) -> Path:
+    """Where the controller keeps hint plan `sha` (next to the replay plan it was made for)."""
+    return Path(plans_dir) / f"{sha}.hints.bin"
