@@ -58,7 +58,8 @@ def test_command_tree_is_complete():
             "pool make": ["parents"],   # a missing parent is an error unless asked for
             # hosts checked before a campaign; the protocol of a matrix for one run
             "schedule": ["facts_file", "facts_max_age"],
-            "run": ["balloon_max", "cgroup_headroom"]}
+            "run": ["balloon_max", "cgroup_headroom",
+                    "hints"]}   # the hint plan a prefetch cell ships (oracle, pilot, a file)
 
 
 @pytest.mark.parametrize("path, cmd", ALL, ids=[" ".join(p) for p, _ in ALL])
