@@ -146,6 +146,19 @@ def fixture_plan():
     return plan_from_trace(parse_lines(lines, "fixture.jsonl"), meta={"source": "fixture"})
 
 
+def fixture_plan_sha256() -> str:
+    """Every generated run replays the fixture plan (one campaign, one plan: the prefetch
+    cells' dumped plan.bin hashes to the same plan_sha256 as the other cells')."""
+    global _PLAN_SHA
+    if _PLAN_SHA is None:
+        from bench.plan.planfile import encode
+        _PLAN_SHA = hashlib.sha256(encode(fixture_plan())).hexdigest()
+    return _PLAN_SHA
+
+
+_PLAN_SHA: str | None = None
+
+
 def _with_hint_plans(parts: dict, label: str, provenance: dict | None) -> None:
     """What the real producer and runner put in a prefetch run: the hint plan of the label
     (bench.matrix.hintplans), its provenance record in the spec, plan.bin and hints.bin dumped
@@ -156,7 +169,7 @@ def _with_hint_plans(parts: dict, label: str, provenance: dict | None) -> None:
     hints = make_hints(plan, label if label in BUILTIN else "pilot")
     pdata, hdata = encode(plan), encode(hints)
     spec = parts["spec.json"]
-    spec["plan_sha256"] = hashlib.sha256(pdata).hexdigest()
+    assert spec["plan_sha256"] == hashlib.sha256(pdata).hexdigest()
     spec["hints_sha256"] = hashlib.sha256(hdata).hexdigest()
     spec["hints_provenance"] = provenance or record(
         plan, hints, hints_sha256=spec["hints_sha256"], plan_sha256=spec["plan_sha256"],
@@ -192,7 +205,7 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
         "capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism, "reclaim": c.reclaim,
         "mode": c.mode, "prefetch": c.hints or "none", "delivery": c.delivery,
         "workload": {"trace": "prose.jsonl", "trace_sha256": "b" * 64, "batch": 1},
-        "plan": "plans/prose.bin", "plan_sha256": "c" * 64, "hints": hints,
+        "plan": "plans/prose.bin", "plan_sha256": fixture_plan_sha256(), "hints": hints,
         "hints_sha256": None if hints is None else "d" * 64,
         "hints_provenance": None,
         "pool": "/var/tmp/pool", "pool_bytes": POOL_BYTES,
