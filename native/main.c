@@ -24,7 +24,7 @@ static void usage(FILE *f)
 		"              [--prefetch advice|block --hints FILE] [--advice-window N]\n"
 		"              [--probe-cached]\n"
 		"              [--snapshot-dir DIR --snapshot-file PATH ...] [--out FILE]\n"
-		"              [--progress FILE]\n"
+		"              [--progress FILE] [--read-log FILE]\n"
 		"       bench-agent balloon (--bytes N | --leave-available N) [--ready-file PATH]\n"
 		"sizes take K/M/G suffixes (KiB/MiB/GiB)\n");
 }
@@ -48,6 +48,7 @@ static int cmd_replay(int argc, char **argv)
 		{ "probe-cached", no_argument, NULL, 'C' },
 		{ "advice-window", required_argument, NULL, 'w' },
 		{ "progress", required_argument, NULL, 'g' },
+		{ "read-log", required_argument, NULL, 'R' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -70,6 +71,7 @@ static int cmd_replay(int argc, char **argv)
 		case 'H': o.hints_path = optarg; break;
 		case 'd': o.snap_dir = optarg; break;
 		case 'g': o.progress_path = optarg; break;
+		case 'R': o.read_log_path = optarg; break;
 		case 'm': mode = optarg; break;
 		case 'c': nocache = optarg; break;
 		case 'P': prefetch = optarg; break;

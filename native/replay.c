@@ -4,6 +4,7 @@
 #include "progress.h"
 #include "plan.h"
 #include "pool.h"
+#include "readlog.h"
 #include "util.h"
 
 #include <errno.h>
@@ -46,7 +47,8 @@ struct crew {
 	pthread_cond_t go, done;
 	uint64_t gen;
 	int stop;
-	uint32_t layer, n;
+	uint32_t layer, n, pass;
+	int log_reads;                 /* --read-log: workers record each read's interval */
 	const uint32_t *reads;
 	atomic_uint next;
 	atomic_int abort;
@@ -64,6 +66,7 @@ struct worker {
 	struct crew *crew;
 	void *buf;
 	int started;
+	struct rl_buf log;
 };
 
 static void *worker_main(void *arg)
@@ -73,6 +76,7 @@ static void *worker_main(void *arg)
 	uint64_t seen = 0;
 	uint64_t eb = c->pool->expert_bytes;
 
+	w->log.tid = (int)gettid();
 	for (;;) {
 		struct acc a = { 0 };
 		struct io_stat st = { 0 };
@@ -107,6 +111,7 @@ static void *worker_main(void *arg)
 				a.arena_hits++;
 			} else {
 				int fd;
+				int64_t t0 = c->log_reads ? now_ns() : 0;
 
 				err = pool_get(c->pool, base + e, &fd);
 				if (err) {
@@ -116,6 +121,8 @@ static void *worker_main(void *arg)
 							     sizeof(reason));
 					pool_put(c->pool, fd);
 				}
+				if (c->log_reads && !err)
+					rl_add(&w->log, c->pass, c->layer, e, t0, now_ns());
 				if (err) {
 					bad = e;
 					atomic_store(&c->abort, 1);
@@ -471,6 +478,7 @@ static int setup(struct run *r)
 	r->crew.pool = &r->pool;
 	r->crew.arena = r->arena.n_loaded ? &r->arena : NULL;
 	r->crew.io = &r->io;
+	r->crew.log_reads = o->read_log_path != NULL;
 	r->have_crew = 1;
 	for (i = 0; i < o->threads; i++) {
 		struct worker *w = &r->workers[i];
@@ -505,6 +513,7 @@ static int run_pass(struct run *r, uint32_t pass)
 	int err = 0;
 
 	memset(r->recs, 0, sizeof(*r->recs) * p->n_iterations);
+	r->crew.pass = pass;
 	progress_set(&r->prog, pass, 0);
 	if (r->have_snap)
 		snap_take(&r->snap, 0);
@@ -595,6 +604,7 @@ static void teardown(struct run *r)
 			if (r->workers[i].started)
 				pthread_join(r->workers[i].th, NULL);
 			io_buf_free(&r->io, r->workers[i].buf);
+			rl_free(&r->workers[i].log);
 		}
 	}
 	free(r->workers);
@@ -613,6 +623,21 @@ static void teardown(struct run *r)
 		plan_free(&r->hints);
 	if (r->have_plan)
 		plan_free(&r->plan);
+}
+
+static int read_log_write(struct run *r)
+{
+	struct rl_buf *bufs = calloc(r->o->threads, sizeof(*bufs));
+	uint32_t i;
+	int err;
+
+	if (!bufs)
+		return -ENOMEM;
+	for (i = 0; i < r->o->threads; i++)
+		bufs[i] = r->workers[i].log;
+	err = rl_write(r->o->read_log_path, bufs, r->o->threads);
+	free(bufs);
+	return err;
 }
 
 int replay_main(const struct replay_opts *o, const char *usage_error)
@@ -659,6 +684,18 @@ int replay_main(const struct replay_opts *o, const char *usage_error)
 	}
 	ok = 1;
 	rc = BENCH_EXIT_OK;
+	if (o->read_log_path) {
+		int err;
+
+		/* every append happened before its worker's last `remaining` decrement, which
+		 * crew_run waited for under the crew's mutex */
+		err = read_log_write(r);
+		if (err) {
+			fail(r, "cannot write --read-log");
+			ok = 0;
+			rc = BENCH_EXIT_FAIL;
+		}
+	}
 out:
 	emit_summary(r, ok);
 	if (!ok)

@@ -13,6 +13,7 @@ enum replay_mode { MODE_PAGECACHE, MODE_PINNED, MODE_HYBRID, MODE_NOCACHE, MODE_
 struct replay_opts {
 	const char *pool_dir, *plan_path, *out_path, *freq_path, *hints_path, *snap_dir;
 	const char *progress_path;     /* --progress FILE: live pass/iteration (progress.h) */
+	const char *read_log_path;     /* --read-log FILE: every read's interval (readlog.h) */
 	const char *snap_files[SNAP_MAX_FILES];
 	int n_snap;
 	uint32_t threads, passes;

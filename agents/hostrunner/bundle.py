@@ -116,3 +116,25 @@ def write_manifest(bundle: str, run_id: str) -> None:
             files[rel] = {"bytes": os.path.getsize(p), "sha256": sha256_file(p)}
     write_json(os.path.join(bundle, "manifest.json"),
                {"run_id": run_id, "complete": True, "files": files})
+
+
+def dump_plans(bundle: str, cfg: dict[str, Any]) -> list[str]:
+    """A prefetch run's replay plan and hint plan, copied into the bundle as plan.bin and
+    hints.bin: the plans the agent read, so retention recomputes the hint plan's provenance
+    and recall from them (bench.judge.hintcheck) and the plan shipped with a run stays with its
+    numbers. Nothing for a run without hints. Returns the problems (a copy that failed)."""
+    notes: list[str] = []
+    if not cfg.get("hints"):
+        return notes
+    for src, name in ((cfg.get("plan"), "plan.bin"), (cfg.get("hints"), "hints.bin")):
+        try:
+            with open(str(src), "rb") as fin, \
+                    open_private(os.path.join(bundle, name), "wb") as fout:
+                while True:
+                    chunk = fin.read(1 << 20)
+                    if not chunk:
+                        break
+                    fout.write(chunk)
+        except OSError as e:
+            notes.append(f"{name}: {e.strerror}")
+    return notes

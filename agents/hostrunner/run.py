@@ -14,7 +14,7 @@ import traceback
 from typing import Any
 
 from . import RUNNER_VERSION
-from .bundle import runner_sha256, snapshot, write_manifest
+from .bundle import dump_plans, runner_sha256, snapshot, write_manifest
 from .capacity import (check_memboot, create_cgroup, launch_balloon, limit_cgroup,
                        release_balloon, wait_balloon_ready)
 from .cleanup import Active, cleanup_leftovers, remove_cgroup
@@ -425,6 +425,8 @@ class Run:
             traceback.print_exc()
             if ok:
                 ok, reason = False, f"teardown failed: {type(e).__name__}: {e}"
+        for note in dump_plans(self.bundle, self.cfg):
+            print(f"runner: dumping the plans: {note}", file=sys.stderr)
         try:
             write_json(self.path("runner.json"), self.runner)
         except OSError:

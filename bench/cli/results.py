@@ -166,8 +166,15 @@ def results(cell: Annotated[Optional[str], typer.Option(
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
                              hint="filter with --host, --campaign or --workload instead")
         store = _store(db)
-        m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload,
-                           include_demo=include_demo)
+        if matrix == "prefetch":       # recall, delivery counters, speed-up with n
+            from bench.results import prefetch_views
+            m = prefetch_views.prefetch_results(store, host=host, campaign=campaign,
+                                                workload=workload, include_demo=include_demo)
+            if not json_out:
+                views.print_table(prefetch_views.delivery_table(m))
+        else:
+            m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload,
+                               include_demo=include_demo)
         return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")

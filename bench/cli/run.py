@@ -90,6 +90,11 @@ def run(cell: Annotated[str, typer.Argument(
         reconnect_timeout: Annotated[Optional[float], typer.Option(
             "--reconnect-timeout", help="Longest a host may stay unreachable before it is "
             "quarantined (default: its reboot.up_timeout).")] = None,
+        hints: Annotated[Optional[str], typer.Option(
+            "--hints", help="prefetch cells: the hint plan shipped, oracle, pilot (the "
+            "previous-token predictor), previous-token, or a hint plan FILE (default: the "
+            "cell's label: oracle or pilot); its provenance and recall on this trace go in "
+            "the spec, and retention rejects a plan its label contradicts.")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         ) -> None:
     """Run one cell on each host in parallel, end to end; print the bundle's key figures
@@ -117,7 +122,13 @@ def run(cell: Annotated[str, typer.Argument(
     ddir = data_dir or default_data_dir()
     from bench.execute.single import host_run_ids
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
+    if hints is not None and c.hints is None:
+        raise InputError(f"--hints is given but cell {c.name} has no prefetch",
+                         hint="name a prefetch cell (...-pilot-advice) or drop --hints")
     plan, plan_path = plan_from_trace_file(trace, k=k, data_dir=ddir)
+    if c.hints is not None:
+        from bench.matrix.hintplans import prepare_hints
+        plan, _ = prepare_hints(plan, plan_path, c.hints, hints, ddir)
     results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
                         db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
                         reconnect_timeout_s=reconnect_timeout)

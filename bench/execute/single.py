@@ -31,7 +31,7 @@ from bench.errors import BenchError, HostError, InputError, SafetyError, error_d
 from bench.execute.collect import collect, figures, ingest
 from bench.execute.hostrun import (HostSession, Quarantined, now_iso, runner_status, start_run,
                                    wait_run)
-from bench.execute.staging import ensure_file, ensure_pool
+from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.deploy import REPO, deploy, source_hash
 from bench.hosts.facts import probe, run_parallel
 from bench.hosts.inventory import Host
@@ -158,6 +158,7 @@ def execute(host: Host, spec: dict, plan: PlanInfo, plan_path: Path, session: Ho
             mark("plan")
             res.plan = ensure_file(t, plan_path, f"{host.work_dir}/{plan.remote_path}",
                                    plan.sha256)
+            ensure_hints(t, host, plan, plan_path)
             mark("pool")
             res.pool = ensure_pool(t, host, plan.geometry)
             mark("start")

@@ -24,6 +24,8 @@ from bench.errors import CommandFailed, HostError, InputError
 from bench.execute.hostrun import last_json, runner_argv
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
+from bench.plan.planinfo import PlanInfo
+from bench.plan.prepared import hints_file
 
 if TYPE_CHECKING:
     # the checkout's agents/ is installed as bench.agents (pyproject's package-dir), a mapping
@@ -50,6 +52,21 @@ def ensure_file(t: Transport, local: Path, remote: str, sha: str) -> str:
         raise HostError(t.host, f"{remote}: the copy does not hash to {sha} (transfer damaged)")
     t.run(["mv", "-f", tmp, remote], timeout=30)
     return "sent"
+
+
+def ensure_hints(t: Transport, host: Host, plan: PlanInfo, plan_path: Path) -> str | None:
+    """Put the plan's hint plan (kept beside its replay plan on the controller,
+    bench.plan.prepared.hints_file) to `<work_dir>/plans/<sha256>.hints.bin`; None when the
+    plan has none."""
+    if not plan.hints_sha256 or not plan.hints_remote_path:
+        return None
+    local = hints_file(Path(plan_path).parent, plan.hints_sha256)
+    if not local.is_file():
+        raise InputError(f"{local}: the hint plan {plan.hints_sha256[:12]} is not on the "
+                         "controller", hint="make it again (bench run --hints, or resume the "
+                                            "campaign: it remakes its hint plans)")
+    return ensure_file(t, local, f"{host.work_dir}/{plan.hints_remote_path}",
+                       plan.hints_sha256)
 
 
 def ensure_pool(t: Transport, host: Host, geometry: tuple[int, int, int], seed: int = 0,

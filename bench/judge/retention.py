@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from bench.errors import InputError
 from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
+from bench.judge.hintcheck import check_hints
 from bench.judge.counters import device_bytes, find
 from bench.judge.measured import (delta, devices, engine_facts, fingerprint, fingerprint_diff,
                                   measured_records, mglru_state, snap)
@@ -351,22 +352,15 @@ def fingerprint_matches(b, ctx):
     return True, f"fingerprint {got['digest']} matches the campaign"
 
 
-@rule("hint_provenance", 1, kinds=("agent",))
+@rule("hint_provenance", 2, kinds=("agent",))
 def hint_provenance(b, ctx):
-    """Prefetch runs record their hint plan's provenance (oracle or predictor) and hash; a
-    recall figure must come from the run that produced this very hint plan."""
-    if b.spec.get("prefetch", "none") == "none":
-        return True, "no prefetch"
-    prov = b.spec.get("hints_provenance")
-    if not isinstance(prov, dict) or prov.get("kind") not in ("oracle", "predictor",
-                                                              "previous_token", "file"):
-        return False, f"hints_provenance {prov!r} does not say oracle or predictor"
-    if not b.spec.get("hints_sha256"):
-        return False, "hint plan hash not recorded"
-    if "recall" in prov and prov.get("hints_sha256") != b.spec["hints_sha256"]:
-        return False, "the recall figure comes from a different hint plan than the one replayed"
-    return True, f"{prov['kind']} hints {b.spec['hints_sha256'][:12]}" + (
-        f", recall {prov['recall']:.3f} from the same plan" if "recall" in prov else "")
+    """A prefetch run carries the one provenance record its producer wrote (source,
+    hint/plan/trace sha256, recall of that plan on that trace: bench.matrix.hintplans), the
+    record is about the plans replayed, the cell's label agrees with the plan (a pilot run
+    carrying the oracle's hints is rejected), and the plans the runner dumped into the bundle
+    hash to the spec and give the same record again (bench.judge.hintcheck). v2: v1 read a
+    "kind" no producer wrote and never checked a recall against a plan."""
+    return check_hints(b.spec, b.files)
 
 
 # impossible numbers and the contract ------------------------------------------------------------

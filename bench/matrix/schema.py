@@ -457,6 +457,11 @@ def _cell_name(text: str) -> str:
         raise bad(exc.message, hint=exc.hint) from None
 
 
+HintLabel = Annotated[str, matches(
+    re.compile(r"^[a-z0-9_]{1,32}$"), "is not a hint plan label",
+    "a label is 1-32 of a-z, 0-9 and _, as in a cell name (...-mypred-advice)")]
+
+
 class _WorkloadRun(Table):
     trace: str = doc("a synth preset (" + ", ".join(PRESET_POOLS) + ") or a path to a JSONL "
                      "trace", examples=["k3"])
@@ -469,6 +474,11 @@ class _WorkloadRun(Table):
         json_schema_extra={"minimum": 2})
     fixed_set_bytes: int | None = doc("bytes of the fixed (pinned) set, when the matrix has one",
                                       None)
+    hints: Annotated[dict[HintLabel, Annotated[str, AfterValidator(no_nul),
+                                               at.MaxLen(4096)]],
+                     at.MaxLen(64)] | None = doc(
+        "named hint plan files for prefetch cells: label -> a hint plan file (bench plan "
+        "--hints); oracle and pilot (the previous-token predictor) are built in", None)
 
 
 class Workload(_WorkloadRun):

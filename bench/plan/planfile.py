@@ -312,6 +312,8 @@ def hints_from_file(plan: Plan, hint_plan: Plan, source: str, run: str | None = 
     if not isinstance(prov, dict):
         raise FormatError(f"{source}: plan metadata key 'provenance': must be a JSON object")
     prov = dict(prov)
+    if prov.get("source") not in (None, "file"):     # what made it, kept (pitfall 8)
+        prov["origin"] = prov["source"]
     prov.update({"source": "file", "file": source})
     if run:
         prov["run"] = run

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.errors import InputError
 from bench.paths import PRIVATE_FILE, default_data_dir, private_dir, tighten, write_private
-from bench.plan.planfile import encode, plan_from_trace
+from bench.plan.planfile import Plan, encode, plan_from_trace
 from bench.plan.planinfo import PlanInfo
 from bench.plan.workload import check_trace_file, file_sha256, fixed_set, read_streams, streams
 from bench.trace.parse import Trace, parse_trace
@@ -67,3 +67,21 @@ def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
         trace = fixed_set(trace, size, int(workload["fixed_set_bytes"]))
         meta = dict(trace.meta)
     return _ship(trace, name, sha, data_dir, batch=s.batch, domain=s.domain, meta=meta)
+
+
+def write_hint_plan(hints: Plan, data_dir: Path) -> tuple[str, Path]:
+    """A hint plan written content-addressed beside the replay plans:
+    `<data_dir>/plans/<sha256>.hints.bin` (the name a run's spec gives it on the host);
+    (sha256, path)."""
+    data = encode(hints)
+    sha = hashlib.sha256(data).hexdigest()
+    path = hints_file(private_dir(Path(data_dir) / "plans"), sha)
+    if not path.exists():
+        write_private(path, data)
+    tighten(path, PRIVATE_FILE)
+    return sha, path
+
+
+def hints_file(plans_dir: Path, sha: str) -> Path:
+    """Where the controller keeps hint plan `sha` (next to the replay plan it was made for)."""
+    return Path(plans_dir) / f"{sha}.hints.bin"

@@ -132,6 +132,51 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     }
 
 
+def fixture_plan():
+    """A small replay plan from the canonical parser (2 layers x 8 experts, 12 iterations)."""
+    from bench.plan.planfile import plan_from_trace
+    from bench.trace.parse import parse_lines
+    rng = random.Random(5)
+    lines = [json.dumps({"model": "fixture", "k": 2, "experts_per_layer": 8, "layers": 2,
+                         "expert_bytes": 4096})]
+    for step in range(12):
+        for layer in range(2):
+            lines.append(json.dumps({"step": step, "layer": layer,
+                                     "experts": rng.sample(range(8), 2)}))
+    return plan_from_trace(parse_lines(lines, "fixture.jsonl"), meta={"source": "fixture"})
+
+
+def fixture_plan_sha256() -> str:
+    """Every generated run replays the fixture plan (one campaign, one plan: the prefetch
+    cells' dumped plan.bin hashes to the same plan_sha256 as the other cells')."""
+    global _PLAN_SHA
+    if _PLAN_SHA is None:
+        from bench.plan.planfile import encode
+        _PLAN_SHA = hashlib.sha256(encode(fixture_plan())).hexdigest()
+    return _PLAN_SHA
+
+
+_PLAN_SHA: str | None = None
+
+
+def _with_hint_plans(parts: dict, label: str, provenance: dict | None) -> None:
+    """What the real producer and runner put in a prefetch run: the hint plan of the label
+    (bench.matrix.hintplans), its provenance record in the spec, plan.bin and hints.bin dumped
+    into the bundle. `provenance` replaces the record (a test of a bad one)."""
+    from bench.matrix.hintplans import BUILTIN, make_hints, provenance as record
+    from bench.plan.planfile import encode
+    plan = fixture_plan()
+    hints = make_hints(plan, label if label in BUILTIN else "pilot")
+    pdata, hdata = encode(plan), encode(hints)
+    spec = parts["spec.json"]
+    assert spec["plan_sha256"] == hashlib.sha256(pdata).hexdigest()
+    spec["hints_sha256"] = hashlib.sha256(hdata).hexdigest()
+    spec["hints_provenance"] = provenance or record(
+        plan, hints, hints_sha256=spec["hints_sha256"], plan_sha256=spec["plan_sha256"],
+        trace_sha256=spec["workload"]["trace_sha256"])
+    parts["plan.bin"], parts["hints.bin"] = pdata, hdata
+
+
 def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: int = 0,
               repetition: int = 0, host: str = "fixture-a", speed: float = 1.0,
               seed: int = 0, prefetch_provenance: dict | None = None, **engine_kw) -> dict:
@@ -160,10 +205,9 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
         "capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism, "reclaim": c.reclaim,
         "mode": c.mode, "prefetch": c.hints or "none", "delivery": c.delivery,
         "workload": {"trace": "prose.jsonl", "trace_sha256": "b" * 64, "batch": 1},
-        "plan": "plans/prose.bin", "plan_sha256": "c" * 64, "hints": hints,
+        "plan": "plans/prose.bin", "plan_sha256": fixture_plan_sha256(), "hints": hints,
         "hints_sha256": None if hints is None else "d" * 64,
-        "hints_provenance": None if hints is None else (prefetch_provenance or {
-            "kind": "oracle" if c.hints == "oracle" else "predictor", "source": c.hints}),
+        "hints_provenance": None,
         "pool": "/var/tmp/pool", "pool_bytes": POOL_BYTES,
         "agent": {"path": "bench-agent", "source_sha256": AGENT_SHA, "threads": 2,
                   "passes": 2, "arena_bytes": arena, "nocache": None, "freq": None},
@@ -213,6 +257,8 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
         "kmsg.txt": "",
         "snapshots": snaps,
     }
+    if hints is not None:
+        _with_hint_plans(parts, c.hints, prefetch_provenance)
     if c.mechanism == "balloon":
         parts["balloon.json"] = {"pid": 4242, "alive_at_loop_entry": True, "alive_at_end": True,
                                  "exit_code": 0, "signal": None}

@@ -58,7 +58,8 @@ def test_command_tree_is_complete():
             "pool make": ["parents"],   # a missing parent is an error unless asked for
             # hosts checked before a campaign; the protocol of a matrix for one run
             "schedule": ["facts_file", "facts_max_age"],
-            "run": ["balloon_max", "cgroup_headroom"],
+            "run": ["balloon_max", "cgroup_headroom",
+                    "hints"],   # the hint plan a prefetch cell ships (oracle, pilot, a file)
             # Fig. 1 / Fig. 5 / §3 views; the synthetic traces' non-stationarity
             "sim": ["plot", "view"], "trace synth": ["burst", "drift", "order", "phase"],
             # a run in progress refuses them; --force names the run it kills

@@ -80,7 +80,9 @@ def test_hint_plans_have_the_replay_shape():
     assert pflat[0].experts == () and pflat[1].experts == (1, 2)  # pass 2 is layer 0 again
     assert pflat[5] .experts == (3, 4)  # before the fallback re-route of layer 1
     relabelled = hints_from_file(p, o, "pred.bin", run="run-17")
-    assert relabelled.meta["provenance"] == {"source": "file", "file": "pred.bin", "run": "run-17"}
+    # a file keeps what made it (origin): an oracle plan named as a file is still the oracle's
+    assert relabelled.meta["provenance"] == {"source": "file", "file": "pred.bin", "run": "run-17",
+                                             "origin": "oracle"}
     with pytest.raises(FormatError, match="not a hint plan"):
         hints_from_file(p, p, "x.bin")
 

@@ -255,7 +255,7 @@ def test_a_scale_table_is_validated_as_a_table():
         "scale.s.capacities.64G": "'lots' is not a capacity",
         "scale.s.workload.batch": "must be at least 1, got 0",
         "scale.s.workload.colour": "unknown key (allowed keys: trace, domain, batch, pool, "
-                                   "passes, fixed_set_bytes, layers, experts, expert_bytes, "
+                                   "passes, fixed_set_bytes, hints, layers, experts, expert_bytes, "
                                    "tokens)"}
     with pytest.raises(MatrixError, match=r"key 'scale\.s\.capacities\.0\.5mem'"):
         apply_scale(d, "s", "m.toml")

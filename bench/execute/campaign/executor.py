@@ -63,6 +63,7 @@ from bench.hosts.inventory import Host, load_inventory
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.matrix.cells import parse_cell
+from bench.matrix.hintplans import campaign_hint_plans
 from bench.matrix.runspec import RunOptions
 from bench.paths import default_data_dir
 from bench.plan.planinfo import PlanInfo
@@ -127,9 +128,16 @@ class Executor:
         self.busy: set[str] = set()
         self.plan: PlanInfo | None = None
         self.plan_path: Path | None = None
+        self.hint_plans: dict[str, PlanInfo] = {}    # hint label -> the plan with its hints
         self._stop = threading.Event()
 
     # what workers call ---------------------------------------------------------------------
+    def plan_for(self, cell: str) -> PlanInfo:
+        """The plan a run of `cell` ships: the workload's, with its label's hint plan."""
+        assert self.plan is not None
+        label = parse_cell(cell).hints
+        return self.plan if label is None else self.hint_plans[label]
+
     def set_state(self, rid: str, state: str, message: str = "", data: dict | None = None, *,
                   spec: dict | None = None) -> None:
         transition(self.store, rid, state, message, data, spec=spec)
@@ -282,6 +290,9 @@ class Executor:
             if not self.rec.get("engine"):     # engine runs ship no plan (docs/engine.md)
                 self.plan, self.plan_path = workload_plan(self.rec["workload"],
                                                           self.s.data_dir)
+                self.hint_plans = campaign_hint_plans(
+                    self.plan, self.plan_path, [r.cell for r in self.rows.values()],
+                    self.rec["workload"].get("hints"), self.s.data_dir)
             set_campaign_state(self.store, self.cid, "running", f"controller pid {me['pid']}")
             self.busy = set(self.workers)
             threads = [threading.Thread(target=self._work, args=(w,), name=f"host-{h}",

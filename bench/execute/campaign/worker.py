@@ -23,7 +23,7 @@ from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
 from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
 from bench.execute.single import preflight
-from bench.execute.staging import ensure_file, ensure_pool
+from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.bootplan import parse_mem
 from bench.hosts.deploy import deploy
 from bench.hosts.inventory import Host
@@ -50,6 +50,9 @@ class Coordinator(Protocol):
     attempts: dict[str, int]
     plan: PlanInfo | None
     plan_path: Path | None
+    hint_plans: dict[str, PlanInfo]
+
+    def plan_for(self, cell: str) -> PlanInfo: ...
 
     def set_state(self, rid: str, state: str, message: str = "", data: dict | None = None,
                   *, spec: dict | None = None) -> None: ...
@@ -324,7 +327,8 @@ class Worker:
                 spec = spec_for(ex.rec, rid, ex.rows[rid].cell, h)
             elif spec is None:
                 assert ex.plan is not None
-                pf = preflight(h, parse_cell(ex.rows[rid].cell), ex.plan, rid,
+                pf = preflight(h, parse_cell(ex.rows[rid].cell), ex.plan_for(ex.rows[rid].cell),
+                               rid,
                                ex.run_options(rid), t)
                 spec, boot_id = pf.spec, pf.facts.get("boot_id")
             lock = self.host_lock(t, rid)
@@ -353,6 +357,8 @@ class Worker:
             return
         deploy(t, h)
         ensure_file(t, ex.plan_path, f"{h.work_dir}/{ex.plan.remote_path}", ex.plan.sha256)
+        for hinted in ex.hint_plans.values():       # every hint plan of the campaign
+            ensure_hints(t, h, hinted, ex.plan_path)
         ensure_pool(t, h, ex.plan.geometry)
         if boot_id is not None:
             self.ready = key
