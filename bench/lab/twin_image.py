@@ -267,6 +267,7 @@ def _configure_grub(root: Path, release: str) -> None:
     cfg = (GUEST_DIR / "grub.cfg.in").read_text().replace("@RELEASE@", release)
     (grub / "grub.cfg").write_text(cfg)
     run_cmd(["chroot", str(root), "grub-editenv", "/boot/grub/grubenv", "create"])
+    # early.cfg (no comments: GRUB's embedded-config reader rejects them) finds the root by label
     _install(GUEST_DIR / "early.cfg", root / "tmp/bench-early.cfg")
     run_cmd(["chroot", str(root), "grub-mkimage", "-O", "arm64-efi", "-d",
              "/usr/lib/grub/arm64-efi", "-p", "/boot/grub", "-c", "/tmp/bench-early.cfg",
