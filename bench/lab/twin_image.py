@@ -50,7 +50,12 @@ MASKED = ["apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer",
           "e2scrub_all.timer", "e2scrub_reap.service", "fstrim.timer",
           "systemd-networkd-wait-online.service", "systemd-firstboot.service",
           "getty@tty1.service", "systemd-pstore.service", "remote-fs.target",
-          "systemd-timesyncd.service", "man-db.timer", "cron.service"]
+          "systemd-timesyncd.service", "man-db.timer", "cron.service",
+          "dev-hugepages.mount", "dev-mqueue.mount", "sys-kernel-debug.mount",
+          "sys-kernel-tracing.mount", "sys-fs-fuse-connections.mount", "sys-kernel-config.mount",
+          "modprobe@drm.service", "modprobe@fuse.service", "modprobe@configfs.service",
+          "modprobe@efi_pstore.service", "modprobe@dm_mod.service", "systemd-fsckd.socket",
+          "systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount"]
 GRUB_MODULES = ["part_gpt", "fat", "ext2", "normal", "linux", "search", "search_label",
                 "search_fs_uuid", "configfile", "echo", "loadenv", "test", "gzio", "boot",
                 "reboot", "halt", "efi_gop", "ls", "cat"]
@@ -196,14 +201,47 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
         if d.exists():
             shutil.rmtree(d)
         out.rename(d)
-        for old in cache.glob("twin-image-*"):     # images of older recipes are never used again
-            if old != d:
-                shutil.rmtree(old, ignore_errors=True)
+        _collect_old_images(cache, d)
         say(log, f"twin image built in {manifest['build_seconds']}s: {d}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     manifest["cached"] = False
     return manifest
+
+
+OLD_IMAGE_SECONDS = 86400
+
+
+def _open_files() -> set[str]:
+    """Every path some process holds open (from /proc/*/fd)."""
+    out = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                out.add(os.readlink(fd))
+            except OSError:
+                pass
+    return out
+
+
+def _collect_old_images(cache: Path, keep: Path) -> None:
+    """Remove images of older recipes, but never one a guest's qemu still has open (a running
+    twin lab's overlays are backed by it and a BMC power cycle restarts qemu from it) nor one
+    made in the last day (another checkout of bench may be about to boot it)."""
+    in_use = _open_files()
+    for old in cache.glob("twin-image-*"):
+        if old == keep or str(old / "disk.img") in in_use:
+            continue
+        try:
+            age = time.time() - (old / "manifest.json").stat().st_mtime
+        except OSError:
+            continue
+        if age > OLD_IMAGE_SECONDS:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _kernel_release(root: Path) -> str:
@@ -232,8 +270,9 @@ def _configure_tree(root: Path, pubkey: str, release: str) -> None:
     _install(g / "bench-hostname.service", etc / "systemd/system/bench-hostname.service")
     _install(g / "tmpfiles-bench.conf", etc / "tmpfiles.d/bench.conf")
     _install(g / "fstab", etc / "fstab")
+    _install(g / "ssh-after-pool.conf", etc / "systemd/system/ssh.service.d/bench-pool.conf")
     _install(g / "default-grub", etc / "default/grub")
-    for d in ("srv/bench", "boot/efi", "var/lib/bench"):
+    for d in ("srv/bench", "var/lib/bench"):
         (root / d).mkdir(parents=True, exist_ok=True)
     for key in (etc / "ssh").glob("ssh_host_*"):
         key.unlink()
