@@ -26,8 +26,10 @@ NATIVE_TESTS = ["tests/local/native/test_agent_replay.py", "tests/local/native/t
 # the native tests the issue names: device bytes cold then warm, the pinned arena (mlock),
 # O_DIRECT and fadvise reads (alignment to the 16 KiB page), the balloon's VmLck
 ONESHOT_ARG = "bench.lab=oneshot"
-NATIVE_SELECT = ("cold_then_warm or pinned_arena or nocache_reads_everything "
-                 "or balloon_locks_and_releases")
+# (RWF_DONTCACHE needs Linux 6.14: on the twin's 6.12 the agent itself skips it, so it is left
+# out here rather than counted as a skip)
+NATIVE_SELECT = ("cold_then_warm or pinned_arena or (nocache_reads_everything and not "
+                 "dontcache) or balloon_locks_and_releases")
 
 
 def _sh(t, script: str, timeout: float = 120) -> str:
@@ -97,7 +99,7 @@ def test_native_agent_tests_pass_in_a_twin_guest(twin, twin_hosts, connect, tmp_
     assert r.rc == 0, out[-6000:]
     summary = out.strip().splitlines()[-1]
     m = re.search(r"(\d+) passed", summary)
-    assert m and int(m.group(1)) >= 6, summary
+    assert m and int(m.group(1)) >= 7, summary
     assert "skipped" not in summary and "failed" not in summary, summary
 
 
