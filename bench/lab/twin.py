@@ -63,6 +63,7 @@ def _load_state() -> dict:
 def _save_state(st: dict) -> None:
     state_dir().mkdir(parents=True, exist_ok=True)
     tmp = _state_file().with_suffix(".tmp")
+    tmp.touch(mode=0o600)           # the guests' BMC passwords are in it
     tmp.write_text(json.dumps(st, indent=2) + "\n")
     tmp.replace(_state_file())
 
@@ -139,13 +140,13 @@ def _new_guest(name: str, sd: Path, mem_mib: int, key: Path, kh: Path, disk: str
     run_cmd(["mkfs.ext4", "-q", "-F", "-L", "benchpool", "-E",
              "lazy_itable_init=0,lazy_journal_init=0", g["pool_disk"]])
     g["qemu_argv"] = qemu_argv(g)
-    pw = Path(g["bmc_password_file"])
-    pw.write_text(g["bmc_password"])
-    os.chmod(pw, 0o600)
-    Path(g["bmc_conf"]).write_text(_lan_conf(g))
+    for path, text in ((Path(g["bmc_password_file"]), g["bmc_password"]),   # hold the password
+                       (Path(g["bmc_conf"]), _lan_conf(g)),
+                       (gd / twin_bmc.GUEST_FILE, json.dumps(g, indent=2) + "\n")):
+        path.touch(mode=0o600)
+        path.write_text(text)
     (gd / "bmc.emu").write_text(_BMC_EMU)
     (gd / "bmc-state").mkdir()
-    (gd / twin_bmc.GUEST_FILE).write_text(json.dumps(g, indent=2) + "\n")
     Path(g["console"]).write_text("")
     return g
 
