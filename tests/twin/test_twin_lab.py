@@ -7,6 +7,7 @@ passing inside a guest. Timings are printed (run with -s to see them)."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -90,9 +91,10 @@ def test_native_agent_tests_pass_in_a_twin_guest(twin, twin_hosts, connect, tmp_
     t.put(bundle, "/srv/bench/src.tar.gz")
     t.run(["tar", "-xzf", "/srv/bench/src.tar.gz", "-C", "/srv/bench/src"], timeout=300)
     t0 = time.monotonic()
-    r = t.run(["env", "TMPDIR=/srv/bench/tmp", "python3", "-m", "pytest", "-q",
-               "-p", "no:cacheprovider", "-rs", "-k", NATIVE_SELECT, *NATIVE_TESTS],
-              timeout=1500, check=False)
+    pytest_argv = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                   "-k", NATIVE_SELECT, *NATIVE_TESTS]
+    r = t.run(["sh", "-c", f"cd /srv/bench/src && TMPDIR=/srv/bench/tmp exec "
+               f"{shlex.join(pytest_argv)}"], timeout=1500, check=False)
     took = time.monotonic() - t0
     out = r.stdout + r.stderr
     print(f"native tests in twin-a ({took:.0f}s):\n{out[-3000:]}")
