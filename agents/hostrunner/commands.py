@@ -163,16 +163,22 @@ def start_unit(work_dir: str, bundle: str, rid: str, run_fd: int, start_fd: int)
     os.close(run_fd)                # the daemon's to take now
     try:
         st = _await_daemon(work_dir, rid) if why is None else None
-        if st is None:
+        lock = try_lock(lock_path(work_dir, rid)) if st is None else None
+        if st is None and lock is None:         # it took the lock just now: it runs
             st = load_status(work_dir, rid)
-            why = why or f"the unit did not take its run lock in {UNIT_START_S:.0f} s"
-            if st.get("phase") == "accepted":
-                _fail_orphan(work_dir, rid, bundle, st, f"cannot start {unit}: {why}")
+        elif lock is not None:                 # st is None: nobody took it
+            try:
+                st = load_status(work_dir, rid)
+                why = why or f"the unit did not take its run lock in {UNIT_START_S:.0f} s"
+                if st.get("phase") == "accepted":
+                    _fail_orphan(work_dir, rid, bundle, st, f"cannot start {unit}: {why}")
+            finally:
+                os.close(lock)
             return out({"ok": False, "run_id": rid, "unit": unit, "bundle": bundle,
                         "reason": f"cannot start {unit}: {why}"}, EXIT_FAILED)
     finally:
         os.close(start_fd)
-    return out({"ok": True, "state": "started", "run_id": rid, "pid": st.get("pid"),
+    return out({"ok": True, "state": "started", "run_id": rid, "pid": (st or {}).get("pid"),
                 "bundle": bundle, "detached_as": DETACH_UNIT, "unit": unit})
 
 
