@@ -51,3 +51,35 @@ def test_scope_without_systemd_fails_with_systemd_runs_words(tmp_path):
     assert not os.path.exists(f"/proc/{cap['keeper_pid']}")
     rec = json.loads((tmp_path / "active" / "r-nosd.json").read_text())
     assert rec["units"] == ["bench-wall-r-nosd.scope"] and rec["cgroups"] == []
+
+
+def test_runner_unit_that_cannot_start_leaves_the_run_failed(tmp_path, capsys):
+    """`start` on the unit path, where systemd-run cannot reach systemd: the run ends failed
+    with systemd-run's words (status.json and a manifest), start.lock and the run lock free."""
+    _no_systemd()
+    if not shutil.which("systemd-run"):
+        pytest.skip("systemd-run not installed (package systemd)")
+    from bench.agents.hostrunner import commands
+    from bench.agents.hostrunner.bundle import accepted_status, bundle_dir
+    from bench.agents.hostrunner.locks import lock_path, start_lock, try_lock
+    wd, rid = str(tmp_path), "r-unit"
+    for d in ("runs", "locks", "active"):
+        (tmp_path / d).mkdir()
+    bundle = bundle_dir(wd, rid)
+    os.mkdir(bundle, 0o700)
+    (tmp_path / "runs" / rid / "spec.json").write_text("{}")
+    (tmp_path / "runs" / rid / "status.json").write_text(json.dumps(accepted_status(rid)))
+    start_fd = start_lock(wd)
+    run_fd = try_lock(lock_path(wd, rid))
+    assert run_fd is not None
+    rc = commands.start_unit(wd, bundle, rid, run_fd, start_fd)
+    res = json.loads(capsys.readouterr().out)
+    assert rc == commands.EXIT_FAILED and res["ok"] is False
+    assert res["reason"].startswith("cannot start bench-run-r-unit.service: exit 1"), res
+    st = json.loads((tmp_path / "runs" / rid / "status.json").read_text())
+    assert st["phase"] == "failed" and st["reason"] == res["reason"]
+    assert (tmp_path / "runs" / rid / "manifest.json").exists()
+    fd = try_lock(lock_path(wd, rid))                 # nobody holds the run any more
+    assert fd is not None
+    os.close(fd)
+    os.close(start_lock(wd))
