@@ -1,5 +1,6 @@
-"""`bench lab ...`: test fleets on this machine: the netns lab (real sshd in network namespaces)
-and the vm lab (qemu guests with real reboots)."""
+"""`bench lab ...`: test fleets on this machine: the netns lab (real sshd in network namespaces),
+the vm lab (qemu guests with real reboots) and the twin lab (aarch64 GH200 twins: UEFI, GRUB,
+systemd, 16 KiB pages, a simulated BMC)."""
 
 from __future__ import annotations
 
@@ -17,33 +18,51 @@ lab_app = typer.Typer(no_args_is_help=True, help="Test fleets on this machine: n
                                                  "namespaces running real sshd, or qemu guests "
                                                  "with real reboots (root).")
 
-KindOpt = Annotated[Literal["netns", "vm"], typer.Option("--kind", help="Lab kind.")]
+KindOpt = Annotated[Literal["netns", "vm", "twin"], typer.Option(
+    "--kind", help="Lab kind: netns, vm (x86 qemu guests) or twin (aarch64 GH200 twins, "
+    "twin-a and twin-b).")]
 StateOpt = Annotated[Optional[Path], typer.Option(
-    "--state-dir", help="Lab state directory (default $BENCH_LAB_DIR or /run/bench-lab).")]
+    "--state-dir", help="Lab state directory (default $BENCH_LAB_DIR or /run/bench-lab; twin: "
+    "$BENCH_TWIN_DIR or /run/bench-lab-twin).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _lab(kind: str, state_dir: Path | None):
     from bench.lab.netns import Lab
-    if kind not in ("netns", "vm"):
-        raise InputError(f"--kind {kind!r} is not available", "allowed values: netns, vm")
-    if kind == "vm":
+    if kind not in ("netns", "vm", "twin"):
+        raise InputError(f"--kind {kind!r} is not available", "allowed values: netns, vm, twin")
+    if kind in ("vm", "twin"):
         return None
     return Lab(state_dir)
 
 
-def _vm_state_dir(state_dir: Path | None) -> None:
+def _vm_state_dir(state_dir: Path | None, kind: str = "vm") -> None:
     if state_dir is not None:
-        os.environ["BENCH_LAB_DIR"] = str(state_dir)
+        os.environ["BENCH_TWIN_DIR" if kind == "twin" else "BENCH_LAB_DIR"] = str(state_dir)
 
 
-def _vm_status(json_out: bool) -> None:
-    from bench.lab.vm import lab_status
+def _vm_status(json_out: bool, kind: str = "vm") -> None:
+    if kind == "twin":
+        from bench.lab.twin import lab_status
+    else:
+        from bench.lab.vm import lab_status
     rows = lab_status()
     if json_out:
         views.emit_json(rows)
     else:
         views.print_table(fleet_views.vm_lab_table(rows))
+
+
+def _twin_up(state_dir: Path | None, count: int, json_out: bool, t0: float) -> None:
+    from bench.lab.twin import NAMES
+    from bench.lab.twin import lab_up as twin_up
+    if count not in (2, len(NAMES)):
+        raise InputError(f"--count {count}: the twin lab is always {len(NAMES)} hosts "
+                         f"({', '.join(NAMES)})")
+    _vm_state_dir(state_dir, "twin")
+    st = twin_up(log=views.say)
+    views.say(f"up in {time.monotonic() - t0:.0f}s; inventory in {st['hosts_dir']}")
+    _vm_status(json_out, "twin")
 
 
 @lab_app.command("up")
@@ -59,6 +78,9 @@ def lab_up(kind: KindOpt = "netns",
 
     t0 = time.monotonic()
     lab = _lab(kind, state_dir)
+    if kind == "twin":
+        _twin_up(state_dir, count, json_out, t0)
+        return
     if lab is None:
         from bench.lab.vm import lab_up as vm_up
         _vm_state_dir(state_dir)
@@ -81,7 +103,11 @@ def lab_down(kind: KindOpt = "netns", state_dir: StateOpt = None,
              json_out: JsonOpt = False) -> None:
     """Tear down exactly what `lab up` made (processes, namespaces, links, route, files)."""
     lab = _lab(kind, state_dir)
-    if lab is None:
+    if kind == "twin":
+        from bench.lab.twin import lab_down as twin_down
+        _vm_state_dir(state_dir, "twin")
+        removed = twin_down(log=views.say)
+    elif lab is None:
         from bench.lab.vm import lab_down as vm_down
         _vm_state_dir(state_dir)
         removed = vm_down(log=views.say)
@@ -99,8 +125,8 @@ def lab_status(kind: KindOpt = "netns", state_dir: StateOpt = None,
     """Show the lab's hosts, their sshd and boot ids."""
     lab = _lab(kind, state_dir)
     if lab is None:
-        _vm_state_dir(state_dir)
-        _vm_status(json_out)
+        _vm_state_dir(state_dir, kind)
+        _vm_status(json_out, kind)
         return
     status = lab.status()
     if json_out:

@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +31,8 @@ from pathlib import Path
 from bench.errors import AuthError, BenchError, CommandTimeout, HostError, HostKeyError, InputError
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, load_host_file, render_host_toml
 from bench.hosts.ssh import transport_for as ssh_transport_for
-from bench.lab.vm_image import build_image, cache_dir, lab_key, run_cmd, say
+from bench.lab.vm_image import (build_image, cache_dir, free_port, is_our_process, lab_key,
+                                run_cmd, say, stop_process)
 
 GUEST_MEM_MIB = 1536
 MEM_FLOOR = 512 << 20          # 512Mi: the lowest mem= a guest is booted with (inventory floor)
@@ -62,12 +61,6 @@ def transport_for(entry):
 
 # guests ----------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _qemu_argv(g: dict, image: dict, append: str) -> list[str]:
     return ["qemu-system-x86_64", "-name", f"bench-lab-{g['name']}", "-accel", "tcg",
             "-machine", "q35", "-cpu", "max", "-smp", "1", "-m", str(g["mem_mib"]),
@@ -93,33 +86,11 @@ def _start_qemu(g: dict, image: dict, append: str) -> int:
 
 
 def _is_our_qemu(pid: int, marker: str) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return (bool(cmd) and cmd[0].endswith(b"qemu-system-x86_64")
-            and marker.encode() in b" ".join(cmd))
+    return is_our_process(pid, "qemu-system-x86_64", marker)
 
 
 def _stop_pid(pid: int, marker: str, wait: float = 15.0) -> None:
-    if not _is_our_qemu(pid, marker):
-        return
-    os.kill(pid, signal.SIGTERM)
-    t = time.monotonic() + wait
-    while time.monotonic() < t:
-        if not _is_our_qemu(pid, marker):
-            break
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+    stop_process(pid, "qemu-system-x86_64", marker, wait)
 
 
 def wait_for_boot(t, old_boot_id: str | None, timeout: float,
@@ -160,7 +131,7 @@ def _save_state(st: dict) -> None:
     tmp.replace(_state_file())
 
 
-def _known_hosts_line(port: int, host_pub: str) -> str:
+def known_hosts_line(port: int, host_pub: str) -> str:
     kind, key = host_pub.split()[:2]
     return f"[127.0.0.1]:{port} {kind} {key}\n"
 
@@ -211,7 +182,7 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
     for i in range(count):
         g = _new_guest(f"lab-{NAMES[i]}", sd, mem_mib, key, kh, img["base"])
         guests[g["name"]] = g
-    kh.write_text("".join(_known_hosts_line(g["port"], host_pub) for g in guests.values()))
+    kh.write_text("".join(known_hosts_line(g["port"], host_pub) for g in guests.values()))
     hosts_dir = sd / "hosts"
     for g in guests.values():  # written first: the boot wait connects through it
         g["inventory"] = str(_write_inventory(g, hosts_dir))
@@ -250,7 +221,7 @@ def _new_guest(name: str, sd: Path, mem_mib: int, key: Path, kh: Path, base: str
     gd = sd / name
     gd.mkdir(parents=True, exist_ok=True)
     overlay, pool_disk = str(gd / "root.qcow2"), str(gd / "pool.img")
-    g = {"name": name, "dir": str(gd), "port": _free_port(), "address": "127.0.0.1",
+    g = {"name": name, "dir": str(gd), "port": free_port(), "address": "127.0.0.1",
          "user": "root", "mem_mib": mem_mib, "overlay": overlay,
          "pool_disk": pool_disk, "console": str(gd / "console.log"),
          "qemu_log": str(gd / "qemu.log"), "pidfile": str(gd / "qemu.pid"),

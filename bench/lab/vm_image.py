@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -57,6 +59,45 @@ def run_cmd(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.Compl
     if p.returncode != 0:
         raise CommandFailed("lab", list(argv), p.returncode, p.stderr or p.stdout)
     return p
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A free local port on 127.0.0.1 (TCP by default; socket.SOCK_DGRAM for UDP)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def is_our_process(pid: int, exe: str, marker: str) -> bool:
+    """Whether `pid` is a live process of program `exe` whose command line holds `marker` (a
+    path only this lab uses): the check before a lab signals a PID from its state file."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return False
+    return bool(cmd) and cmd[0].endswith(exe.encode()) and marker.encode() in b" ".join(cmd)
+
+
+def stop_process(pid: int, exe: str, marker: str, wait: float = 15.0) -> None:
+    """SIGTERM the lab's process `pid` (only if is_our_process), SIGKILL after `wait` s."""
+    if not is_our_process(pid, exe, marker):
+        return
+    os.kill(pid, signal.SIGTERM)
+    t = time.monotonic() + wait
+    while time.monotonic() < t:
+        if not is_our_process(pid, exe, marker):
+            break
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 def missing_capabilities(build: bool = True) -> list[str]:
