@@ -77,6 +77,7 @@ def scope_run(tmp_path_factory, twin_hosts, connect):
     bundle = Path(res["bundle"])
     verify(read_dir(bundle))
     res["b"] = load(read_dir(bundle), str(bundle))
+    res["runner"] = json.loads((bundle / "runner.json").read_text())     # not in the model
     res["seen"] = seen
     res["host"] = host
     return res
@@ -94,7 +95,7 @@ def test_wall_is_a_systemd_scope(scope_run):
     assert cap["systemd"]["MemorySwapMax"] == "0" and cap["systemd"]["Delegate"] == "yes"
     assert cap["limit_bytes"] == 16 * MIB == cap["limit_read_back"]     # memory.max read back
     assert cap["swap_limit_read_back"] in (0, None)
-    agent = b.runner["agent"]
+    agent = scope_run["runner"]["agent"]
     assert agent["in_cgroup"] is True, agent["cgroup"]
     assert f"0::/bench.slice/bench-wall-{rid}.scope" in agent["cgroup"]
     # warm-up and measurement in that one scope: the wall bit while measuring
@@ -104,9 +105,9 @@ def test_wall_is_a_systemd_scope(scope_run):
 
 
 def test_runner_is_a_unit_and_both_showed_in_systemctl_status(scope_run):
-    b, rid, seen = scope_run["b"], scope_run["run_id"], scope_run["seen"]
-    assert b.runner["detached_as"] == "systemd-unit"
-    assert b.runner["unit"] == f"bench-run-{rid}.service"
+    runner, rid, seen = scope_run["runner"], scope_run["run_id"], scope_run["seen"]
+    assert runner["detached_as"] == "systemd-unit"
+    assert runner["unit"] == f"bench-run-{rid}.service"
     runner_status = seen.get(f"bench-run-{rid}.service", "")
     wall_status = seen.get(f"bench-wall-{rid}.scope", "")
     assert "bench runner of run" in runner_status, seen
