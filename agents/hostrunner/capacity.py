@@ -1,7 +1,9 @@
-"""The memory capacity of a cell (capacity.json): a memory cgroup made directly in cgroupfs
-(v2 or v1, probed), a balloon (the agent's `balloon` subcommand locking memory away), or a
-check that the host booted with the expected mem=. Each fills the `cap` record it is given and
-raises RunFailed with the reason when the capacity cannot be applied."""
+"""The memory capacity of a cell (capacity.json): a memory cgroup wall (on hosts where systemd
+is PID 1 with cgroup v2, a transient scope systemd makes, hostrunner.systemd; elsewhere made
+directly in cgroupfs, v2 or v1, probed; capacity.json's `wall` says which), a balloon (the
+agent's `balloon` subcommand locking memory away), or a check that the host booted with the
+expected mem=. Each fills the `cap` record it is given and raises RunFailed with the reason
+when the capacity cannot be applied."""
 
 from __future__ import annotations
 
@@ -18,8 +20,131 @@ from .files import (exit_fields, meminfo, proc_status, read_or_none, read_text, 
                     write_file)
 from .probes import cgroup_backend
 from .spec import parse_kernel_size
+from .systemd import (PATH_SCOPE, SHOW_PROPS, SLICE, cgroup_line_in, choose_wall, detect,
+                      parse_show, scope_path, show_argv, show_limit, stop_argv, wall_argv,
+                      wall_unit)
 
 BALLOON_STALL_S = 60        # a balloon whose RSS has not grown for this long has failed
+SCOPE_START_S = 30.0        # systemd-run has this long to make the wall scope
+SYSTEMCTL_S = 60.0          # one systemctl call
+
+
+# ----------------------------------------------------------------------------- the wall
+
+def create_wall(cap: dict[str, Any], run_id: str, headroom: int, active: Active,
+                bundle: str) -> tuple[dict[str, str], subprocess.Popen[bytes] | None]:
+    """The cgroup wall by the path this host takes (hostrunner.systemd.choose_wall): a
+    systemd scope held by a keeper process (returned), or a cgroup made in cgroupfs (keeper
+    None). Returns ({"backend", "path", "mount"[, "unit"]}, keeper)."""
+    backend, mp = cgroup_backend()
+    sd = detect()
+    wall, why = choose_wall(bool(sd["systemd"]), backend)
+    cap.update(wall=wall, wall_reason=why, systemd_detect=sd)
+    if wall == PATH_SCOPE and mp is not None:
+        return create_scope(cap, run_id, headroom, active, bundle, mp)
+    cg = create_cgroup(cap, run_id, headroom, active)
+    return dict(cg, mount=os.path.dirname(cg["path"])), None
+
+
+def _run_systemctl(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=SYSTEMCTL_S, close_fds=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RunFailed(f"{argv[0]} {argv[1]}: {e}") from None
+
+
+def create_scope(cap: dict[str, Any], run_id: str, headroom: int, active: Active,
+                 bundle: str, mount: str) -> tuple[dict[str, str], subprocess.Popen[bytes]]:
+    """`systemd-run --scope` around a keeper (hostrunner.systemd.wall_argv), recorded in the
+    active record first; waits until systemd shows the scope active, then checks the keeper
+    sits in its cgroup."""
+    limit = cap["capacity_bytes"] + headroom
+    unit = wall_unit(run_id)
+    argv = wall_argv(run_id, limit)
+    cap.update(backend="v2", headroom_bytes=headroom, limit_bytes=limit, unit=unit,
+               slice=SLICE, wall_argv=argv)
+    active.add_unit(unit)
+    errf = os.path.join(bundle, "wall.log")
+    with open(errf, "ab") as err:
+        try:
+            keeper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                      close_fds=True)
+        except OSError as e:
+            raise RunFailed(f"cannot run systemd-run for the wall scope: {e}") from None
+    cap["keeper_pid"] = keeper.pid
+    try:
+        return _check_scope(cap, unit, keeper, errf, mount, active)
+    except RunFailed:
+        _run_systemctl(stop_argv(unit))
+        if keeper.poll() is None:
+            keeper.kill()
+        keeper.wait()
+        raise
+
+
+def _check_scope(cap: dict[str, Any], unit: str, keeper: subprocess.Popen[bytes], errf: str,
+                 mount: str, active: Active) -> tuple[dict[str, str], subprocess.Popen[bytes]]:
+    limit = cap["limit_bytes"]
+    show = _await_scope(unit, keeper, errf)
+    path = scope_path(show, mount)
+    cap["systemd"] = {k: show.get(k) for k in SHOW_PROPS}
+    if path is None:
+        raise RunFailed(f"{unit}: systemd shows no cgroup for it "
+                        f"(ControlGroup={show.get('ControlGroup')!r})")
+    cap["path"] = path
+    active.add_cgroup(path)
+    rel = "/" + os.path.relpath(path, mount)
+    if not cgroup_line_in((read_or_none(f"/proc/{keeper.pid}/cgroup") or "").splitlines(), rel):
+        raise RunFailed(f"{unit}: its keeper (pid {keeper.pid}) is not in {path}")
+    if show_limit(show.get("MemoryMax")) != limit:
+        raise RunFailed(f"{unit}: systemd shows MemoryMax={show.get('MemoryMax')}, not the "
+                        f"{limit} asked")
+    return {"backend": "v2", "path": path, "mount": mount, "unit": unit}, keeper
+
+
+def _await_scope(unit: str, keeper: subprocess.Popen[bytes], errf: str) -> dict[str, str]:
+    """systemctl show of the scope once it is active with a cgroup; RunFailed when systemd-run
+    ends first (its own words from wall.log) or SCOPE_START_S passes."""
+    end = time.monotonic() + SCOPE_START_S
+    show: dict[str, str] = {}
+    while True:
+        r = _run_systemctl(show_argv(unit))
+        show = parse_show(r.stdout)
+        if r.returncode == 0 and show.get("ActiveState") == "active" \
+                and show.get("ControlGroup"):
+            return show
+        if keeper.poll() is not None:
+            said = (read_or_none(errf) or "").strip().splitlines()[-1:]
+            raise RunFailed(f"systemd-run could not make {unit} (exit {keeper.returncode}): "
+                            f"{said[0] if said else 'no message'}")
+        if time.monotonic() > end:
+            raise RunFailed(f"{unit} not active after {SCOPE_START_S:.0f} s "
+                            f"(ActiveState={show.get('ActiveState')!r})")
+        time.sleep(0.05)
+
+
+def stop_scope(cg: dict[str, str], keeper: subprocess.Popen[bytes],
+               timeout: float = 30.0) -> list[str]:
+    """`systemctl stop` the wall scope (its keeper and anything left in it), reap the keeper,
+    and wait for systemd to remove the cgroup. Returns teardown notes (empty = clean)."""
+    notes: list[str] = []
+    r = _run_systemctl(stop_argv(cg["unit"]))
+    try:
+        keeper.wait(timeout)
+    except subprocess.TimeoutExpired:
+        notes.append(f"{cg['unit']}: keeper {keeper.pid} still there after systemctl stop: "
+                     "killed")
+        keeper.kill()
+        keeper.wait()
+    end = time.monotonic() + timeout
+    while os.path.isdir(cg["path"]):
+        if time.monotonic() > end:
+            notes.append(f"{cg['unit']}: cgroup {cg['path']} still there after systemctl stop "
+                         f"(rc {r.returncode}: {r.stderr.strip()[-200:]})")
+            break
+        time.sleep(0.1)
+    return notes
 
 
 # ----------------------------------------------------------------------------- cgroup
@@ -47,11 +172,12 @@ def create_cgroup(cap: dict[str, Any], run_id: str, headroom: int,
 
 
 def limit_cgroup(cap: dict[str, Any], cg: dict[str, str]) -> None:
-    """Write the limit (capacity + headroom) and no swap; read both back into cap."""
+    """Write the limit (capacity + headroom) and no swap (a systemd scope has them from
+    systemd: only read back there); read both back into cap."""
     path, limit = cg["path"], cap["limit_bytes"]
     try:
         if cg["backend"] == "v2":
-            _limit_v2(cap, path, limit)
+            _limit_v2(cap, path, limit, write="unit" not in cg)
         else:
             _limit_v1(cap, path, limit)
     except OSError as e:
@@ -65,12 +191,15 @@ def limit_cgroup(cap: dict[str, Any], cg: dict[str, str]) -> None:
                         f"{limit} written")
 
 
-def _limit_v2(cap: dict[str, Any], path: str, limit: int) -> None:
-    write_file(os.path.join(path, "memory.max"), f"{limit}\n")
-    cap["limit_read_back"] = int(read_text(os.path.join(path, "memory.max")))
+def _limit_v2(cap: dict[str, Any], path: str, limit: int, write: bool = True) -> None:
+    if write:
+        write_file(os.path.join(path, "memory.max"), f"{limit}\n")
+    cap["limit_read_back"] = int(read_text(os.path.join(path, "memory.max")).replace(
+        "max", "-1"))
     swap = os.path.join(path, "memory.swap.max")
     if os.path.exists(swap):
-        write_file(swap, "0\n")
+        if write:
+            write_file(swap, "0\n")
         cap["swap_limit_read_back"] = int(read_text(swap).replace("max", "-1"))
     else:
         cap["swap_limit_read_back"] = None

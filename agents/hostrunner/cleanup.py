@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from typing import Any
 
 from .files import (proc_starttime, proc_status, read_or_none, read_text, strip_deleted,
                     write_json)
 from .probes import cgroup_backend
+from .systemd import stop_argv
 
 
 class Active:
@@ -34,6 +36,11 @@ class Active:
 
     def add_cgroup(self, path: str) -> None:
         self.data["cgroups"].append(path)
+        self.save()
+
+    def add_unit(self, unit: str) -> None:
+        """A transient systemd unit (the wall scope): a later cleanup stops it."""
+        self.data.setdefault("units", []).append(unit)
         self.save()
 
     def remove(self) -> None:
@@ -160,6 +167,17 @@ def _remove_recorded(cg: str, report: dict[str, list[Any]]) -> bool:
     return True
 
 
+def _stop_unit(unit: str, report: dict[str, list[Any]]) -> None:
+    """`systemctl stop` a recorded wall scope (whether it is gone is decided by its cgroup,
+    recorded too: systemd removes it once the scope stops)."""
+    try:
+        r = subprocess.run(stop_argv(unit), stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=60, close_fds=True)
+        report.setdefault("units_stopped", []).append({"unit": unit, "rc": r.returncode})
+    except (OSError, subprocess.SubprocessError) as e:
+        report["problems"].append(f"systemctl stop {unit}: {e}")
+
+
 def clean_record(path: str, report: dict[str, list[Any]],
                  recorded: set[str] | None = None) -> bool:
     """Stop the processes and remove the cgroups one active record names; the record is
@@ -175,6 +193,8 @@ def clean_record(path: str, report: dict[str, list[Any]],
     ok = True
     for p in rec.get("pids", []):
         ok = _stop_recorded(p, report) and ok
+    for unit in rec.get("units", []):
+        _stop_unit(str(unit), report)
     for cg in rec.get("cgroups", []):
         if recorded is not None:
             recorded.add(os.path.normpath(cg))

@@ -7,7 +7,12 @@ at once (staged in <work_dir>/starting and renamed into place: a start that fail
 disk say, leaves nothing behind and the same run id can start later),
 double-forks (setsid in between; umask 077; stdio of the daemon goes to runner.log in the
 bundle, stdin /dev/null, SIGHUP ignored) and returns at once. The daemon inherits the
-run-lock descriptor, so the run is locked from before the fork until the daemon exits. A
+run-lock descriptor, so the run is locked from before the fork until the daemon exits.
+Where systemd is PID 1 the daemon is a transient service instead (`systemd-run --unit
+bench-run-<id>`, hostrunner.systemd): it runs `runner.py daemon RUN_ID`, takes the run lock
+itself and echoes its phases to the journal; `start` keeps start.lock until the daemon holds
+the run lock (nobody can take the run for an orphan in between), and the daemon runs only a
+run still `accepted`. A
 second `start` of the same run id never runs it again: if the lock is held it reports the
 live runner, else it reports the final status; a run whose runner died without finishing is
 marked failed (with a manifest) by whoever notices it first."""
@@ -18,8 +23,10 @@ import argparse
 import errno
 import json
 import os
+import fcntl
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from types import FrameType
@@ -37,10 +44,15 @@ from .poolwriter import write_keyed, write_pool
 from .progress import read_progress
 from .run import Run
 from .spec import valid_run_id, validate_spec
+from .systemd import DETACH_FORK, DETACH_UNIT, detect, runner_argv, runner_unit
 
 DESCRIPTION = ("bench host-side cell runner: one measurement cell on this host "
                "(Algorithm 1 of DESIGN.md).")
 TERMINAL = ("done", "failed")
+UNIT_START_S = 60.0         # a runner unit has this long to take its run lock
+NO_UNIT_ENV = "BENCH_RUNNER_NO_UNIT"   # set (non-empty): double-fork even under systemd
+RUNNER_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "runner.py")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 WAIT_SLICE_S = 60.0     # a blocked wait looks again at least this often
 STAGING = "starting"        # under work_dir: runs being created (create_dir_atomic)
@@ -83,15 +95,18 @@ def _settle(work_dir: str, run_id: str, bundle: str) -> dict[str, Any]:
     return st
 
 
-def _fail_orphan(work_dir: str, run_id: str, bundle: str, st: dict[str, Any]) -> None:
+def _fail_orphan(work_dir: str, run_id: str, bundle: str, st: dict[str, Any],
+                 why: str | None = None) -> None:
     """What the dead runner left running would keep writing into the bundle: stop the
-    agent/balloon/engine it recorded (verified processes), remove its cgroup, seal it."""
+    agent/balloon/engine it recorded (verified processes), remove its cgroup, seal it. `why`
+    replaces the reason for a run that never got a runner."""
     rep = new_report()
     clean_record(os.path.join(work_dir, "active", f"{run_id}.json"), rep)
-    reason = (f"runner (pid {st.get('pid')}) died in phase {st.get('phase')} without "
-              f"finishing; orphan cleanup: killed {len(rep['killed'])} process(es), "
-              f"removed {len(rep['cgroups_removed'])} cgroup(s)"
-              + (f", problems: {'; '.join(rep['problems'])}" if rep["problems"] else ""))
+    reason = why or (
+        f"runner (pid {st.get('pid')}) died in phase {st.get('phase')} without "
+        f"finishing; orphan cleanup: killed {len(rep['killed'])} process(es), "
+        f"removed {len(rep['cgroups_removed'])} cgroup(s)"
+        + (f", problems: {'; '.join(rep['problems'])}" if rep["problems"] else ""))
     t = now_iso()
     st.update(phase="failed", ok=False, reason=reason, updated=t)
     st["history"].append({"phase": "failed", "t": t, "mono_ns": time.monotonic_ns(),
@@ -145,9 +160,76 @@ def cmd_start(a: argparse.Namespace) -> int:
             os.close(run_fd)
         os.close(start_fd)
         return _cannot_start(rid, bundle, e)
+    if detect()["systemd"] and not os.environ.get(NO_UNIT_ENV):
+        return start_unit(work_dir, bundle, rid, run_fd, start_fd)
     pid = detach(work_dir, bundle, spec, cfg, run_fd, start_fd)
     os.close(start_fd)
-    return out({"ok": True, "state": "started", "run_id": rid, "pid": pid, "bundle": bundle})
+    return out({"ok": True, "state": "started", "run_id": rid, "pid": pid, "bundle": bundle,
+                "detached_as": DETACH_FORK})
+
+
+def start_unit(work_dir: str, bundle: str, rid: str, run_fd: int, start_fd: int) -> int:
+    """The daemon as a transient service; holds start.lock until it has the run lock (its pid
+    in status.json). A unit that cannot start leaves the run failed, with the reason."""
+    unit = runner_unit(rid)
+    argv = runner_argv(rid, sys.executable, RUNNER_PY, work_dir, dict(os.environ))
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=UNIT_START_S, close_fds=True)
+        why = None if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()[-300:]}"
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    os.close(run_fd)                # the daemon's to take now
+    try:
+        st = _await_daemon(work_dir, rid) if why is None else None
+        lock = try_lock(lock_path(work_dir, rid)) if st is None else None
+        if st is None and lock is None:         # it took the lock just now: it runs
+            st = load_status(work_dir, rid)
+        elif lock is not None:                 # st is None: nobody took it
+            try:
+                st = load_status(work_dir, rid)
+                why = why or f"the unit did not take its run lock in {UNIT_START_S:.0f} s"
+                if st.get("phase") == "accepted":
+                    _fail_orphan(work_dir, rid, bundle, st, f"cannot start {unit}: {why}")
+            finally:
+                os.close(lock)
+            return out({"ok": False, "run_id": rid, "unit": unit, "bundle": bundle,
+                        "reason": f"cannot start {unit}: {why}"}, EXIT_FAILED)
+    finally:
+        os.close(start_fd)
+    return out({"ok": True, "state": "started", "run_id": rid, "pid": (st or {}).get("pid"),
+                "bundle": bundle, "detached_as": DETACH_UNIT, "unit": unit})
+
+
+def _await_daemon(work_dir: str, rid: str) -> dict[str, Any] | None:
+    end = time.monotonic() + UNIT_START_S
+    while time.monotonic() < end:
+        st = load_status(work_dir, rid)
+        if st.get("pid") or st.get("phase") != "accepted":
+            return st
+        time.sleep(0.05)
+    return None
+
+
+def cmd_daemon(a: argparse.Namespace) -> int:
+    """`runner.py daemon RUN_ID`: the runner unit's main process. Takes the run lock (start
+    releases it to us), runs the run if it is still `accepted`."""
+    work_dir = os.path.abspath(a.work_dir)
+    bundle = bundle_dir(work_dir, a.run_id)
+    fd = os.open(lock_path(work_dir, a.run_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    st = load_status(work_dir, a.run_id)
+    if st.get("phase") != "accepted":
+        return out({"ok": False, "run_id": a.run_id,
+                    "reason": f"run is {st.get('phase')}, not accepted: not run"}, EXIT_FAILED)
+    spec = json.loads(read_text(os.path.join(bundle, "spec.json")))
+    try:
+        cfg = validate_spec(spec, work_dir)
+    except SpecError as e:
+        _fail_orphan(work_dir, a.run_id, bundle, st, f"bad spec: {e}")
+        return out({"ok": False, "run_id": a.run_id, "reason": f"bad spec: {e}"}, EXIT_USAGE)
+    daemon(work_dir, bundle, spec, cfg, fd, None, echo=os.dup(1))
+    return EXIT_OK
 
 
 def _unlink_quietly(path: str) -> None:
@@ -202,9 +284,10 @@ def detach(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any]
 
 
 def daemon(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any],
-           run_fd: int, wpipe: int) -> None:
+           run_fd: int, wpipe: int | None, echo: int | None = None) -> None:
     """The detached runner: stdio to runner.log, SIGTERM/SIGINT = stop request; runs the
-    steps and exits, releasing the run lock."""
+    steps and exits, releasing the run lock. wpipe: where the forking start reads our pid;
+    echo: a descriptor (the unit's journal) that gets the phase lines too."""
     os.chdir("/")
     os.umask(0o077)         # what the runner, the agent and the balloon create: private
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -220,13 +303,18 @@ def daemon(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any]
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     run = Run(work_dir, bundle, spec, cfg)
+    run.runner["detached_as"] = DETACH_FORK if echo is None else DETACH_UNIT
+    if echo is not None:
+        run.runner["unit"] = runner_unit(run.run_id)
+        run.echo = os.fdopen(echo, "w", buffering=1)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         run.stop_requested = True
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    os.write(wpipe, str(os.getpid()).encode())
-    os.close(wpipe)
+    if wpipe is not None:
+        os.write(wpipe, str(os.getpid()).encode())
+        os.close(wpipe)
     run.status.update(pid=os.getpid(), updated=now_iso())
     write_json(os.path.join(bundle, "status.json"), run.status)
     try:
@@ -319,7 +407,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("start")
     s.add_argument("--spec", required=True)
     s.add_argument("--work-dir", default=wd)
-    for name in ("status", "wait", "stop"):
+    for name in ("status", "wait", "stop", "daemon"):
         s = sub.add_parser(name)
         s.add_argument("run_id")
         s.add_argument("--work-dir", default=wd)
@@ -351,5 +439,5 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(a, "run_id", None) is not None and not valid_run_id(a.run_id):
         return out({"ok": False, "reason": f"bad run id {a.run_id!r}"}, EXIT_USAGE)
     commands = {"start": cmd_start, "status": cmd_status, "wait": cmd_wait, "stop": cmd_stop,
-                "pool": cmd_pool, "pools": cmd_pools, "pool-rm": cmd_pool_rm}
+                "daemon": cmd_daemon, "pool": cmd_pool, "pools": cmd_pools, "pool-rm": cmd_pool_rm}
     return commands[a.cmd](a)

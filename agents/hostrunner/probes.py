@@ -15,6 +15,7 @@ from typing import Any
 
 from .files import meminfo, read_or_none, read_text
 from .settings import read_settings
+from .systemd import choose_wall, detect
 
 LRU_GEN = "/sys/kernel/mm/lru_gen/enabled"
 SYS_FILES = ["/proc/diskstats", "/proc/vmstat", "/proc/meminfo", "/proc/pressure/memory",
@@ -91,7 +92,8 @@ def host_fingerprint(cfg: dict[str, Any]) -> dict[str, Any]:
     """host.json (docs/bundle.md), taken at `pre`."""
     mi = meminfo()
     backend, mp = cgroup_backend()
-    comm1 = (read_or_none("/proc/1/comm") or "").strip()
+    sd = detect()
+    comm1 = sd["pid1_comm"]
     pool_device = block_device(cfg["pool"])
     hooked = os.environ.get(TEST_KERNEL_RELEASE)
     host = {
@@ -102,6 +104,9 @@ def host_fingerprint(cfg: dict[str, Any]) -> dict[str, Any]:
         "mem_total_bytes": mi["MemTotal"], "swap_total_bytes": mi.get("SwapTotal"),
         "mglru": lru_gen_mask(), "cgroup_backend": backend, "cgroup_mount": mp,
         "systemd_pid1": comm1 == "systemd", "pid1_comm": comm1,
+        "systemd": sd["systemd"], "run_systemd_system": sd["run_systemd_system"],
+        # the path a cgroup wall takes on this host (capacity.json `wall` says the one used)
+        "capacity_path": choose_wall(bool(sd["systemd"]), backend)[0],
         "python": platform.python_version(),
         "agent_version": cfg["agent_version"].get("version"),
         "agent_source_sha256": cfg["agent_version"].get("source_sha256"),

@@ -15,8 +15,8 @@ from typing import Any
 
 from . import RUNNER_VERSION
 from .bundle import dump_plans, runner_sha256, snapshot, write_manifest
-from .capacity import (check_memboot, create_cgroup, launch_balloon, limit_cgroup,
-                       release_balloon, wait_balloon_ready)
+from .capacity import (check_memboot, create_wall, launch_balloon, limit_cgroup,
+                       release_balloon, stop_scope, wait_balloon_ready)
 from .cleanup import Active, cleanup_leftovers, remove_cgroup
 from .errors import RunFailed
 from .files import (exit_fields, last_line, meminfo, now_iso, parse_status, proc_status,
@@ -27,6 +27,7 @@ from .locks import host_lock
 from .probes import CG_CURRENT, CG_FILES, LRU_GEN, SYS_FILES, host_fingerprint, lru_gen_mask
 from .progress import progress_path
 from .supervise import STOPPED, Child, stop, supervise
+from .systemd import cgroup_line_in
 
 Popen = subprocess.Popen
 
@@ -43,7 +44,9 @@ class Run:
                                        "pid": os.getpid(), "work_dir": work_dir}
         self.active = Active(work_dir, self.run_id)
         self.host_lock_fd: int | None = None
-        self.cg: dict[str, str] | None = None           # {"backend", "path"} once created
+        self.cg: dict[str, str] | None = None           # {"backend", "path", "mount"[, "unit"]}
+        self.wall_keeper: Popen[bytes] | None = None     # holds a systemd wall scope open
+        self.echo: Any = None                           # the journal, for a unit's phase lines
         self.capacity: dict[str, Any] = {}
         self.balloon: Popen[bytes] | None = None
         self.balloon_info: dict[str, Any] | None = None
@@ -63,8 +66,14 @@ class Run:
             entry["reason"] = extra["reason"]
         self.status["history"].append(entry)
         write_json(os.path.join(self.bundle, "status.json"), self.status)
-        print(f"{entry['t']} phase {name}"
-              + (f": {extra['reason']}" if extra.get("reason") else ""), flush=True)
+        line = f"{entry['t']} phase {name}" + (f": {extra['reason']}" if extra.get("reason")
+                                                else "")
+        print(line, flush=True)
+        if self.echo is not None:
+            try:
+                print(line, file=self.echo, flush=True)
+            except OSError:
+                self.echo = None
 
     def check_stop(self) -> None:
         if self.stop_requested:
@@ -153,7 +162,8 @@ class Run:
         self.capacity = cap
         try:
             if mech == "cgroup":
-                self.cg = create_cgroup(cap, self.run_id, self.cfg["headroom"], self.active)
+                self.cg, self.wall_keeper = create_wall(cap, self.run_id, self.cfg["headroom"],
+                                                        self.active, self.bundle)
                 limit_cgroup(cap, self.cg)
             elif mech == "balloon":
                 self.start_balloon(cap)
@@ -214,9 +224,8 @@ class Run:
             self.phase("warmup" if mark else "measuring")
             info["cgroup"] = (read_or_none(f"/proc/{p.pid}/cgroup") or "").splitlines()
             if cg:
-                rel = "/" + os.path.relpath(cg["path"], os.path.dirname(cg["path"]))
-                info["in_cgroup"] = any(ln.endswith(":" + rel) and (
-                    "memory" in ln.split(":")[1] or ln.startswith("0::")) for ln in info["cgroup"])
+                rel = "/" + os.path.relpath(cg["path"], cg["mount"])
+                info["in_cgroup"] = cgroup_line_in(info["cgroup"], rel)
 
         def row() -> tuple[str, str]:
             if not measuring[0] and mark is not None and os.path.isdir(mark):
@@ -378,7 +387,9 @@ class Run:
             notes += release_balloon(self.balloon, self.balloon_info,
                                      self.capacity.get("requested_bytes", 0))
             write_json(self.path("balloon.json"), self.balloon_info)
-        if self.cg:
+        if self.cg and self.wall_keeper is not None:
+            notes += stop_scope(self.cg, self.wall_keeper)
+        elif self.cg:
             why = remove_cgroup(self.cg["path"])
             if why:
                 notes.append(why)

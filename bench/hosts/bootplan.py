@@ -350,33 +350,142 @@ def reboot_exec_argv(systemd: bool, delay: float = 1.0) -> list[str]:
     return ["setsid", "-f", "sh", "-c", f"{_DETACH}sleep {delay:g}; {inner}", "bench-reboot"]
 
 
+# GRUB one-shot boots: bench's entry lives in a marked block of /boot/grub/custom.cfg (sourced at
+# boot by grub.d's 41_custom, so no update-grub is needed and the rest of the file is kept);
+# `grub-reboot ENTRY` sets next_entry in grubenv, which the generated grub.cfg boots once and
+# clears. The restore takes the block out, unsets next_entry and reboots into GRUB's default.
+GRUB_CFG = "/boot/grub/grub.cfg"
+GRUB_CUSTOM = "/boot/grub/custom.cfg"
+GRUB_ENV = "/boot/grub/grubenv"
+GRUB_MAX_TEXT = 256 * 1024          # bytes of grub.cfg / custom.cfg bench reads
+_GRUB_ENTRY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_GRUB_BARE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]+$")
+
+
 def _grub_quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
+def grub_word(arg: str) -> str:
+    """One kernel argument as a word of a GRUB `linux` line: bare when it holds only plain
+    characters, else single-quoted (GRUB's lexer takes `$`, `;`, `{`, spaces and quotes as
+    syntax; inside single quotes nothing is). A single quote in an argument is refused."""
+    if _GRUB_BARE.match(arg):
+        return arg
+    if "'" in arg or "\n" in arg or "\\" in arg:
+        raise InputError(f"kernel argument {arg!r} cannot be written into a GRUB entry")
+    return "'" + arg + "'"
+
+
+def check_grub_entry(entry: str) -> str:
+    if not isinstance(entry, str) or not _GRUB_ENTRY.match(entry):
+        raise InputError(f"bad GRUB entry name {entry!r}",
+                         hint="letters, digits, '.', '_' and '-' (at most 64), as "
+                              "[reboot] grub_entry in the host's file")
+    return entry
+
+
+def grub_boot_path(path: str, mountpoint: str) -> str:
+    """The path GRUB sees for `path` (absolute on the host) on the file system mounted at
+    `mountpoint` (`stat -c %m`): /boot/vmlinuz-X on / is /boot/vmlinuz-X, on a separate /boot
+    it is /vmlinuz-X."""
+    if not path.startswith("/") or not mountpoint.startswith("/"):
+        raise InputError(f"{path!r} on {mountpoint!r}: absolute paths only")
+    mp = mountpoint.rstrip("/") or "/"
+    if mp == "/":
+        return path
+    if not path.startswith(mp + "/"):
+        raise InputError(f"{path} is not under its mount point {mountpoint}")
+    return path[len(mp):]
+
+
 def grub_entry_text(entry: str, kernel: str, initrd: str | None, append: str) -> str:
-    """A GRUB menu entry (for /boot/grub/custom.cfg, sourced by 41_custom at boot without
-    update-grub) booting `kernel` with `append`. Paths are absolute in the root file system;
-    `search --file` finds the partition holding the kernel (works with a separate /boot if the
-    paths are given relative to it)."""
+    """A GRUB menu entry booting `kernel` with `append`. kernel/initrd are paths as GRUB sees
+    them on their file system (grub_boot_path); `search --file` finds that file system."""
+    check_grub_entry(entry)
+    words = " ".join(grub_word(_requote(a)) for a in parse_cmdline(append))
     lines = [f"menuentry {_grub_quote(entry)} --id {_grub_quote(entry)} {{",
-             f"    search --no-floppy --file --set=root {kernel}",
-             f"    linux {kernel} {append}"]
+             f"    search --no-floppy --file --set=root {grub_word(kernel)}",
+             f"    linux {grub_word(kernel)} {words}"]
     if initrd:
-        lines.append(f"    initrd {initrd}")
+        lines.append(f"    initrd {grub_word(initrd)}")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
+def _grub_marks(entry: str) -> tuple[str, str]:
+    return f"### BEGIN bench {entry} ###", f"### END bench {entry} ###"
+
+
+def grub_custom_with(existing: str, entry: str, block: str | None) -> str:
+    """custom.cfg with bench's block for `entry` replaced by `block` (None: taken out); every
+    other line is kept as it was. An unterminated block of ours is refused, not guessed."""
+    begin, end = _grub_marks(check_grub_entry(entry))
+    kept: list[str] = []
+    inside = False
+    for line in existing.splitlines():
+        if line.strip() == begin:
+            inside = True
+        elif line.strip() == end and inside:
+            inside = False
+        elif not inside:
+            kept.append(line)
+    if inside:
+        raise InputError(f"{GRUB_CUSTOM}: '{begin}' without its END line; fix the file by hand")
+    while kept and not kept[-1].strip():
+        kept.pop()
+    text = "".join(ln + "\n" for ln in kept)
+    if block is not None:
+        text += ("\n" if text else "") + begin + "\n" + block.rstrip("\n") + "\n" + end + "\n"
+    return text
+
+
+def grub_cfg_problems(text: str) -> list[str]:
+    """Why a generated grub.cfg would not boot bench's one-shot entry (empty: it would): it
+    must boot next_entry once (00_header's block) and source custom.cfg (41_custom)."""
+    problems = []
+    if "next_entry" not in text:
+        problems.append(f"{GRUB_CFG} never reads next_entry: grub-reboot cannot take effect "
+                        "(regenerate it with update-grub)")
+    if "custom.cfg" not in text:
+        problems.append(f"{GRUB_CFG} does not source custom.cfg (/etc/grub.d/41_custom "
+                        "missing or not executable; run update-grub after restoring it)")
+    return problems
+
+
+def parse_grubenv(text: str) -> dict[str, str]:
+    """`grub-editenv FILE list` output (NAME=VALUE lines) -> dict."""
+    out: dict[str, str] = {}
+    for line in text.splitlines()[:1000]:
+        key, eq, value = line.partition("=")
+        if eq and key and not key.startswith("#"):
+            out[key] = value
+    return out
+
+
 def grub_oneshot_plan(entry: str, kernel: str, initrd: str | None, append: str,
-                      custom_cfg: str = "/boot/grub/custom.cfg") -> dict:
-    """What the grub-reboot method does: write the entry, then `grub-reboot ENTRY` (next boot
-    only; GRUB's default stays the normal kernel, so a failed boot falls back on the next reset).
-    Returns {'path', 'text', 'argv'}; `argv` lists the commands, in order."""
-    if not entry or "\n" in entry:
-        raise InputError(f"bad GRUB entry name {entry!r}")
-    return {"path": custom_cfg, "text": grub_entry_text(entry, kernel, initrd, append),
-            "argv": [["grub-reboot", entry], reboot_exec_argv(systemd=True)]}
+                      existing_custom: str = "", systemd: bool = True,
+                      custom_cfg: str = GRUB_CUSTOM) -> dict:
+    """What the grub-reboot method does: write custom.cfg with bench's entry block (the rest
+    of the file kept), `grub-reboot ENTRY` (next boot only: GRUB's default stays the normal
+    kernel, so a failed boot falls back on the next reset), check grubenv, reboot. Returns
+    {'path', 'text', 'entry_text', 'argv', 'check'}: `argv` lists the commands in order (the
+    last one takes the host down), `check` is the grubenv listing to verify next_entry."""
+    block = grub_entry_text(entry, kernel, initrd, append)
+    return {"path": custom_cfg, "text": grub_custom_with(existing_custom, entry, block),
+            "entry_text": block, "argv": [["grub-reboot", entry], reboot_exec_argv(systemd)],
+            "check": ["grub-editenv", GRUB_ENV, "list"]}
+
+
+def grub_restore_plan(entry: str, existing_custom: str, systemd: bool = True,
+                      custom_cfg: str = GRUB_CUSTOM) -> dict:
+    """Back to GRUB's default entry: custom.cfg without bench's block ('text' None: the file
+    held nothing else, remove it), no pending next_entry, reboot."""
+    text = grub_custom_with(existing_custom, entry, None)
+    return {"path": custom_cfg, "text": text or None,
+            "argv": [["grub-editenv", GRUB_ENV, "unset", "next_entry"],
+                     reboot_exec_argv(systemd)],
+            "check": ["grub-editenv", GRUB_ENV, "list"]}
 
 
 def command_argv(template: tuple[str, ...] | list[str], append: str) -> list[str]:

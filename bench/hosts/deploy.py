@@ -190,6 +190,7 @@ def boot_hook_unit(work_dir: str) -> str:
     return f"""[Unit]
 Description=bench: apply bench.lru_gen= from the kernel command line (MGLRU state at boot)
 DefaultDependencies=no
+RequiresMountsFor={work_dir}/agents
 Before=sysinit.target
 ConditionPathExists=/sys/kernel/mm/lru_gen/enabled
 

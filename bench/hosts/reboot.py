@@ -7,9 +7,10 @@ through `LocalTransport`).
 
 Methods: `kexec` (kexec -l KERNEL --initrd=... --append=..., then `systemctl kexec` where
 systemd runs, else `kexec -e` detached so the SSH session can close), `grub-reboot` (a menu
-entry written to /boot/grub/custom.cfg, then `grub-reboot ENTRY`: next boot only; built and
-tested purely, not exercised on hardware), `command` (an argv run on the host, "{cmdline}"
-replaced by the new command line).
+entry in a marked block of /boot/grub/custom.cfg, the rest of the file kept, then `grub-reboot
+ENTRY`, checked in grubenv: next boot only; a restore takes the block out, unsets next_entry and
+reboots into GRUB's default entry; proven on the twin lab's aarch64 guests, tests/twin),
+`command` (an argv run on the host, "{cmdline}" replaced by the new command line).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.errors import BenchError, CommandTimeout, HostError, SafetyError, Unreachable
-from bench.hosts.bootplan import (BOOT_ID, LRU_ENABLED, Gate, Observation, check_reboot_allowed,
-                                  command_argv, evaluate_gate, grub_oneshot_plan, kexec_exec_argv,
+from bench.hosts.bootplan import (BOOT_ID, GRUB_CFG, GRUB_CUSTOM, GRUB_MAX_TEXT, LRU_ENABLED, Gate,
+                                  Observation, check_grub_entry, check_reboot_allowed,
+                                  command_argv, evaluate_gate, grub_boot_path, grub_cfg_problems,
+                                  grub_oneshot_plan, grub_restore_plan, kexec_exec_argv,
                                   kexec_load_argv, next_cmdline, normalize_lru, normalize_mem,
-                                  observation_from_files, split_head_output)
+                                  observation_from_files, parse_grubenv, split_head_output)
 from bench.hosts.inventory import Host
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_lru_gen
 from bench.hosts.transport import LocalTransport, Transport, quote_argv
@@ -153,8 +156,76 @@ def _boot_files(host: Host, before: Observation) -> tuple[str, str]:
     return kernel, initrd
 
 
+def _read_text(transport: Transport, path: str, missing_ok: bool) -> str:
+    """A text file of the host, at most GRUB_MAX_TEXT bytes ('' when absent and missing_ok)."""
+    r = transport.run(["head", "-c", str(GRUB_MAX_TEXT + 1), path], check=False, timeout=30)
+    if r.rc != 0:
+        if missing_ok and "No such file" in r.stderr:
+            return ""
+        raise HostError(transport.host, f"cannot read {path}: {r.stderr.strip()[-200:]}")
+    if len(r.stdout.encode()) > GRUB_MAX_TEXT:
+        raise HostError(transport.host, f"{path} is over {GRUB_MAX_TEXT} bytes; bench will not "
+                        "rewrite it")
+    return r.stdout
+
+
+def _write_text(transport: Transport, path: str, text: str | None) -> None:
+    """Replace a host file by text (a temporary file beside it, renamed over it); None
+    removes it."""
+    if text is None:
+        transport.run(["rm", "-f", "--", path], timeout=30)
+        return
+    tmp = f"{path}.bench-tmp"
+    transport.run(["sh", "-c", 'cat > "$1"', "bench-grub", tmp], stdin=text, timeout=30)
+    transport.run(["mv", "-f", "--", tmp, path], timeout=30)
+
+
+def _grub_path(transport: Transport, path: str) -> str:
+    r = transport.run(["stat", "-c", "%m", "--", path], check=False, timeout=30)
+    if r.rc != 0:
+        raise HostError(transport.host, f"{path}: {r.stderr.strip()[-200:] or 'not found'}")
+    return grub_boot_path(path, r.stdout.strip())
+
+
+def _grub_stage(transport: Transport, host: Host, append: str, before: Observation,
+                systemd: bool, log: _Log, default_boot: bool) -> None:
+    """grub-reboot: check grub.cfg honours a one-shot custom entry, write bench's block into
+    custom.cfg (or take it out for the default boot), set (or unset) next_entry, check grubenv,
+    then reboot. Nothing is changed before the checks pass."""
+    entry = check_grub_entry(host.reboot.grub_entry or "")
+    problems = grub_cfg_problems(_read_text(transport, GRUB_CFG, missing_ok=False))
+    if problems:
+        raise HostError(transport.host, "; ".join(problems))
+    kernel, initrd = _boot_files(host, before)
+    if default_boot:
+        plan = grub_restore_plan(entry, _read_text(transport, GRUB_CUSTOM, True), systemd)
+        log("stage", f"{plan['path']}: bench's {entry!r} block taken out; GRUB's default entry")
+    else:
+        r = transport.run(["test", "-e", initrd], check=False, timeout=30)
+        g_initrd = _grub_path(transport, initrd) if r.rc == 0 else None
+        existing = _read_text(transport, GRUB_CUSTOM, True)
+        plan = grub_oneshot_plan(entry, _grub_path(transport, kernel), g_initrd, append,
+                                 existing, systemd)
+        log("stage", f"write {plan['path']} entry {entry!r}: "
+                     f"{plan['entry_text'].splitlines()[2].strip()}")
+    _write_text(transport, plan["path"], plan["text"])
+    *stage, trigger = plan["argv"]
+    for argv in stage:
+        log("stage", quote_argv(argv))
+        transport.run(argv, timeout=60)
+    env = parse_grubenv(transport.run(plan["check"], timeout=30).stdout)
+    want = None if default_boot else entry
+    log("stage", f"grubenv next_entry={env.get('next_entry') or '(unset)'}")
+    if (env.get("next_entry") or None) != want:
+        raise HostError(transport.host, f"grubenv next_entry is {env.get('next_entry')!r} "
+                        f"after {quote_argv(stage[-1])}, not {want!r}: grubenv not writable "
+                        "here (on MD/LVM?), no one-shot boot")
+    log("trigger", quote_argv(trigger))
+    _trigger(transport, trigger, log)
+
+
 def _stage_and_trigger(transport: Transport, entry: Host, method: str, append: str,
-                       before: Observation, log: _Log) -> None:
+                       before: Observation, log: _Log, default_boot: bool = False) -> None:
     systemd = _host_has_systemd(transport)
     if method == "kexec":
         kernel, boot_initrd = _boot_files(entry, before)
@@ -167,18 +238,7 @@ def _stage_and_trigger(transport: Transport, entry: Host, method: str, append: s
         log("trigger", quote_argv(argv))
         _trigger(transport, argv, log)
     elif method == "grub-reboot":
-        entry_name = entry.reboot.grub_entry or ""
-        kernel, initrd = _boot_files(entry, before)
-        plan = grub_oneshot_plan(entry_name, kernel, initrd, append)
-        log("stage", f"write {plan['path']} entry {entry_name!r}")
-        transport.run(["tee", plan["path"]], stdin=plan["text"], timeout=30)
-        for argv in plan["argv"]:
-            if argv[0] == "setsid":
-                log("trigger", quote_argv(argv))
-                _trigger(transport, argv, log)
-            else:
-                log("stage", quote_argv(argv))
-                transport.run(argv, timeout=60)
+        _grub_stage(transport, entry, append, before, systemd, log, default_boot)
     elif method == "command":
         argv = command_argv(entry.reboot.command or (), append)
         log("trigger", quote_argv(argv))
@@ -217,7 +277,7 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
     L("plan", f"method={method} append={append!r}" + (" (default boot)" if default_boot else ""))
     res = RebootResult(name, False, "quarantine", "", method, append, mem, lru_gen,
                        before=before, events=L.events)
-    _stage_and_trigger(transport, host_entry, method, append, before, L)
+    _stage_and_trigger(transport, host_entry, method, append, before, L, default_boot)
     t_trigger = L.t_trigger or time.monotonic()
     new_id = _await_new_boot(transport, host_entry, before, res, L, t_trigger, down_timeout,
                              up_timeout, poll_interval)

@@ -43,3 +43,5 @@ def test_unit_runs_the_deployed_script_before_sysinit():
     unit = boot_hook_unit("/var/lib/bench")
     assert "ExecStart=/bin/sh /var/lib/bench/agents/lru_gen_boot.sh" in unit
     assert "DefaultDependencies=no" in unit and "WantedBy=sysinit.target" in unit
+    # a work_dir on a file system of its own is mounted before the script runs
+    assert "RequiresMountsFor=/var/lib/bench/agents" in unit.splitlines()
