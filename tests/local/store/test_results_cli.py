@@ -21,7 +21,8 @@ from tests.support.golden import check_golden, render
 CELLS = [("64Mi-balloon-mglru", 1.6), ("128Mi-balloon-mglru", 1.2),
          ("160Mi-balloon-mglru", 1.0), ("64Mi-balloon-classic", 1.1), ("64Mi-cgroup-mglru", 1.15),
          ("64Mi-cgroup-classic", 1.12), ("64Mi-cgroup-mglru-pinned", 1.05),
-         ("64Mi-cgroup-mglru-hybrid", 1.08), ("64Mi-cgroup-mglru-oracle-advice", 1.1)]
+         ("64Mi-cgroup-mglru-hybrid", 1.08), ("64Mi-cgroup-mglru-oracle-advice", 1.1),
+         ("64Mi-cgroup-mglru-nocache", 2.4)]
 
 
 def populate(store, bundles, reps=2):
