@@ -130,6 +130,7 @@ class Executor:
         self.plan_path: Path | None = None
         self.hint_plans: dict[str, PlanInfo] = {}    # hint label -> the plan with its hints
         self._stop = threading.Event()
+        self.worker_errors: list[str] = []      # a host worker that died (the store failing)
 
     # what workers call ---------------------------------------------------------------------
     def plan_for(self, cell: str) -> PlanInfo:
@@ -301,6 +302,10 @@ class Executor:
                 t.start()
             for t in threads:
                 t.join()
+            if self.worker_errors:
+                raise BenchError(f"campaign {self.cid} stopped: a host worker failed: "
+                                 f"{self.worker_errors[0]}",
+                                 f"`bench resume {self.cid}` carries on where it stopped")
             return self._finish()
         finally:
             hb_stop.set()
@@ -336,7 +341,21 @@ class Executor:
                                if w.quarantined}, counts, msg)
 
     def _work(self, w: Worker) -> None:
-        """A host's worker thread: its runs until none is left (or it is quarantined)."""
+        """A host's worker thread. Should it die (its error handling itself failing: a
+        database that stays locked), the campaign stops after the current runs instead of
+        waiting forever on a worker that is gone; `bench resume` carries on."""
+        try:
+            self._drive(w)
+        except Exception as exc:  # noqa: BLE001 - a dead worker must not hang the others
+            self.worker_errors.append(f"{w.name}: {exc!r}"[:500])
+            self._stop.set()
+        finally:
+            with self.cv:
+                self.busy.discard(w.name)
+                self.cv.notify_all()
+
+    def _drive(self, w: Worker) -> None:
+        """A host's runs until none is left (or it is quarantined)."""
         try:
             w.start()
         except Quarantined as exc:

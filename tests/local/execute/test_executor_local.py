@@ -138,3 +138,40 @@ def test_the_store_refuses_the_executors_illegal_move_and_the_campaign_goes_on(l
     assert ("validated", "collected") not in moves and moves[-1] == ("ingested", "validated")
     assert res.state == "done" and all(r.state == "validated" for r in rows.values())
     assert Path(s.data_dir, "bundles", "local", rid).is_dir()     # collected, never stored
+
+
+def test_a_worker_whose_error_handling_fails_stops_the_campaign_instead_of_hanging(
+        local_campaign, monkeypatch):
+    """When recording a failure itself fails (a database that stays locked), the worker thread
+    dies; the others must not wait for it forever: the campaign stops with one clear error and
+    `bench resume` can carry on."""
+    import threading
+
+    from bench.errors import BenchError
+    from bench.execute.campaign import worker as worker_mod
+    store, s, rids = local_campaign
+
+    def broken_run(self, rid):
+        raise BenchError("injected: the host said no")
+
+    class StoreGone(Executor):
+        def fail(self, rid, exc):
+            raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(worker_mod.Worker, "do_run", broken_run)
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_catch(StoreGone(store, "lx", s).run)),
+                         daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "the campaign hung on a dead worker"
+    assert isinstance(out[0], BenchError), out
+    assert "a host worker failed" in out[0].message and "database is locked" in out[0].message
+    assert "bench resume lx" in (out[0].hint or "")
+
+
+def _catch(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return exc
