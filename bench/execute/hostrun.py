@@ -149,7 +149,11 @@ def runner_status(t: Transport, host: Host, run_id: str) -> dict | None:
     return st
 
 
-START_SCRIPT = 'mkdir -p "$1" && printf "%s" "$3" > "$2" && shift 3 && exec "$@"'
+# exit SPEC_WRITE_FAILED (nothing else exits so: the runner's codes are 0-3) when the spec
+# cannot be written, a full disk above all, leaving no partial spec behind
+SPEC_WRITE_FAILED = 75
+START_SCRIPT = ('mkdir -p "$1" && printf "%s" "$3" > "$2" || { rm -f "$2"; '
+                'echo "bench-start: cannot write $2" >&2; exit 75; }; shift 3 && exec "$@"')
 MAX_INLINE_SPEC = 64 << 10      # one argument of the start command (Linux: 128 KiB at most)
 
 
@@ -174,6 +178,10 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
                 *runner_argv(host, "start", "--spec", remote)]
     r = t.run(argv, timeout=120, check=False)
     res = last_json(r.stdout)
+    if res is None and r.rc == SPEC_WRITE_FAILED:
+        raise HostError(host.name, f"cannot write the run's spec {remote} "
+                        f"({(r.stderr or '').strip()[-200:]}): is its disk full?",
+                        f"check free space on the host (df -h {host.work_dir})")
     if res is None:
         raise CommandFailed(host.name, ["runner.py", "start"], r.rc, r.stderr or r.stdout)
     if r.rc == 2:
