@@ -126,8 +126,12 @@ def _requote(arg: str) -> str:
 #  * x86: mem= caps the highest physical address, so memory-mapped I/O holes below the cap also
 #    come off: the legacy hole below 1 MiB (always) and the PCI hole below 4 GiB, which starts at
 #    2-3.5 GiB on PCs and servers. We allow X86_PCI_HOLE_MAX once the cap passes X86_HOLE_START.
-#  * arm64: mem= limits the linear map to about the value; only reservations come off.
+#  * arm64: mem= limits the linear map to about the value; only reservations come off, and
+#    more of them at a small limit: swiotlb's 64 MiB bounce buffer and the kernel image are
+#    taken below it (the twin's 6.12 16 KiB kernel at mem=512Mi kept 56 to 100 MiB out of
+#    MemTotal over two boots), so ARM_RESERVE_MIN.
 RESERVE_MIN = 96 * MIB
+ARM_RESERVE_MIN = 160 * MIB
 RESERVE_FRACTION = 0.06
 X86_HOLE_START = 2 * GIB
 X86_PCI_HOLE_MAX = 2 * GIB
@@ -153,7 +157,8 @@ def memtotal_range(mem_bytes: int, arch: str, full_memtotal: int | None = None) 
     if full_memtotal is not None and full_memtotal < mem_bytes:
         limit = full_memtotal
     hi = limit
-    reserve = max(RESERVE_MIN, int(RESERVE_FRACTION * limit))
+    reserve = max(ARM_RESERVE_MIN if a in ARM_ARCHES else RESERVE_MIN,
+                  int(RESERVE_FRACTION * limit))
     hole = 0
     if a in X86_ARCHES:
         hole = min(max(0, mem_bytes - X86_HOLE_START), X86_PCI_HOLE_MAX) + MIB
