@@ -182,6 +182,31 @@ def snapshot_device_bytes(snap_dir: Path, p: int, dev: str) -> int:
     return (diskstats_sectors_read(dev, end) - diskstats_sectors_read(dev, start)) * SECTOR
 
 
+def reclaimed_pages(snap_dir: Path, p: int) -> int:
+    """Pages the kernel reclaimed (kswapd and direct) during pass p, from the vmstat
+    snapshots; 0 when the pass has none."""
+    def steal(side: str) -> int:
+        f = snap_dir / f"pass{p}-{side}" / "proc_vmstat"
+        if not f.exists():
+            return 0
+        fields = dict(line.split() for line in f.read_text().splitlines() if line.strip())
+        return sum(int(v) for k, v in fields.items() if k.startswith("pgsteal_"))
+    return steal("end") - steal("start")
+
+
+def skip_if_evicted_from_outside(snap_dir: Path, p: int, warm_bytes: int, slack: int) -> None:
+    """A warm pass that read the device while the kernel was reclaiming: something outside the
+    test took memory (this project's VMs have a virtio balloon and virtio-mem that the
+    hypervisor drives), so cache hits cannot be judged on this machine now. Without reclaim,
+    a warm pass that reads the device stays a failure."""
+    n = reclaimed_pages(snap_dir, p)
+    if warm_bytes > slack and n > 0:
+        import pytest
+        pytest.skip(f"the machine reclaimed {n} pages during the warm pass (memory taken from "
+                    f"outside the test, e.g. by the hypervisor's balloon): warm reads "
+                    f"({warm_bytes} bytes) cannot be judged on this machine now")
+
+
 @contextlib.contextmanager
 def loopfs_or_skip(size_bytes: int, prefix: str):
     """An ext4 file system on a direct-I/O loop device for one test session, or a pytest skip

@@ -57,6 +57,7 @@ def test_cold_then_warm_pagecache(agent, loopfs, pool, plan_file, tmp_path):
     cold = nl.snapshot_device_bytes(tmp_path / "snap", 0, loopfs.dev)
     warm = nl.snapshot_device_bytes(tmp_path / "snap", 1, loopfs.dev)
     assert cold == pytest.approx(distinct, rel=REL_TOL)
+    nl.skip_if_evicted_from_outside(tmp_path / "snap", 1, warm, WARM_SLACK)
     assert warm <= WARM_SLACK
 
 

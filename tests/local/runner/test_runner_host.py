@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import nativelib as nl
 from tests.support.bundlegen import ensure_campaigns
 from tests.support.runner import (PYTHON, RUNNER, assert_private, contract, make_spec,
                                   measured_device_bytes, read_json, runner, start, timeline,
@@ -161,6 +162,7 @@ def test_none_run_survives_its_caller_and_never_runs_twice(agent, loopfs, pool, 
     assert st["pid"] == res["pid"]
     # pool (256 MiB) far below memory: the measured pass is served from the cache
     warm = measured_device_bytes(bundle, loopfs.dev)
+    nl.skip_if_evicted_from_outside(bundle / "snapshots", 1, warm, WARM_SLACK)
     assert warm <= WARM_SLACK, (warm, [(bundle / "snapshots" / d / "proc_diskstats").read_text()
                                        for d in ("pass1-start", "pass1-end")])
     assert read_json(bundle / "capacity.json")["mechanism"] == "none"
