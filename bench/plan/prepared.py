@@ -22,7 +22,7 @@ def plan_from_trace_file(trace: Path, k: int | None = None, data_dir: Path | Non
     """Parse a trace, write its plan into <data_dir>/plans/<sha256>.bin; (PlanInfo, path)."""
     trace = Path(trace)
     check_trace_file(trace)
-    return _ship(parse_trace(trace, k=k), trace.name, _sha256(trace), data_dir)
+    return _ship(parse_trace(trace, k=k), trace.name, file_sha256(trace), data_dir)
 
 
 def _ship(trace: Trace, name: str, trace_sha: str, data_dir: Path | None, *, batch: int = 1,
@@ -44,10 +44,6 @@ def _ship(trace: Trace, name: str, trace_sha: str, data_dir: Path | None, *, bat
                     accepted_tokens=trace.accepted_tokens,
                     fixed_set_bytes=(meta or {}).get("fixed_set_bytes"))
     return info, path
-
-
-def _sha256(path: Path) -> str:
-    return file_sha256(path)
 
 
 def workload_plan(workload: dict, data_dir: Path) -> tuple[PlanInfo, Path]:
