@@ -79,25 +79,42 @@ def is_our_process(pid: int, exe: str, marker: str) -> bool:
 
 
 def stop_process(pid: int, exe: str, marker: str, wait: float = 15.0) -> None:
-    """SIGTERM the lab's process `pid` (only if is_our_process), SIGKILL after `wait` s."""
+    """SIGTERM the lab's process `pid` (only if is_our_process), SIGKILL after `wait` s, and
+    return only once it has exited. A frozen (SIGSTOPped) process is continued after the
+    SIGTERM, so it handles it now rather than after the full wait. The process is usually not
+    our child (a `power-cycle` runs in a new process), so waitpid cannot wait for it: poll until
+    it is gone or a zombie, because a dying qemu frees its memory before it closes its sockets,
+    and a new qemu started before then cannot bind the guest's forwarded port."""
     if not is_our_process(pid, exe, marker):
         return
     os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGCONT)
+    if not _wait_exited(pid, wait):
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_exited(pid, 30.0):
+            raise BenchError(f"lab process {pid} ({exe}) did not exit 30 s after SIGKILL")
+
+
+def _wait_exited(pid: int, wait: float) -> bool:
+    """Whether `pid` has exited (gone, or a zombie: its files are closed) within `wait` s; our
+    own child is reaped on the way."""
     t = time.monotonic() + wait
-    while time.monotonic() < t:
-        if not is_our_process(pid, exe, marker):
-            break
+    while True:
         try:
-            os.waitpid(pid, os.WNOHANG)
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
         except ChildProcessError:
             pass
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+        try:
+            # the state follows the parenthesised comm, which may itself hold spaces
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= t:
+            return False
+        time.sleep(0.05)
 
 
 def missing_capabilities(build: bool = True) -> list[str]:
