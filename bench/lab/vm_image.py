@@ -117,6 +117,45 @@ def _wait_exited(pid: int, wait: float) -> bool:
         time.sleep(0.05)
 
 
+OLD_IMAGE_SECONDS = 86400
+
+
+def _open_files() -> set[str]:
+    """Every path some process holds open (from /proc/*/fd)."""
+    out = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                out.add(os.readlink(fd))
+            except OSError:
+                pass
+    return out
+
+
+def collect_old_images(cache: Path, pattern: str, keep: Path, disk: str) -> list[Path]:
+    """Remove the images of older recipes (`pattern` under `cache`), but never one a qemu still
+    has open (a running lab's overlays are backed by its `disk` and a power cycle restarts qemu
+    from it) nor one made in the last day (another checkout of bench, with the older recipe,
+    may be about to boot it). Returns what it removed."""
+    in_use = _open_files()
+    removed = []
+    for old in cache.glob(pattern):
+        if old == keep or str(old / disk) in in_use:
+            continue
+        try:
+            age = time.time() - (old / "manifest.json").stat().st_mtime
+        except OSError:
+            continue
+        if age > OLD_IMAGE_SECONDS:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
+
+
 def missing_capabilities(build: bool = True) -> list[str]:
     """Why the lab cannot run here (empty when it can): not root, missing tools (with the Debian
     package that has them), no mirror for debootstrap (only when an image must be built)."""
@@ -261,9 +300,7 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
         if d.exists():
             shutil.rmtree(d)
         out.rename(d)
-        for old in cache.glob("image-*"):      # images of older recipes are never used again
-            if old != d:
-                shutil.rmtree(old, ignore_errors=True)
+        collect_old_images(cache, "image-*", d, "base.img")
         say(log, f"image built in {manifest['build_seconds']}s: {d}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
