@@ -63,7 +63,7 @@ def rules(bandwidths: Annotated[Path, typer.Option(
         views.emit_json(rep)
         return
     for line in r.report_lines(rep):
-        print(line)
+        print(views.visible(line, lines=False))     # a file's or a host's text, escaped
 
 
 def register(app: typer.Typer) -> None:
