@@ -244,15 +244,17 @@ def sizing_example(m: dict, target_s: float | None, *,
     used = [groups[i] for i in sorted({c["group"] for c in curves}, key=lambda x: int(x[1:]))
             if i in groups]
     warnings = []
-    if len(used) > 1:
+    diff = identity.differences(used) if len(used) > 1 else {}
+    if diff:
         warnings.append(f"{len(used)} result groups: each curve has its own answer, never "
                         "interpolated across groups that differ in "
-                        + identity.describe_differences(identity.differences(used)))
+                        + identity.describe_differences(diff))
     for h in sorted({c["host"] for c in curves if c["host"]}):
         if bandwidth_host is not None and h != bandwidth_host:
             warnings.append(f"the bandwidths (rules 2 and 3) were measured on {bandwidth_host}, "
                             f"the capacity curves on {h}: they describe different machines")
     return {"target_s": target_s, "curves": curves, "groups": used,
+            "not_interpolated_across": diff,
             "status": "ok" if curves else "no_data", "warnings": warnings}
 
 

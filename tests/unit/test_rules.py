@@ -130,7 +130,7 @@ def test_sizing_on_the_papers_table2_rows():
     # the paper: "the replay sustains 1.01 engine iterations per second per stream"
     assert round(top["iterations_per_s"], 2) == 1.01 and top["n"] == 3
     assert top["seconds_per_accepted_token"] == pytest.approx(0.99 * 285 / 299)
-    assert s["warnings"] == []
+    assert s["warnings"] == [] and s["not_interpolated_across"] == {}
     lines = rules.report_lines({"bandwidths": rules.parse_bandwidths(GOOD, "f"),
                                 "rule2": {"text": "x"}, "rule3": {"text": "y"}, "sizing": s})
     assert any("upper bound" in x and "interpolated between 64 GB and 128 GB" in x

@@ -103,6 +103,7 @@ def test_sizing_from_ingested_runs(sweep, db_url, capsys):
     assert any("never interpolated across groups" in w and "fixture-a, fixture-b" in w
                for w in s["warnings"])
     assert any("measured on gh200-evaluation-node" in w for w in s["warnings"])
+    assert s["not_interpolated_across"]["host"] == ["fixture-a", "fixture-b"]
 
 
 def test_sizing_text_and_the_filters(sweep, db_url, capsys):
