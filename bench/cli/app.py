@@ -99,6 +99,8 @@ def version() -> None:
 
 for _area in (trace, pool, demo, hosts, reboot, lab, results, run, campaign, schema):
     _area.register(app)
+from bench.cli import rules as _rules  # noqa: E402  (bench rules, issue 12)
+_rules.register(app)
 
 
 def command() -> Any:
