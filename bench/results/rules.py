@@ -10,8 +10,8 @@ capacity response stored in the results database.
   Where host reads are no slower than HBM, promotion never repays itself (r* is None).
 - Rule 3 (prefer direct file-backed reads when adoption and streaming have similar rates):
   the gap between direct reads and streaming, 1 - host_read / streaming, on the rates as the
-  file gives them (the paper's "within 5.6%", computed on unrounded rates). A negative gap
-  means direct reads are faster. The paper names no threshold for "similar": bench reports the
+  file gives them (the paper's "within 5.6%" is on unrounded rates; its printed ones give
+  5.5%). A negative gap means direct reads are faster. The paper names no threshold for "similar": bench reports the
   gap and leaves the call to the reader.
 - Worked sizing example: per capacity curve (one result group, mechanism and reclaim of
   `bench results --matrix capacity`; bench.judge.identity), the DRAM at which the curve
@@ -35,8 +35,8 @@ Every key is checked; an unknown or bad one is refused naming the file and the k
     note = "..."                # optional
     [gb_per_s]
     hbm = 2938.0                # GPU reads of HBM-resident weights
-    host_read = 326.8           # GPU reads of file-backed (page-cache) host pages
-    streaming = 346.2           # overlapped copy-then-compute streaming over the link
+    host_read = 327.0           # GPU reads of file-backed (page-cache) host pages
+    streaming = 346.0           # overlapped copy-then-compute streaming over the link
     link_ceiling = 368.5        # optional: the link's ceiling (streaming may not exceed it)
 """
 

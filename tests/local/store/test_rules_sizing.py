@@ -111,7 +111,7 @@ def test_sizing_text_and_the_filters(sweep, db_url, capsys):
                  "--host", "fixture-b"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2].startswith("rule 2: ") and "r* = 1.06" in out[2]
-    assert "within 5.6% of overlapped streaming" in out[3]
+    assert "within 5.5% of overlapped streaming" in out[3]
     assert out[4] == "sizing (target 100 s/iteration):"
     assert out[5].startswith("  g1 balloon mglru on fixture-b: at most 50.3 MB")
     assert not any("never interpolated" in x for x in out)
