@@ -11,8 +11,8 @@ capacity response stored in the results database.
 - Rule 3 (prefer direct file-backed reads when adoption and streaming have similar rates):
   the gap between direct reads and streaming, 1 - host_read / streaming, on the rates as the
   file gives them (the paper's "within 5.6%" is on unrounded rates; its printed ones give
-  5.5%). A negative gap means direct reads are faster. The paper names no threshold for "similar": bench reports the
-  gap and leaves the call to the reader.
+  5.5%). A negative gap means direct reads are faster. The paper names no threshold for
+  "similar": bench reports the gap and leaves the call to the reader.
 - Worked sizing example: per capacity curve (one result group, mechanism and reclaim of
   `bench results --matrix capacity`; bench.judge.identity), the DRAM at which the curve
   reaches a target iteration time, linear between the two measured capacities around it
