@@ -3,7 +3,8 @@ LAN (lanplus) on a local UDP port and hands every chassis control to the program
 lan.conf (`chassis_control "PROG DEVICE"`, called as `PROG DEVICE get power` or `PROG DEVICE
 set power 0|1` / `set reset 1` / `set boot X`): this module, with the guest's directory as the
 device. Power is the guest's qemu process: on = our qemu (pid file, command line checked) runs;
-off = it is terminated (SIGTERM, then SIGKILL) like pulled power; reset = off, then on. So
+off = it is terminated (continued if stopped, SIGTERM, then SIGKILL) like pulled power; reset =
+off, then on. So
 `ipmitool -I lanplus ... chassis power cycle` (ipmi_sim: power 0, then power 1) really
 restarts the guest from its firmware, and `chassis power status` reports the process.
 
@@ -16,6 +17,8 @@ Kept to the standard library and bench.lab.vm_image: ipmi_sim runs it once per I
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +27,7 @@ from bench.lab.vm_image import is_our_process, stop_process
 
 QEMU = "qemu-system-aarch64"
 GUEST_FILE = "guest.json"       # written by bench.lab.twin: qemu argv, pid file, marker
+OFF_WAIT_S = 5.0                # SIGTERM -> SIGKILL: well inside ipmitool's ~13 s window
 
 
 def _guest(gdir: Path) -> dict:
@@ -55,9 +59,17 @@ def power_on(g: dict) -> int:
 
 
 def power_off(g: dict) -> None:
+    """Pulled power, within the IPMI request: ipmi_sim waits for this program before it
+    answers, and ipmitool gives up after about 13 s (lanplus retries), reporting a cycle that
+    did happen as failed. A guest frozen whole (its qemu SIGSTOPped: the tier's injected hang)
+    never acts on SIGTERM, so it is continued first; SIGKILL after OFF_WAIT_S all the same."""
     pid = qemu_pid(g)
     if pid is not None:
-        stop_process(pid, QEMU, g["overlay"], wait=10.0)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            pass
+        stop_process(pid, QEMU, g["overlay"], wait=OFF_WAIT_S)
 
 
 def chassis(gdir: Path, op: str, args: list[str]) -> str:
