@@ -9,6 +9,7 @@ off well inside that, or the ladder's power cycle reads as failed although it ha
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -59,3 +60,37 @@ def test_power_off_of_a_running_guest(fake_qemu, tmp_path):
     g, p = fake_qemu
     rc, out, secs = _power(tmp_path)
     assert rc == 0 and p.wait(5) == -signal.SIGTERM and secs < 5.0, (rc, out, secs)
+
+
+def test_power_on_answers_before_qemu_is_up(tmp_path):
+    """`set power 1` starts qemu and returns at once; the pid file appears when qemu has
+    daemonized (here a stand-in that takes 8 s to, and then runs on)."""
+    exe = tmp_path / twin_bmc.QEMU
+    exe.symlink_to(sys.executable)
+    overlay, pidfile = tmp_path / "root.qcow2", tmp_path / "qemu.pid"
+    overlay.write_text("")
+    slow = ("import os, sys, time; time.sleep(8); "
+            "open(sys.argv[1], 'w').write(f'{os.getpid()}\\n'); time.sleep(600)")
+    g = {"pidfile": str(pidfile), "overlay": str(overlay), "qemu_log": str(tmp_path / "q.log"),
+         "qemu_argv": [str(exe), "-c", slow, str(pidfile), str(overlay)]}
+    (tmp_path / twin_bmc.GUEST_FILE).write_text(json.dumps(g))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "bench.lab.twin_bmc", str(tmp_path), "set", "power",
+                        "1"], capture_output=True, text=True, timeout=60)
+    secs = time.monotonic() - t0
+    try:
+        assert r.returncode == 0 and secs < 5.0, (r.returncode, r.stdout, secs)
+        assert twin_bmc.qemu_pid(g) is None and twin_bmc.starting_pid(g) is not None
+        again = subprocess.run([sys.executable, "-m", "bench.lab.twin_bmc", str(tmp_path), "set",
+                                "power", "1"], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0    # a second power-on while it starts starts no second one
+        deadline = time.monotonic() + 30
+        while twin_bmc.qemu_pid(g) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pid = twin_bmc.qemu_pid(g)
+        assert pid == twin_bmc.starting_pid(g), "not the qemu the first power-on started"
+        assert _power(tmp_path)[0] == 0 and twin_bmc.qemu_pid(g) is None
+    finally:
+        for p in (twin_bmc.qemu_pid(g), twin_bmc.starting_pid(g)):
+            if p:
+                os.kill(p, signal.SIGKILL)
