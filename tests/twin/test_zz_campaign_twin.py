@@ -6,8 +6,8 @@ both guests restored to GRUB's default entry. Injected while it runs:
 - twin-a's qemu is frozen (SIGSTOP, its PID from the twin lab's state) in the middle of its
   first run: SSH stops answering, the recovery ladder power-cycles it through the inventory's
   `ipmitool ... chassis power cycle` (its simulated BMC) and proves the new boot;
-- `bench hosts reboot twin-b` is attempted while twin-b's first run is in progress: refused,
-  naming the run, which goes on and is kept.
+- `bench hosts reboot twin-b` is attempted while twin-b's first run is in progress (held so
+  for the attempt): refused, naming the run, which goes on and is kept.
 The interrupted run ends failed with the ladder's steps in its reason, the campaign finishes on
 both guests. The module is named to run last in the tier (it power-cycles the session's
 shared lab); the finalizer continues a qemu it stopped (lab PIDs only) and wipes the pools it
@@ -28,7 +28,7 @@ import pytest
 pytestmark = [pytest.mark.twin, pytest.mark.root, pytest.mark.slow]
 
 HOSTS = ["twin-a", "twin-b"]
-PATIENCE_S = 60
+PATIENCE_S = 90         # the stall limit too: the refused reboot holds a run that long at most
 CID = "reclaim-twin"
 MEM = "1108M"            # 0.45 x 1536Mi = 724M, plus the 384M memboot overhead
 
@@ -127,15 +127,46 @@ def _freeze(db, twin_hosts, connect, stopped, log, deadline):
     log.append(("frozen", "twin-a", r.run_id, pid, time.time()))
 
 
+# on the guest: send a signal (argv[2]: STOP or CONT) to the runner of a run and every child
+# it recorded (the agent), from its active record (argv[1]); exit 1 while the record is not there
+SIGNAL_RUN = ("import json, os, signal, sys\n"
+              "d = json.load(open(sys.argv[1]))\n"
+              "pids = [d['runner_pid']] + [x['pid'] for x in d['pids']]\n"
+              "for p in pids:\n"
+              "    os.kill(p, getattr(signal, 'SIG' + sys.argv[2]))\n"
+              "print(' '.join(map(str, pids)))\n")
+
+
 def _refuse(db, twin_hosts, connect, hosts_dir, log, deadline):
     """twin-b: `bench hosts reboot twin-b` (a real CLI process) while its first run is in
-    progress."""
+    progress. The run is held in progress for the attempt (its runner and agent stopped inside
+    the guest, continued right after: well inside the stall limit, PATIENCE_S): the CLI takes
+    tens of seconds on a loaded machine, longer than a tiny run, and a run that ended before
+    the check is rightly not refused (the reboot would then go ahead under the campaign)."""
+    h = twin_hosts["twin-b"]
     r = _first_running(db, "twin-b", deadline)
-    if r is None or not _waiting(twin_hosts["twin-b"], connect, r.run_id, deadline):
+    if r is None:
         return
-    p = subprocess.run([sys.executable, "-m", "bench", "hosts", "reboot", "twin-b", "--mem", MEM,
-                        "--hosts-dir", str(hosts_dir)], capture_output=True, text=True,
-                       timeout=300)
+    active = f"{h.work_dir}/active/{r.run_id}.json"
+    t = connect(h)
+    try:
+        held = None
+        while held is None and time.monotonic() < deadline:
+            res = t.run(["python3", "-c", SIGNAL_RUN, active, "STOP"], timeout=60, check=False)
+            if res.rc == 0 and res.stdout.strip():
+                held = res.stdout.split()
+            else:
+                time.sleep(0.3)
+        if held is None:
+            return
+        try:
+            p = subprocess.run([sys.executable, "-m", "bench", "hosts", "reboot", "twin-b",
+                                "--mem", MEM, "--hosts-dir", str(hosts_dir)],
+                               capture_output=True, text=True, timeout=300)
+        finally:
+            t.run(["kill", "-CONT", *held], timeout=60, check=False)
+    finally:
+        t.close()
     log.append(("reboot-attempt", "twin-b", r.run_id, p.returncode, p.stdout + p.stderr))
 
 
