@@ -44,6 +44,7 @@ MEM_FLOOR = 512 << 20
 POOL_DISK_BYTES = 4 << 30
 GRUB_ENTRY = "bench-memboot"
 BMC_USER = "bench"
+QEMU_START_S = 120.0            # power on -> qemu daemonized (its devices up)
 EXPECT = {"arch": "aarch64", "page_size": 16384, "kernel": "6.12"}
 
 
@@ -242,6 +243,17 @@ def lab_up(*, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float = 900.0,
     return st
 
 
+def _await_qemu(g: dict, timeout: float) -> int:
+    """The pid of the guest's qemu once it is up (the BMC starts it and answers at once)."""
+    deadline = time.monotonic() + timeout
+    while (pid := twin_bmc.qemu_pid(g)) is None:
+        if time.monotonic() > deadline:
+            raise HostError(g["name"], f"its qemu did not come up within {timeout:.0f}s of "
+                            f"`chassis power on`; see {g['qemu_log']}")
+        time.sleep(0.2)
+    return pid
+
+
 def _boot_all(st: dict, boot_timeout: float, log) -> None:
     guests = st["guests"]
     for g in guests.values():
@@ -250,7 +262,7 @@ def _boot_all(st: dict, boot_timeout: float, log) -> None:
     t0 = time.monotonic()
     for g in guests.values():
         run_cmd(ipmitool_argv(g, "chassis", "power", "on"), timeout=150)
-        g["qemu_pid"] = twin_bmc.qemu_pid(g)
+        g["qemu_pid"] = _await_qemu(g, QEMU_START_S)
         _save_state(st)
     say(log, "powered on through their BMCs: " + ", ".join(
         f"{n} (qemu pid {g['qemu_pid']}, ssh port {g['port']}, bmc udp {g['bmc_port']})"
@@ -271,10 +283,10 @@ def lab_down(log: Callable[[str], None] | None = None, keep_files: bool = False)
     st = _load_state()
     stopped = []
     for name, g in st.get("guests", {}).items():
-        pid = twin_bmc.qemu_pid(g)
-        if pid is not None:
-            stop_process(pid, twin_bmc.QEMU, g["overlay"], wait=10.0)
-            stopped.append(f"{name} qemu (pid {pid})")
+        for pid in (twin_bmc.qemu_pid(g), twin_bmc.starting_pid(g)):
+            if pid is not None:
+                stop_process(pid, twin_bmc.QEMU, g["overlay"], wait=10.0)
+                stopped.append(f"{name} qemu (pid {pid})")
         bmc = g.get("bmc_pid")
         if bmc and is_our_process(bmc, "ipmi_sim", g["bmc_conf"]):
             stop_process(bmc, "ipmi_sim", g["bmc_conf"], wait=5.0)
