@@ -207,9 +207,12 @@ NO_SYSTEMD = 3
 # One round trip: the unit arrives as an argument (never over stdin: fabric holds a command's
 # stdin open for about 15 s after the data, which every deploy to a rebootable host waited
 # out), written beside its place and renamed into it, then systemd told.
+# ends with sync: the unit and its enable link are written just before a campaign's reboot into
+# MGLRU-at-boot, and a power cycle of a host that hangs soon after (the ladder's last rung)
+# lost them on a twin, whose next boot then failed its MGLRU gate
 BOOT_HOOK_SCRIPT = ('test -d "$4" || exit 3; '
                     'printf %s "$2" > "$1.tmp" && mv -f "$1.tmp" "$1" && '
-                    'systemctl daemon-reload && systemctl enable "$3"')
+                    'systemctl daemon-reload && systemctl enable "$3" && sync')
 
 
 def boot_hook_argv(unit_path: str, unit_text: str,

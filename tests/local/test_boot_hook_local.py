@@ -39,6 +39,9 @@ def systemctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     stub.write_text(f'#!/bin/sh\necho "$*" >> {log}\n[ "$1" != fail ] || exit 5\n'
                     f'[ -z "$SYSTEMCTL_FAIL" ] || exit 4\n')
     stub.chmod(0o755)
+    sync = bin_dir / "sync"         # recorded in the same log, so its order is seen
+    sync.write_text(f'#!/bin/sh\necho "sync $*" >> {log}\n')
+    sync.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return log
 
@@ -61,8 +64,9 @@ def test_unit_written_and_enabled_in_one_command(tmp_path: Path, systemctl: Path
     assert len(t.calls) == 1
     assert unit.read_text() == boot_hook_unit(h.work_dir)      # byte for byte, newline kept
     assert not unit.with_name(unit.name + ".tmp").exists()
+    # synced last: a power cycle soon after the deploy must not lose the unit or its link
     assert systemctl.read_text().splitlines() == ["daemon-reload",
-                                                  "enable bench-lru-gen.service"]
+                                                  "enable bench-lru-gen.service", "sync "]
 
 
 def test_no_systemd_is_said_and_nothing_written(tmp_path: Path, systemctl: Path):
