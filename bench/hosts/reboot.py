@@ -27,7 +27,8 @@ from bench.hosts.bootplan import (BOOT_ID, GRUB_CFG, GRUB_CUSTOM, GRUB_MAX_TEXT,
                                   command_argv, evaluate_gate, grub_boot_path, grub_cfg_problems,
                                   grub_oneshot_plan, grub_restore_plan, kexec_exec_argv,
                                   kexec_load_argv, next_cmdline, normalize_lru, normalize_mem,
-                                  observation_from_files, parse_grubenv, split_head_output)
+                                  observation_from_files, parse_grubenv, split_head_output,
+                                  thp_repairs, THP_FILES)
 from bench.hosts.inventory import Host
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_lru_gen
 from bench.hosts.transport import LocalTransport, Transport, quote_argv
@@ -88,8 +89,9 @@ class _Log:
 
 
 def observe(transport: Transport, timeout: float = 30.0) -> Observation:
-    """One round trip: boot_id, cmdline, meminfo, lru_gen mask (if present), arch, kernel."""
-    files = [BOOT_ID, "/proc/cmdline", "/proc/meminfo", LRU_ENABLED,
+    """One round trip: boot_id, cmdline, meminfo, lru_gen mask and THP modes (if present), arch,
+    kernel."""
+    files = [BOOT_ID, "/proc/cmdline", "/proc/meminfo", LRU_ENABLED, *THP_FILES,
              "/proc/sys/kernel/osrelease"]
     r = transport.run(["head", "-n", "200", *files], timeout=timeout, check=False)
     got = split_head_output(r.stdout)
@@ -286,7 +288,7 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
         return res
     res.seconds_to_ssh = round(time.monotonic() - t_trigger, 3)
     L("up", f"new boot_id={new_id} after {res.seconds_to_ssh:.1f}s")
-    after = observe(transport)
+    after = _keep_thp(transport, before, observe(transport), L)
     res.after = after
     full = before.memtotal if cmdline_param(before.args, "mem") is None else None
     gate = evaluate_gate(before, after, mem, lru_gen, arch=before.arch, full_memtotal=full)
@@ -301,6 +303,22 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
     res.reason = gate.reason
     L(res.verdict, res.reason)
     return res
+
+
+def _keep_thp(transport: Transport, before: Observation, after: Observation,
+              L: _Log) -> Observation:
+    """Write back the THP modes the host had before the reboot where the new boot differs
+    (bootplan module doc: under 512 MiB the kernel turns THP off), then look again; the gate
+    checks the result."""
+    fixes = thp_repairs(before, after)
+    if not fixes:
+        return after
+    for path, mode in fixes:
+        r = transport.run(["tee", path], stdin=mode + "\n", timeout=30, check=False)
+        L("thp", f"{path}: booted {after.thp_modes.get(path.rsplit('/', 1)[-1])}, wrote "
+                 f"{mode} (the mode before the reboot)" + ("" if r.rc == 0 else
+                                                          f"; write failed: rc {r.rc}"))
+    return observe(transport)
 
 
 def _await_new_boot(transport: Transport, host: Host, before: Observation, res: RebootResult,

@@ -10,7 +10,8 @@ from bench.errors import InputError, SafetyError
 from bench.hosts.bootplan import (GIB, MIB, Observation, check_reboot_allowed, evaluate_gate,
                                   grub_oneshot_plan, kexec_exec_argv, kexec_load_argv,
                                   memtotal_range, next_cmdline, normalize_lru, normalize_mem,
-                                  observation_from_files, parse_mem, split_head_output)
+                                  observation_from_files, parse_mem, split_head_output,
+                                  thp_repairs)
 from bench.hosts.inventory import Host, RebootSpec, load_host_file
 from bench.hosts.reboot import reboot_host
 from tests.support import paths
@@ -183,6 +184,58 @@ def test_observation_from_head_output():
     o = observation_from_files(split_head_output(text), arch="x86_64")
     assert (o.boot_id, o.memtotal, o.lru_mask, o.mglru) == ("b1", MEM768_MT, 7, True)
     assert o.cmdline == AFTER.cmdline
+
+
+# THP kept across a reboot ------------------------------------------------------------------------
+
+THP_TEXT = ("==> /proc/sys/kernel/random/boot_id <==\nb1\n\n==> /proc/cmdline <==\n{cmd}\n\n"
+            "==> /proc/meminfo <==\nMemTotal: {kb} kB\n\n"
+            "==> /sys/kernel/mm/transparent_hugepage/enabled <==\n{enabled}\n\n"
+            "==> /sys/kernel/mm/transparent_hugepage/defrag <==\n{defrag}\n")
+
+
+def thp_obs(enabled, defrag="always defer defer+madvise [madvise] never", kb=1496272,
+            cmd=DEFAULT, boot="b1"):
+    text = THP_TEXT.format(cmd=cmd, kb=kb, enabled=enabled, defrag=defrag)
+    return replace(observation_from_files(split_head_output(text), arch="x86_64"), boot_id=boot)
+
+
+def test_thp_modes_parsed_from_the_choice_files():
+    o = thp_obs("[always] madvise never")
+    assert o.thp_modes == {"enabled": "always", "defrag": "madvise"}
+    # a file without a selection, or a missing one, is no mode (nothing to pin)
+    assert "enabled" not in thp_obs("always madvise never").thp_modes
+    assert obs().thp_modes == {}
+
+
+def test_small_boot_gets_the_thp_mode_back_and_the_gate_checks_it():
+    """The lab's 6.1 guest boots THP `always`; with mem= under 512 MiB the kernel comes up
+    `never` (hugepage_init), the campaign's other runs `always`: the repair writes `always`
+    back, and a boot left at `never` fails the gate by name."""
+    mem = "250M"
+    before = thp_obs("[always] madvise never", boot="b0")
+    small = next_cmdline(DEFAULT, mem, None)
+    after = thp_obs("always madvise [never]", kb=190000, cmd=small)
+    assert thp_repairs(before, after) == [("/sys/kernel/mm/transparent_hugepage/enabled",
+                                           "always")]
+    g = evaluate_gate(before, after, mem, None)
+    assert not g.ok and "THP as before: enabled always -> never" in g.reason
+    fixed = thp_obs("[always] madvise never", kb=190000, cmd=small)
+    assert thp_repairs(before, fixed) == []
+    assert evaluate_gate(before, fixed, mem, None).ok
+    # defrag is pinned the same way
+    other = thp_obs("[always] madvise never", defrag="[always] defer defer+madvise madvise never",
+                    kb=190000, cmd=small)
+    assert thp_repairs(before, other) == [("/sys/kernel/mm/transparent_hugepage/defrag",
+                                           "madvise")]
+
+
+def test_thp_not_checked_where_the_host_has_no_thp():
+    """A kernel without THP (no sysfs files before the reboot): nothing to pin or check."""
+    after = thp_obs("always madvise [never]", cmd=next_cmdline(DEFAULT, None, "off"))
+    g = evaluate_gate(obs(), after, None, "off")
+    assert "THP as before" not in {c.name for c in g.checks}
+    assert thp_repairs(obs(), after) == []
 
 
 # safety --------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_reclaims_replace_every_cell(tmp_path):
     assert {p.reclaim for p in load_matrix(write(tmp_path, "4M", "2M")).points} == {"mglru"}
 
 
-@pytest.mark.parametrize("name", ["equal-memory", "capacity"])
+@pytest.mark.parametrize("name", ["equal-memory", "capacity", "reclaim"])
 def test_shipped_lab_scales_keep_the_regime(name, tmp_path):
     pts = regime(load_matrix(name, "lab"), tmp_path)
     assert pts and all(p.status == "ok" for p in pts), regime_lines(pts)

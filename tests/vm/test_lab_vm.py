@@ -23,7 +23,7 @@ def _log(name):
 def test_guests_answer_with_their_own_kernel_and_disks(lab, lab_hosts, connect):
     assert set(lab_hosts) == {"lab-a", "lab-b"}
     for h in lab_hosts.values():
-        assert h.reboot.allowed and h.reboot.method == "kexec" and h.mem_floor == 512 * MIB
+        assert h.reboot.allowed and h.reboot.method == "kexec" and h.mem_floor == 240 * MIB
         t = connect(h)
         o = observe(t)
         assert o.arch == "x86_64" and o.kernel.startswith("6.1")
@@ -65,7 +65,7 @@ def test_mem_below_floor_is_refused_without_touching_the_host(lab, lab_hosts, co
             calls.append("close")
 
     with pytest.raises(SafetyError, match="below the host's floor"):
-        reboot_host(Watch(), h, "256M", "off", _log(h.name))
+        reboot_host(Watch(), h, "128M", "off", _log(h.name))
     assert calls == []
     assert read_boot_id(t) == bid
 
