@@ -9,7 +9,7 @@ import pytest
 
 from bench.execute.campaign.ladder import (NOT_STUCK, UNREACHABLE, WEDGED, Permits, StallWatch,
                                            Step, diagnose, fingerprint, next_rung, permits,
-                                           run_power_cycle, summary)
+                                           clip_middle, run_power_cycle, summary)
 from bench.hosts.inventory import Host, RebootSpec
 
 PC = ("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "chassis", "power", "cycle")
@@ -150,3 +150,12 @@ def test_mglru_default_check(mask, default, want):
     c = mglru_default(after, default)
     assert (None if c is None else c.ok) is want
     assert mglru_default(None, default) is None
+
+
+def test_a_long_power_cycle_command_keeps_its_program_and_its_verb():
+    argv = "ipmitool -I lanplus -C 3 -H 127.0.0.1 -p 60138 -U bench -f " + "/x" * 60 + \
+        "/bmc.pass chassis power cycle"
+    c = clip_middle(argv, 120)
+    assert len(c) == 120 and c.startswith("ipmitool -I lanplus") and \
+        c.endswith("chassis power cycle") and "..." in c
+    assert clip_middle("ipmitool chassis power cycle", 120) == "ipmitool chassis power cycle"

@@ -162,6 +162,16 @@ def clip(text: str, n: int = DETAIL_MAX) -> str:
     return text if len(text) <= n else text[:n - 3] + "..."
 
 
+def clip_middle(text: str, n: int) -> str:
+    """text within n characters, its middle elided: a command's verb is at its end (`ipmitool
+    -I lanplus -H ... -f /long/path chassis power cycle`), its program at its start."""
+    text = " ".join(str(text).split())
+    if len(text) <= n:
+        return text
+    head = (n - 3) // 2
+    return text[:head] + "..." + text[len(text) - (n - 3 - head):]
+
+
 # I/O ----------------------------------------------------------------------------------------
 
 def run_power_cycle(argv: Sequence[str], timeout: float = POWER_CYCLE_TIMEOUT_S,
@@ -285,7 +295,7 @@ class Ladder:
     def power_cycle(self) -> tuple[bool, str]:
         argv = list(self.host.reboot.power_cycle or ())
         rc, out = run_power_cycle(argv)
-        said = f"`{clip(quote_argv(argv), 120)}` " + ("ran past its timeout" if rc is None
+        said = f"`{clip_middle(quote_argv(argv), 120)}` " + ("ran past its timeout" if rc is None
                                                         else f"exit {rc}")
         if rc != 0:
             return False, f"{said}: {clip(out, 200)}"
