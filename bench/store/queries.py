@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from bench.errors import InputError
 from bench.judge import engine, identity, stats
-from bench.judge.judgement import METRIC_COLUMNS
+from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes

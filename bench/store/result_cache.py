@@ -51,31 +51,72 @@ def generation(store: Store) -> int | None:
         return conn.execute(text("SELECT n FROM results_generation WHERE id = 1")).scalar()
 
 
+class _Dict(dict):
+    json_text: str
+
+
+class _List(list):
+    json_text: str
+
+
+def json_text(out: Any) -> str | None:
+    """The JSON text of a view's output that cached() returned (what `json.dumps(out,
+    indent=2)` gives, kept from storing or read from the store), else None. It is the
+    output's text as returned: whoever changes the output writes its JSON anew."""
+    return out.json_text if isinstance(out, (_Dict, _List)) else None
+
+
+def _with_text(out: Any, blob: str) -> Any:
+    kept: _Dict | _List = _Dict(out) if isinstance(out, dict) else _List(out)
+    kept.json_text = blob
+    return kept
+
+
 def cached(store: Store, view: str, args: dict, compute: Callable[[], Any]) -> Any:
-    """compute()'s output, or the stored copy of it at the current generation (module doc)."""
+    """compute()'s output, or the stored copy of it at the current generation (module doc);
+    either way with its JSON text (json_text) when it is stored or storable."""
     if not ENABLED:
         return compute()
     key = cache_key(view, args)
+    gen, data = _get(store, key)
+    if data is not None:
+        return _with_text(json.loads(data), data)
+    out = compute()
+    blob = _round_trip(out)
+    if blob is None:
+        return out
+    if gen is not None and len(blob) <= MAX_BYTES:
+        put(store, key, gen, blob)
+    return _with_text(out, blob)
+
+
+def lookup(store: Store, view: str, args: dict) -> Any | None:
+    """The stored output of `view` with `args` (all of the view's arguments but the store, as
+    cached_view keys them) at the current generation, with its json_text; None when there is
+    none. Lets a caller skip importing the view's module when the answer is stored."""
+    if not ENABLED:
+        return None
+    _, data = _get(store, cache_key(view, args))
+    return None if data is None else _with_text(json.loads(data), data)
+
+
+def _get(store: Store, key: str) -> tuple[int | None, str | None]:
+    """(the current generation, the entry of `key` stored at it or None)."""
     with store.engine.connect() as conn:
         gen = conn.execute(text("SELECT n FROM results_generation WHERE id = 1")).scalar()
         data = None if gen is None else conn.execute(
             text("SELECT data FROM results_cache WHERE key = :k AND generation = :g"),
             {"k": key, "g": gen}).scalar()
-    if data is not None:
-        return json.loads(data)
-    out = compute()
-    if gen is not None:
-        blob = _round_trip(out)
-        if blob is not None and len(blob) <= MAX_BYTES:
-            put(store, key, gen, blob)
-    return out
+    return gen, data
 
 
 def _round_trip(out: Any) -> str | None:
-    """The JSON of `out` when loading it gives `out` back exactly (types included), else
-    None."""
+    """The JSON text of `out` (indented as bench prints JSON) when it is an object or an array
+    and loading it gives `out` back exactly (types included), else None."""
+    if not isinstance(out, (dict, list)):
+        return None
     try:
-        blob = json.dumps(out)
+        blob = json.dumps(out, indent=2)
     except (TypeError, ValueError):
         return None
     return blob if repr(json.loads(blob)) == repr(out) else None

@@ -2,17 +2,24 @@
 (default 100,000) and with 10,000 in a second one, then times `bench results --matrix reclaim`,
 `results --cell X`, `runs --cell X` and `campaigns` through the real CLI, three times each,
 printing min/median/max per N side by side. Goal: results --matrix and --cell under 0.5 s.
+Each time is a whole `bench` command in a new process (Python's start and imports included),
+wall and CPU (user+sys of that process). The two results views are timed twice: as they come
+after nothing changed (since migration 0007 served from bench.store.result_cache), and each
+after a write that moves the results generation (computed, then stored).
 
 Rows are inserted in bulk through the store's own models (tests/perf/results_10k.populate:
 runs with their metrics, iterations summary, spec.json, workload identity and current
-verdicts, as ingest keeps them), not by ingesting N bundles. Each timing prints the wall time
-and the process's CPU time: on a shared machine the first also holds waits for a core.
+verdicts, as ingest keeps them), not by ingesting N bundles. On a shared machine the wall
+time also holds waits for a core; the CPU time does not.
 That the views' output is the one of the path they replaced is a test
-(tests/local/store/test_workload_identity_0006.py), not this benchmark.
+(tests/local/store/test_workload_identity_0006.py, test_results_cache.py), not this benchmark.
 
-Run: .venv/bin/python tests/perf/results_scale.py [N] [--pg POSTGRES_URL_PREFIX]
-  SQLite always; PostgreSQL too when --pg names a server URL without a database
-  (e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432): two databases are created."""
+Run: .venv/bin/python tests/perf/results_scale.py [N] [--pg POSTGRES_URL_PREFIX] [--keep DIR]
+                                                 [--no-10k] [--no-sqlite]
+  SQLite unless --no-sqlite; PostgreSQL too when --pg names a server URL without a database
+  (e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432): databases bench_perf_<N> are
+  created. --keep DIR: SQLite files DIR/perf<N>.db (and the PostgreSQL databases) holding N
+  runs are reused (brought to head) rather than filled again; --no-10k: only N."""
 
 import os
 import statistics
@@ -58,12 +65,40 @@ def timed(url: str, argv: tuple, *extra: str) -> tuple[float, float]:
     return wall, ru.ru_utime + ru.ru_stime
 
 
+AFTER_WRITE = "(after a write)"
+
+
+def _touch(url: str) -> None:
+    """A write to a table results read that changes no value: since migration 0007 it moves
+    the results generation, so the next view is computed (untimed, in this process)."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE campaigns SET note = note WHERE id = 'c1'"))
+    finally:
+        engine.dispose()
+
+
+def _stored(url: str) -> int:
+    """Runs in the database at `url` (0 when it has no runs table yet)."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table("runs"):
+                return 0
+            return conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() or 0
+    finally:
+        engine.dispose()
+
+
 def measure(url: str, n: int, reuse: bool = False) -> dict[str, list[tuple[float, float]]]:
     """Three timings of each case on a database of n runs (filled here unless `reuse`: then
     only brought to head, as a writer would)."""
     results_10k.N = n
     t0 = time.perf_counter()
-    if reuse:
+    if reuse and _stored(url) >= n:
         open_store(url).close()
     else:
         results_10k.populate(url).close()
@@ -72,6 +107,9 @@ def measure(url: str, n: int, reuse: bool = False) -> dict[str, list[tuple[float
     out = {}
     for label, argv, extra in CASES:
         out[label] = [timed(url, argv, extra) for _ in range(3)]
+    for label, argv, extra in CASES[:2]:       # a write before each: nothing stored serves
+        out[f"{label} {AFTER_WRITE}"] = [_touch(url) or timed(url, argv, extra)
+                                         for _ in range(3)]
     out["_load"] = [(os.getloadavg()[0], 0.0)]
     return out
 
@@ -103,18 +141,20 @@ def report(kind: str, table: dict[int, dict[str, list[tuple[float, float]]]]) ->
     loads = ", ".join(f"N={n}: {table[n]['_load'][0][0]:.1f}" for n in ns)
     print(f"{kind}: whole `bench` command, seconds, median (min-max) of 3; load average "
           f"(1 min) after: {loads}", file=sys.stderr)
-    for label, *_ in CASES:
+    labels = [label for label, *_ in CASES] + [f"{label} {AFTER_WRITE}"
+                                                for label, *_ in CASES[:2]]
+    for label in labels:
         cols = []
         for n in ns:
             runs = table[n][label]
             cols.append(f"N={n}: wall {_spread([w for w, _ in runs])} "
                         f"cpu {_spread([c for _, c in runs])}")
-        goal = GOAL.get(label)
+        goal = GOAL.get(label.removesuffix(f" {AFTER_WRITE}"))
         slow = goal is not None and statistics.median(
             w for w, _ in table[ns[-1]][label]) >= goal
         ok &= not slow
         mark = "" if goal is None else f"  goal < {goal} s: {'SLOW' if slow else 'ok'}"
-        print(f"  {label:34s} " + "   ".join(cols) + mark, file=sys.stderr)
+        print(f"  {label:50s} " + "   ".join(cols) + mark, file=sys.stderr)
     return ok
 
 

@@ -244,3 +244,33 @@ def test_0007_downgrade_and_upgrade_again(filled, db_url):
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE runs SET retained = retained"))
     assert result_cache.generation(filled) > 0
+
+
+@pytest.mark.parametrize("argv", [("results", "--matrix", "reclaim", "--host", "gh200-b"),
+                                  ("results", "--cell", "64G-balloon-mglru", "-v"),
+                                  ("results", "--cell", "128G-cgroup-mglru", "--pool")])
+def test_the_cli_serves_what_it_stored_without_the_views(filled, db_url, monkeypatch, capsys,
+                                                         argv):
+    """`bench results` asks the cache with the arguments the view is keyed by (the views are
+    not called on a hit): with --json the text of the view's computation, and without it the
+    same table as when it was computed."""
+    from bench.cli import main
+    from bench.results import views
+    if argv[1] == "--matrix":
+        views.emit_json(queries.matrix.__wrapped__(filled, "reclaim", host="gh200-b"))
+    else:
+        views.emit_json(queries.cell_results.__wrapped__(
+            filled, argv[2], verbose="-v" in argv, pool="--pool" in argv))
+    want_json = capsys.readouterr().out
+    for extra in (("--json",), ()):
+        assert main([*argv, *extra, "--db", db_url]) == 0
+        first = capsys.readouterr().out
+        if extra:
+            assert first == want_json
+        with monkeypatch.context() as m:
+            def no_view(*a, **k):
+                raise AssertionError("computed a stored view")
+            m.setattr(queries, "matrix", no_view)
+            m.setattr(queries, "cell_results", no_view)
+            assert main([*argv, *extra, "--db", db_url]) == 0
+        assert capsys.readouterr().out == first
