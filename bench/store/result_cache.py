@@ -112,14 +112,16 @@ def _get(store: Store, key: str) -> tuple[int | None, str | None]:
 
 def _round_trip(out: Any) -> str | None:
     """The JSON text of `out` (indented as bench prints JSON) when it is an object or an array
-    and loading it gives `out` back exactly (types included), else None."""
+    and loading it gives `out` back exactly, else None. Equal is exact here: JSON keeps int,
+    float, bool and None apart, and a tuple or a non-string key compares unequal to what
+    loading gives back (a NaN, unequal to itself, leaves the output uncached)."""
     if not isinstance(out, (dict, list)):
         return None
     try:
         blob = json.dumps(out, indent=2)
     except (TypeError, ValueError):
         return None
-    return blob if repr(json.loads(blob)) == repr(out) else None
+    return blob if json.loads(blob) == out else None
 
 
 def put(store: Store, key: str, gen: int, blob: str) -> bool:

@@ -274,3 +274,9 @@ def test_the_cli_serves_what_it_stored_without_the_views(filled, db_url, monkeyp
             m.setattr(queries, "cell_results", no_view)
             assert main([*argv, *extra, "--db", db_url]) == 0
         assert capsys.readouterr().out == first
+
+
+def test_a_readers_quick_head_is_alembics():
+    """require_head's reading of the migration files names alembic's head."""
+    from bench.store import db
+    assert db.quick_head() == db.head_revision() is not None
