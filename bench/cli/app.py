@@ -121,8 +121,11 @@ def build(areas: tuple[str, ...] = AREAS) -> typer.Typer:
     root = _root()
     root.callback()(_global)
     root.command()(version)
-    for name in areas:
-        importlib.import_module(f"bench.cli.{name}").register(root)
+    # every module first, then their register(): as when app.py imported them all, so that
+    # commands a module adds to another's group on import keep their place in the help
+    modules = [importlib.import_module(f"bench.cli.{name}") for name in areas]
+    for module in modules:
+        module.register(root)
     return root
 
 

@@ -159,9 +159,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
                                        "--campaign names one).")] = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
-    (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group.
-    A view stored at the database's current generation (bench.store.result_cache) is served
-    without importing the views' module."""
+    (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
+    # a view stored at the database's current generation (bench.store.result_cache) is
+    # served without importing the views' module
     from bench.store import result_cache
     if matrix is not None and cell is None:
         if pool:

@@ -15,10 +15,12 @@ from tests.support.paths import REPO
 
 
 def _tree(cmd, prefix=()) -> dict:
-    """Every command path with its parameters' option names and help."""
-    out = {prefix: (cmd.help, [(p.name, tuple(getattr(p, "opts", ())), getattr(p, "help", None))
-                               for p in cmd.params])}
-    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+    """Every command path with its help, its parameters' option names and help, and its
+    subcommands in the order its help lists them."""
+    subs = list(getattr(cmd, "commands", {}))
+    out = {prefix: (cmd.help, subs, [(p.name, tuple(getattr(p, "opts", ())),
+                                      getattr(p, "help", None)) for p in cmd.params])}
+    for name, sub in getattr(cmd, "commands", {}).items():
         out.update(_tree(sub, prefix + (name,)))
     return out
 
