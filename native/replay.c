@@ -193,6 +193,11 @@ struct run {
 	int have_pool, have_plan, have_hints, have_arena, have_crew, have_snap;
 	struct iter_rec *recs;
 	uint64_t *pass_wall, *pass_bytes, *pass_reads, *pass_hits;
+	/* the prefetcher's counters of each pass alone (submitted, overwritten, completed,
+	 * left), so a reader can take the measured pass without the warm-up's hints; the
+	 * summary's "hints" stays the whole run's total */
+	uint64_t *pass_hint[4];
+	struct pf_counters pf_seen;   /* cumulative at the end of the last pass */
 	uint32_t passes_done;
 	uint64_t distinct, vmlck_kb, vmlck_end_kb;
 	int have_vmlck, have_vmlck_end;
@@ -322,6 +327,12 @@ static void emit_summary(struct run *r, int ok)
 		jl_u64_array(j, "pass_bytes", r->pass_bytes, r->passes_done);
 		jl_u64_array(j, "pass_reads", r->pass_reads, r->passes_done);
 		jl_u64_array(j, "pass_arena_hits", r->pass_hits, r->passes_done);
+	}
+	if (r->pass_wall && o->prefetch) {
+		jl_u64_array(j, "pass_hints_submitted", r->pass_hint[0], r->passes_done);
+		jl_u64_array(j, "pass_hints_overwritten", r->pass_hint[1], r->passes_done);
+		jl_u64_array(j, "pass_hints_completed", r->pass_hint[2], r->passes_done);
+		jl_u64_array(j, "pass_hints_left", r->pass_hint[3], r->passes_done);
 	}
 	jl_bool(j, "probe_cached", r->io.probe_cached);
 	jl_u64(j, "errors", r->errors);
@@ -467,6 +478,11 @@ static int setup(struct run *r)
 	r->pass_bytes = calloc(o->passes, sizeof(uint64_t));
 	r->pass_reads = calloc(o->passes, sizeof(uint64_t));
 	r->pass_hits = calloc(o->passes, sizeof(uint64_t));
+	for (i = 0; i < 4; i++) {
+		r->pass_hint[i] = calloc(o->passes, sizeof(uint64_t));
+		if (!r->pass_hint[i])
+			return fail(r, "out of memory");
+	}
 	r->workers = calloc(o->threads, sizeof(*r->workers));
 	if (!r->recs || !r->pass_wall || !r->pass_bytes || !r->pass_reads || !r->pass_hits ||
 	    !r->workers)
@@ -501,6 +517,21 @@ static int setup(struct run *r)
 				    sizeof(reason)))
 		return fail(r, reason);
 	return 0;
+}
+
+/* The pass's own hint counters: the prefetcher's cumulative ones less those at the end of
+ * the previous pass. Called after pf_quiesce, when the slot is empty and the worker idle, so
+ * submitted = overwritten + completed + left holds for the pass alone. */
+static void record_pass_hints(struct run *r, uint32_t pass)
+{
+	struct pf_counters now = { 0 };
+
+	pf_counters(&r->pf, &now);
+	r->pass_hint[0][pass] = now.submitted - r->pf_seen.submitted;
+	r->pass_hint[1][pass] = now.overwritten - r->pf_seen.overwritten;
+	r->pass_hint[2][pass] = now.completed - r->pf_seen.completed;
+	r->pass_hint[3][pass] = now.left - r->pf_seen.left;
+	r->pf_seen = now;
 }
 
 static int run_pass(struct run *r, uint32_t pass)
@@ -567,6 +598,8 @@ static int run_pass(struct run *r, uint32_t pass)
 	if (err)
 		return err;
 	r->pass_wall[pass] = (uint64_t)(t1 - t0);
+	if (o->prefetch)
+		record_pass_hints(r, pass);
 	for (it = 0; it < p->n_iterations; it++) {
 		r->pass_bytes[pass] += r->recs[it].a.bytes;
 		r->pass_reads[pass] += r->recs[it].a.reads;
@@ -613,6 +646,8 @@ static void teardown(struct run *r)
 	free(r->pass_bytes);
 	free(r->pass_reads);
 	free(r->pass_hits);
+	for (i = 0; i < 4; i++)
+		free(r->pass_hint[i]);
 	if (r->have_snap)
 		snap_free(&r->snap);
 	progress_close(&r->prog);

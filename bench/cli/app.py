@@ -33,11 +33,11 @@ from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
 AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "campaign",
-         "schema")
+         "schema", "rules")
 # a top-level command -> the areas it needs (reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
             "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "reboot"),
-            "lab": ("lab",), "run": ("run",), "schema": ("schema",),
+            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "rules": ("rules",),
             **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
                                          "compare", "sizing", "export", "plot")},
             **{c: ("campaign",) for c in ("matrix", "schedule", "resume", "campaigns",

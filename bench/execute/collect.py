@@ -32,7 +32,7 @@ from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, s
 from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
 from bench.paths import private_dir, private_tree
-from bench.store.db import open_store
+from bench.store.db import Store, open_store, resolve_url, sqlite_path
 from bench.store.ingest import ingest_bundle
 
 
@@ -184,14 +184,52 @@ def figures(bundle_dir: Path) -> dict:
             "runner_reason": b.status.get("reason")}
 
 
-_INGEST_LOCK = threading.Lock()
+# Ingests of this process share one open store per database (opening one checks the schema
+# against every migration script: about 35 ms of CPU, and a fresh engine compiles every
+# statement again) and take a slot of that database first: one for SQLite, whose single
+# writer they would otherwise queue for in its busy handler, a few for a server.
+INGEST_SLOTS = {"sqlite": 1}
+INGEST_SLOTS_SERVER = 4
+MAX_INGEST_STORES = 4
+_STORES: dict[str, tuple[Store, tuple | None, threading.BoundedSemaphore]] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _identity(store: Store) -> tuple | None:
+    """A SQLite store's file (device, inode), so that a file replaced or removed since it was
+    opened is opened again; None for a server."""
+    path = sqlite_path(store.engine)
+    if path is None:
+        return None
+    try:
+        st = path.stat()
+    except OSError:
+        return ("missing",)
+    return (st.st_dev, st.st_ino)
+
+
+def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]:
+    """This process's store for ingests into `db_url`, opened (and brought to head) once,
+    with its ingest slots."""
+    url = resolve_url(db_url)
+    with _STORES_LOCK:
+        hit = _STORES.get(url)
+        if hit is not None and _identity(hit[0]) == hit[1]:
+            return hit[0], hit[2]
+        if hit is not None:
+            del _STORES[url]
+            hit[0].close()
+        while len(_STORES) >= MAX_INGEST_STORES:
+            _STORES.pop(next(iter(_STORES)))[0].close()
+        store = open_store(url)
+        slots = threading.BoundedSemaphore(
+            INGEST_SLOTS.get(store.engine.dialect.name, INGEST_SLOTS_SERVER))
+        _STORES[url] = (store, _identity(store), slots)
+        return store, slots
 
 
 def ingest(db_url: str | None, bundle_dir: Path, plan_path: Path | None) -> dict:
-    """Ingest one bundle (serialised across this process's host threads: one SQLite writer)."""
-    with _INGEST_LOCK:
-        store = open_store(db_url)
-        try:
-            return ingest_bundle(store, bundle_dir, plan=plan_path)
-        finally:
-            store.close()
+    """Ingest one bundle into the process's shared store for db_url, within its slots."""
+    store, slots = ingest_store(db_url)
+    with slots:
+        return ingest_bundle(store, bundle_dir, plan=plan_path)

@@ -203,20 +203,38 @@ WantedBy=sysinit.target
 """
 
 
-def install_boot_hook(transport, host) -> dict:
+NO_SYSTEMD = 3
+# One round trip: the unit arrives as an argument (never over stdin: fabric holds a command's
+# stdin open for about 15 s after the data, which every deploy to a rebootable host waited
+# out), written beside its place and renamed into it, then systemd told.
+BOOT_HOOK_SCRIPT = ('test -d "$4" || exit 3; '
+                    'printf %s "$2" > "$1.tmp" && mv -f "$1.tmp" "$1" && '
+                    'systemctl daemon-reload && systemctl enable "$3"')
+
+
+def boot_hook_argv(unit_path: str, unit_text: str,
+                   systemd_dir: str = "/run/systemd/system") -> list[str]:
+    """The one command that installs and enables the boot unit (BOOT_HOOK_SCRIPT); it exits
+    NO_SYSTEMD where `systemd_dir` (systemd's runtime directory) is missing."""
+    return ["sh", "-c", BOOT_HOOK_SCRIPT, "bench-deploy", unit_path, unit_text,
+            Path(unit_path).name, systemd_dir]
+
+
+def install_boot_hook(transport, host, *, unit_path: str = BOOT_UNIT,
+                      systemd_dir: str = "/run/systemd/system") -> dict:
     """On a rebootable host with systemd, install and enable the MGLRU boot unit. Elsewhere say
     why not: without it `--lru-gen` reboots fail their gate, runtime toggles still work."""
     if not host.reboot.allowed:
         return {"installed": False, "reason": "host is not rebootable"}
-    if transport.run(["test", "-d", "/run/systemd/system"], check=False, timeout=30).rc != 0:
+    argv = boot_hook_argv(unit_path, boot_hook_unit(host.work_dir), systemd_dir)
+    r = transport.run(argv, timeout=90, check=False)
+    if r.rc == NO_SYSTEMD:
         return {"installed": False,
                 "reason": "no systemd: run agents/lru_gen_boot.sh from the host's early init "
                           "(the lab guests' init applies bench.lru_gen itself)"}
-    transport.run(["sh", "-c", 'cat > "$1"', "bench-deploy", BOOT_UNIT], timeout=30,
-                  stdin=boot_hook_unit(host.work_dir))
-    transport.run(["systemctl", "daemon-reload"], timeout=60)
-    transport.run(["systemctl", "enable", "bench-lru-gen.service"], timeout=60)
-    return {"installed": True, "unit": BOOT_UNIT}
+    if r.rc != 0:
+        raise CommandFailed(host.name, ["install", unit_path], r.rc, r.stderr)
+    return {"installed": True, "unit": unit_path}
 
 
 def deploy_hosts(hosts, transport_for=None, repo: Path = REPO, force: bool = False) -> list[dict]:

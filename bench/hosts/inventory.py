@@ -417,4 +417,7 @@ def render_host_toml(h: Host) -> str:
         if v is not None:
             lines.append(f"{k} = {q(v)}")
     lines += ["", "[paths]", f"pool_dir = {q(h.pool_dir)}", f"work_dir = {q(h.work_dir)}", ""]
+    if h.expect:
+        lines.append("[expect]")
+        lines += [f"{k} = {q(v)}" for k, v in sorted(h.expect.items())] + [""]
     return "\n".join(lines)

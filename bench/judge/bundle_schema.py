@@ -440,6 +440,12 @@ class Summary(Open):
     pass_wall_ns: Optional[PassList] = None
     pass_bytes: Optional[PassList] = None
     pass_reads: Optional[PassList] = None
+    # the prefetcher's counters of each pass alone (agents since per-pass hint counters; the
+    # results take the measured pass, `hints` is the whole run's total)
+    pass_hints_submitted: Optional[PassList] = None
+    pass_hints_overwritten: Optional[PassList] = None
+    pass_hints_completed: Optional[PassList] = None
+    pass_hints_left: Optional[PassList] = None
     errors: Optional[Big] = None
     ok: Optional[bool] = None
     reason: Optional[Line] = None

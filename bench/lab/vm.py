@@ -146,7 +146,8 @@ def _write_inventory(g: dict, hosts_dir: Path) -> Path:
                                up_timeout=300.0,
                                power_cycle=(sys.executable, "-m", "bench.lab.vm",
                                             "power-cycle", g["name"])),
-             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
+             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench",
+             expect={"arch": "x86_64", "page_size": 4096})   # what `hosts check` must find
     hosts_dir.mkdir(parents=True, exist_ok=True)
     p = hosts_dir / f"{g['name']}.toml"
     text = render_host_toml(h)

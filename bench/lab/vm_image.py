@@ -79,25 +79,81 @@ def is_our_process(pid: int, exe: str, marker: str) -> bool:
 
 
 def stop_process(pid: int, exe: str, marker: str, wait: float = 15.0) -> None:
-    """SIGTERM the lab's process `pid` (only if is_our_process), SIGKILL after `wait` s."""
+    """SIGTERM the lab's process `pid` (only if is_our_process), SIGKILL after `wait` s, and
+    return only once it has exited. A frozen (SIGSTOPped) process is continued after the
+    SIGTERM, so it handles it now rather than after the full wait. The process is usually not
+    our child (a `power-cycle` runs in a new process), so waitpid cannot wait for it: poll until
+    it is gone or a zombie, because a dying qemu frees its memory before it closes its sockets,
+    and a new qemu started before then cannot bind the guest's forwarded port."""
     if not is_our_process(pid, exe, marker):
         return
     os.kill(pid, signal.SIGTERM)
+    os.kill(pid, signal.SIGCONT)
+    if not _wait_exited(pid, wait):
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_exited(pid, 30.0):
+            raise BenchError(f"lab process {pid} ({exe}) did not exit 30 s after SIGKILL")
+
+
+def _wait_exited(pid: int, wait: float) -> bool:
+    """Whether `pid` has exited (gone, or a zombie: its files are closed) within `wait` s; our
+    own child is reaped on the way."""
     t = time.monotonic() + wait
-    while time.monotonic() < t:
-        if not is_our_process(pid, exe, marker):
-            break
+    while True:
         try:
-            os.waitpid(pid, os.WNOHANG)
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
         except ChildProcessError:
             pass
-        time.sleep(0.2)
-    else:
-        os.kill(pid, signal.SIGKILL)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+        try:
+            # the state follows the parenthesised comm, which may itself hold spaces
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= t:
+            return False
+        time.sleep(0.05)
+
+
+OLD_IMAGE_SECONDS = 86400
+
+
+def _open_files() -> set[str]:
+    """Every path some process holds open (from /proc/*/fd)."""
+    out = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                out.add(os.readlink(fd))
+            except OSError:
+                pass
+    return out
+
+
+def collect_old_images(cache: Path, pattern: str, keep: Path, disk: str) -> list[Path]:
+    """Remove the images of older recipes (`pattern` under `cache`), but never one a qemu still
+    has open (a running lab's overlays are backed by its `disk` and a power cycle restarts qemu
+    from it) nor one made in the last day (another checkout of bench, with the older recipe,
+    may be about to boot it). Returns what it removed."""
+    in_use = _open_files()
+    removed = []
+    for old in cache.glob(pattern):
+        if old == keep or str(old / disk) in in_use:
+            continue
+        try:
+            age = time.time() - (old / "manifest.json").stat().st_mtime
+        except OSError:
+            continue
+        if age > OLD_IMAGE_SECONDS:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
 
 
 def missing_capabilities(build: bool = True) -> list[str]:
@@ -244,9 +300,7 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
         if d.exists():
             shutil.rmtree(d)
         out.rename(d)
-        for old in cache.glob("image-*"):      # images of older recipes are never used again
-            if old != d:
-                shutil.rmtree(old, ignore_errors=True)
+        collect_old_images(cache, "image-*", d, "base.img")
         say(log, f"image built in {manifest['build_seconds']}s: {d}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -4,7 +4,16 @@ runs: n, the change in median iteration time against no prefetch (cond / none - 
 "5.0% improvement" is -5.0% here) and the median of per-pair changes (a pair: one campaign,
 one repetition, one host) with its n and range, the hint plan's source and recall on the
 trace replayed (its provenance record; one value, or the range when the runs differ), and the
-agent's delivery counters (median submitted, overwritten, completed, left per run).
+agent's delivery counters of the measured pass (median submitted, overwritten, completed, left
+per run).
+
+Counters of the measured pass: warm-up and measured pass run in one agent process (DESIGN.md,
+the run protocol), so the agent's summary `hints` totals both passes; agents that record each
+pass's own counters (`pass_hints_*` in the summary) let the view take the last pass, the
+measured one (`measured_hints`). Bundles of older agents carry only the total: their counters
+are shown as they are, over all passes (warm-up + measured, about twice the measured pass's
+hints), and the row's `counted_over` says so ("all passes"; "mixed" where a condition holds
+runs of both kinds).
 
 `conditions(runs, details)` is pure (runs as bench.store.queries.scope rows, details as
 bench.store.prefetch_rows.prefetch_details); `prefetch_results` reads the store,
@@ -42,13 +51,47 @@ def _pairs(none: list[dict], cond: list[dict]) -> list[float]:
             and r.get("iteration_median_s") is not None]
 
 
+COUNTED_MEASURED, COUNTED_ALL = "measured pass", "all passes"
+
+
+def measured_hints(detail: dict | None) -> tuple[dict, str | None]:
+    """One run's delivery counters of its measured pass and what they count:
+    ({submitted, overwritten, completed, left}, COUNTED_MEASURED) from the summary's per-pass
+    lists when each holds one non-negative integer per pass done and every pass was done (the
+    last is the measured pass); else the stored whole-run totals with COUNTED_ALL (an older
+    agent), or ({}, None) when nothing was recorded."""
+    detail = detail or {}
+    per = detail.get("per_pass") or {}
+    done = per.get("passes_done")
+    lists: list[list] = [v for c in COUNTERS
+                         if isinstance(v := per.get(f"pass_hints_{c}"), list)]
+    if (isinstance(done, int) and _count(done) and done >= 1 and done == per.get("passes")
+            and len(lists) == len(COUNTERS)
+            and all(len(v) == done and all(_count(x) for x in v) for v in lists)):
+        return {c: v[-1] for c, v in zip(COUNTERS, lists)}, COUNTED_MEASURED
+    totals = detail.get("hints") or {}
+    if not any(_count(totals.get(c)) for c in COUNTERS):
+        return {}, None
+    return {c: totals.get(c) for c in COUNTERS}, COUNTED_ALL
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _counted_over(scopes: list[str | None]) -> str | None:
+    kinds = {s for s in scopes if s is not None}
+    return None if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+
+
 def _condition(name: str, rs: list[dict], none: list[dict], details: dict) -> dict:
     t, t0 = _med([r["iteration_median_s"] for r in rs]), \
         _med([r["iteration_median_s"] for r in none])
     provs = [details.get(r["run_id"], {}).get("provenance") or {} for r in rs]
     recalls = sorted({p["recall"] for p in provs if isinstance(p.get("recall"), (int, float))})
     pairs = _pairs(none, rs) if name != "none" else []
-    hints = [details.get(r["run_id"], {}).get("hints") or {} for r in rs]
+    counted = [measured_hints(details.get(r["run_id"])) for r in rs]
+    hints = [h for h, _ in counted]
     return {"prefetch": name, "n": len(rs), "median_s": t,
             "vs_none": None if name == "none" or t is None or not t0 else t / t0 - 1,
             "pair_median": _med(pairs), "pairs": len(pairs),
@@ -56,7 +99,8 @@ def _condition(name: str, rs: list[dict], none: list[dict], details: dict) -> di
             "source": sorted({str(p.get("source")) for p in provs if p.get("source")}),
             "recall": recalls[0] if len(recalls) == 1 else
             ([recalls[0], recalls[-1]] if recalls else None),
-            **{c: _med([h.get(c) for h in hints]) for c in COUNTERS}}
+            **{c: _med([h.get(c) for h in hints]) for c in COUNTERS},
+            "counted_over": _counted_over([k for _, k in counted])}
 
 
 def conditions(groups: list[dict], details: dict) -> list[dict]:
@@ -103,12 +147,19 @@ def _recall(r: dict) -> str:
     return f"{v:.3f}" if not isinstance(v, list) else f"{v[0]:.3f}-{v[1]:.3f}"
 
 
+def _over(r: dict) -> str:
+    v = r.get("counted_over")
+    return "-" if v is None else "warm-up + measured" if v == COUNTED_ALL else v
+
+
 def delivery_table(m: dict) -> LiteralTable:
-    t = LiteralTable(title="prefetch: speed-up, recall and delivery (retained runs)")
+    t = LiteralTable(title="prefetch: speed-up, recall and delivery of the measured pass "
+                           "(retained runs)")
     for col in ("group", "C", "condition", "n", "median s", "vs none", "per pair (n, range)",
-                "hints", "recall", "submitted", "overwritten", "completed", "left"):
-        t.add_column(col, justify="left" if col in ("group", "condition", "hints")
-                     else "right")
+                "hints", "recall", "submitted", "overwritten", "completed", "left",
+                "counted over"):
+        t.add_column(col, justify="left" if col in ("group", "condition", "hints",
+                                                    "counted over") else "right")
     for r in m.get("conditions", []):
         rng = r["pair_range"]
         pair = "-" if not r["pairs"] else (
@@ -116,5 +167,5 @@ def delivery_table(m: dict) -> LiteralTable:
         t.add_row(r["group"], capacity_text(r["capacity_bytes"]), r["prefetch"], str(r["n"]),
                   num(r["median_s"]), _pct(r["vs_none"]), pair,
                   ", ".join(r["source"]) or "-", _recall(r),
-                  *(num(r[c], ".0f") for c in COUNTERS))
+                  *(num(r[c], ".0f") for c in COUNTERS), _over(r))
     return t

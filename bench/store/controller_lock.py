@@ -82,6 +82,14 @@ def lock_is_stale(holder: dict | None, stale_s: float, db_time: float) -> bool:
     return db_time - beat > stale_s
 
 
+def lock_wait_hint(holder: dict, stale_s: float) -> str:
+    """When the lock that `holder` has passes on, as lock_is_stale decides it, in words."""
+    if holder.get("host") == socket.gethostname():
+        return f"the lock passes on when pid {holder.get('pid')} exits (it is on this machine)"
+    return (f"the lock passes on {stale_s:.0f}s after its last heartbeat by the database "
+            f"clock (pid {holder.get('pid')} runs on another machine, {holder.get('host')})")
+
+
 def _lock_row(s, campaign_id: str) -> JournalEntry | None:
     return s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
                     .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))

@@ -140,6 +140,7 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
         raise _aside(BundleError(where, "bundle", exc.message), path) from None
     nominal, source = ((None, None) if b.is_engine or not b.completed
                        else _nominal(b, path, nominal_miss_bytes, plan, data_dir))
+    fp, raw = measured.fingerprint(b), _raw_files(b)    # CPU work before the write lock
     with store.session() as s, s.begin():
         existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
         if existing is not None and existing.bundle_digest:
@@ -157,7 +158,7 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
             return _stored(b, digest, retained)
         if existing is not None:    # a campaign's run: a checked move of the state machine
             check_transition(b.run_id, run.state, "ingested")
-        return _write(s, b, cell_row, host, metrics, nominal, source, run)
+        return _write(s, b, cell_row, host, metrics, nominal, source, run, fp, raw)
 
 
 def _aside(exc: BundleError, path: Path) -> BundleError:
@@ -331,10 +332,10 @@ def _reference(s: Session, campaign_id: str, host_id: int, fp_id: int) -> dict |
 
 
 def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nominal, source,
-           run: Run) -> dict:
-    """Everything of a claimed run."""
+           run: Run, fp: dict, raw: list[dict]) -> dict:
+    """Everything of a claimed run (its fingerprint and compressed raw files made before the
+    transaction)."""
     spec = b.spec
-    fp = measured.fingerprint(b)
     fp_row = get_or_create(s, Fingerprint, {"data": fp}, host_id=host.id, digest=fp["digest"])
     boot = get_or_create(s, Boot, dict(cmdline=b.host.get("cmdline", ""),
                                        mem_total_bytes=b.host.get("mem_total_bytes"),
@@ -358,7 +359,7 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
     run.nominal_miss_bytes_per_iteration, run.nominal_source = nominal, source
     s.flush()
     rid = run.id
-    _write_parts(s, rid, b)
+    _write_parts(s, rid, b, raw)
     _rows(s, Verdict, [{"run_id": rid, "rule": v.rule, "version": v.version, "passed": v.passed,
                         "reason": v.reason, "current": True, "evaluated_at": now()}
                        for v in verdicts])
@@ -370,11 +371,15 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
     return {"run_id": b.run_id, "status": "ingested", "retained": keep, "failed": failed}
 
 
-def _write_parts(s: Session, rid: int, b: Bundle) -> None:
+def _raw_files(b: Bundle) -> list[dict]:
+    """The bundle's files as raw_files rows (zlib-compressed, hashed), less the run id."""
+    return [{"path": p, "size": len(d), "codec": "zlib", "sha256": hashlib.sha256(d).hexdigest(),
+             "data": zlib.compress(d, 6)} for p, d in b.files.items()]
+
+
+def _write_parts(s: Session, rid: int, b: Bundle, raw: list[dict]) -> None:
     """The run's raw files (compressed), counter deltas, iterations, timeline and summary."""
-    _batched(s, RawFile, ({"run_id": rid, "path": p, "size": len(d), "codec": "zlib",
-                           "sha256": hashlib.sha256(d).hexdigest(), "data": zlib.compress(d, 6)}
-                          for p, d in b.files.items()), 64)
+    _batched(s, RawFile, (dict(r, run_id=rid) for r in raw), 64)
     _rows(s, CounterDelta, [dict(r, run_id=rid, interval=name)
                             for name in (("run",) if b.is_engine else ("measured", "run"))
                             for r in measured.interval(b, name)])

@@ -1,7 +1,9 @@
 """What the prefetch results view (bench.results.prefetch_views) reads of stored runs beyond
 the flat run rows: each run's hint plan provenance record (its spec's `hints_provenance`:
 source, recall of that plan on that trace, ...) and the agent's delivery counters
-(agent_summaries: submitted, overwritten, completed; `left` from the stored summary)."""
+(agent_summaries: submitted, overwritten, completed; `left` from the stored summary) with,
+as stored, the summary's per-pass counters (`per_pass`: passes, passes_done and the
+pass_hints_* lists of agents that record them), from which the view takes the measured pass."""
 
 from __future__ import annotations
 
@@ -13,13 +15,15 @@ from bench.store.db import Store
 from bench.store.models import AgentSummary, Run
 
 CHUNK = 500
+PER_PASS_KEYS = ("passes", "passes_done", "pass_hints_submitted", "pass_hints_overwritten",
+                 "pass_hints_completed", "pass_hints_left")
 PROVENANCE_KEYS = ("source", "origin", "recall", "precision", "hinted", "demanded",
                    "per_layer_range", "exact_next_pass", "hints_sha256")
 
 
 def prefetch_details(store: Store, run_ids: Sequence[str]) -> dict[str, dict]:
     """run_id -> {"provenance": {...} | None, "hints": {submitted, overwritten, completed,
-    left} (None where not recorded)}."""
+    left} (None where not recorded), "per_pass": {PER_PASS_KEYS: stored value or None}}."""
     out: dict[str, dict] = {}
     ids = list(run_ids)
     with store.session() as s:
@@ -37,5 +41,7 @@ def prefetch_details(store: Store, run_ids: Sequence[str]) -> dict[str, dict]:
                     "provenance": {k: prov.get(k) for k in PROVENANCE_KEYS}
                     if isinstance(prov, dict) else None,
                     "hints": {"submitted": sub, "overwritten": over, "completed": comp,
-                              "left": left if isinstance(left, int) else None}}
+                              "left": left if isinstance(left, int) else None},
+                    "per_pass": {k: data.get(k) if isinstance(data, dict) else None
+                                 for k in PER_PASS_KEYS}}
     return out

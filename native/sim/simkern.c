@@ -84,72 +84,19 @@ void bench_lru_hits(const int64_t *dist, const uint8_t *scored, int64_t n, const
     }
 }
 
-/* libCacheSim's LFU: evict the smallest count; among equal counts the key that reached its
- * count earliest (one FIFO list per count, a hit appends the key to the next count's list);
- * counts start at 1 on admission and are forgotten on eviction. */
-int bench_lfu_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
-                   uint8_t *hit)
+/* LFU with one FIFO list per count (a hit appends the key to the next count's list): evict the
+ * cached key of smallest count, among equal counts the one that reached its count earliest; a
+ * miss admits the key with its count + 1. keep_counts = 0 is libCacheSim's LFU (a count is
+ * forgotten on eviction, so every admission starts at 1); keep_counts = 1 is perfect LFU (the
+ * counts of every key ever accessed are kept). */
+static int lfu_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
+                    uint8_t *hit, int keep_counts)
 {
     memset(hit, 0, (size_t)n);
     if (capacity <= 0 || n == 0)
         return 0;
     size_t nk = (size_t)nkeys, nf = (size_t)n + 2;
-    int64_t *freq = calloc(nk, sizeof *freq);      /* 0: not cached */
-    int64_t *nx = malloc(nk * sizeof *nx), *pv = malloc(nk * sizeof *pv);
-    int64_t *head = malloc(nf * sizeof *head), *tail = malloc(nf * sizeof *tail);
-    if (!freq || !nx || !pv || !head || !tail) {
-        free(freq); free(nx); free(pv); free(head); free(tail);
-        return -1;
-    }
-    memset(head, 0xff, nf * sizeof *head);
-    memset(tail, 0xff, nf * sizeof *tail);
-    int64_t size = 0, min_f = 0;
-#define UNLINK(k, f) do { \
-        if (pv[k] >= 0) nx[pv[k]] = nx[k]; else head[f] = nx[k]; \
-        if (nx[k] >= 0) pv[nx[k]] = pv[k]; else tail[f] = pv[k]; } while (0)
-#define APPEND(k, f) do { \
-        pv[k] = tail[f]; nx[k] = -1; \
-        if (tail[f] >= 0) nx[tail[f]] = k; else head[f] = k; \
-        tail[f] = k; } while (0)
-    for (int64_t t = 0; t < n; t++) {
-        int64_t k = keys[t], f = freq[k];
-        if (f) {
-            hit[t] = 1;
-            UNLINK(k, f);
-            if (head[f] < 0 && min_f == f)
-                min_f = f + 1;
-            freq[k] = ++f;
-            APPEND(k, f);
-            continue;
-        }
-        if (size >= capacity) {
-            int64_t v = head[min_f];
-            UNLINK(v, min_f);
-            freq[v] = 0;
-        } else {
-            size++;
-        }
-        freq[k] = 1;
-        APPEND(k, 1);
-        min_f = 1;
-    }
-#undef UNLINK
-#undef APPEND
-    free(freq); free(nx); free(pv); free(head); free(tail);
-    return 0;
-}
-
-/* Perfect LFU: as bench_lfu_hits, but a key's count survives its eviction (counts of every key
- * ever accessed are kept); a miss admits the key with its kept count + 1, after evicting the
- * cached key of smallest count (among equal counts the one that reached its count earliest). */
-int bench_lfu_perfect_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
-                           uint8_t *hit)
-{
-    memset(hit, 0, (size_t)n);
-    if (capacity <= 0 || n == 0)
-        return 0;
-    size_t nk = (size_t)nkeys, nf = (size_t)n + 2;
-    int64_t *cnt = calloc(nk, sizeof *cnt);        /* kept count of every key */
+    int64_t *cnt = calloc(nk, sizeof *cnt);
     uint8_t *in = calloc(nk, 1);                   /* 1: cached */
     int64_t *nx = malloc(nk * sizeof *nx), *pv = malloc(nk * sizeof *pv);
     int64_t *head = malloc(nf * sizeof *head), *tail = malloc(nf * sizeof *tail);
@@ -183,6 +130,8 @@ int bench_lfu_perfect_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_
             int64_t v = head[min_f];
             UNLINK(v, min_f);
             in[v] = 0;
+            if (!keep_counts)
+                cnt[v] = 0;
             while (min_f < f && head[min_f] < 0)   /* the next smallest, at most f */
                 min_f++;
         } else {
@@ -197,6 +146,18 @@ int bench_lfu_perfect_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_
 #undef APPEND
     free(cnt); free(in); free(nx); free(pv); free(head); free(tail);
     return 0;
+}
+
+int bench_lfu_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
+                   uint8_t *hit)
+{
+    return lfu_hits(keys, n, nkeys, capacity, hit, 0);
+}
+
+int bench_lfu_perfect_hits(const int64_t *keys, int64_t n, int64_t nkeys, int64_t capacity,
+                           uint8_t *hit)
+{
+    return lfu_hits(keys, n, nkeys, capacity, hit, 1);
 }
 
 /* Place key k at heap slot i or above it (a max-heap on pri[]), moving the keys it passes

@@ -297,7 +297,11 @@ def one_campaign(a, tmp: Path, lab: Lab, names: list[str], db: str, tag: str,
             "controller_side_s": med_range([c for c in ctl if c is not None]),
             "steps": {k: statistics.median([r["steps"].get(k, 0.0) for r in runs]) if runs
                       else None for k in co.STEPS},
-            "db": dbs,
+            "host_side_s": {k: statistics.median([r["host_side"][k] for r in runs
+                                                  if k in (r.get("host_side") or {})])
+                            for k in sorted({k for r in runs for k in (r.get("host_side")
+                                                                       or {})})},
+            "db": dbs, "load_end": os.getloadavg(),
             "view": {"ticks": len(samples),
                      "read_ms": med_range([1000 * s["read_s"] for s in samples]),
                      "render_ms": med_range([1000 * s["render_s"] for s in samples]),
@@ -315,6 +319,7 @@ def mr(d: dict, scale: float = 1.0, p: int = 2) -> str:
 
 ROWS = [
     ("runs clean/planned", lambda r: f"{r['clean']}/{r['planned']} {r['state']}"),
+    ("load average at end", lambda r: " ".join(f"{x:.1f}" for x in r.get("load_end", ()))),
     ("campaign wall s", lambda r: f"{r['campaign_s']:.1f}"),
     ("controller CPU s", lambda r: f"{r['cpu_s']:.1f}"),
     ("CPU per run s", lambda r: f"{r['cpu_per_run_s']:.3f}"),
@@ -381,7 +386,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=2, help="warm-up + measured (default 2)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--experts", type=int, default=16)
+    ap.add_argument("--experts", type=int, default=32,
+                    help="experts per layer (default 32: the tiny preset's hot set is 24)")
     ap.add_argument("--expert-bytes", type=int, default=64 << 10)
     ap.add_argument("--wait-ms", type=float, default=10.0,
                     help="a write statement slower than this counts as a lock wait")

@@ -366,8 +366,10 @@ def test_inventories_bench_writes_itself_load(tmp_path):
               reboot=RebootSpec(allowed=True, method="kexec", down_timeout=120.0, up_timeout=300.0,
                                 power_cycle=("/usr/bin/python3", "-m", "bench.lab.vm",
                                              "power-cycle", "lab-a")),
-              pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
+              pool_dir="/srv/bench/pool", work_dir="/var/lib/bench",
+              expect={"arch": "aarch64", "page_size": 16384, "kernel": "6.12"})
     for h in (netns, vm):
         back = load_host_file(write(tmp_path, render_host_toml(h), h.name))
-        assert (back.address, back.port, back.tags, back.ssh, back.reboot, back.mem_total) == (
-            h.address, h.port, h.tags, h.ssh, h.reboot, h.mem_total)
+        assert (back.address, back.port, back.tags, back.ssh, back.reboot, back.mem_total,
+                back.expect) == (h.address, h.port, h.tags, h.ssh, h.reboot, h.mem_total,
+                                 h.expect)

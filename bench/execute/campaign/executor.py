@@ -70,7 +70,8 @@ from bench.plan.planinfo import PlanInfo
 from bench.plan.prepared import workload_plan
 from bench.store.campaigns import (journal, journal_rows, reassign, run_rows, set_campaign_state,
                                    set_live, transition)
-from bench.store.controller_lock import acquire_lock, heartbeat, owner_info, release_lock
+from bench.store.controller_lock import (acquire_lock, heartbeat, lock_wait_hint, owner_info,
+                                         release_lock)
 from bench.store.db import Store
 from bench.store.rows import JournalRow, RunRow
 from bench.store.states import NOT_STARTED, TERMINAL, IllegalTransition
@@ -277,8 +278,7 @@ class Executor:
             raise HostError("controller", f"campaign {self.cid} is driven by pid "
                             f"{holder.get('pid')} on {holder.get('host')} (heartbeat "
                             f"{holder.get('age_s')}s ago by the database clock)",
-                            "`bench watch` it, or wait until its lock goes stale "
-                            f"({self.s.lock_stale_s:.0f}s without heartbeat)")
+                            "`bench watch` it; " + lock_wait_hint(holder, self.s.lock_stale_s))
         hb_stop = threading.Event()
         hb = threading.Thread(target=self._beat, args=(me, hb_stop), daemon=True,
                               name="heartbeat")

@@ -17,6 +17,7 @@ from bench.hosts.inventory import Host
 from bench.hosts.ssh import SSHTransport
 from bench.hosts.transport import LocalTransport
 from tests.support.bundlegen import make_bundle
+from tests.support.local_host import local_hosts_dir, local_settings
 
 
 @pytest.fixture
@@ -126,8 +127,7 @@ def test_a_campaign_whose_data_disk_fills_stops_naming_it_and_resumes(tmp_path):
 
     from bench.cli.campaign import build_plan
     from bench.execute.campaign.executor import Event, Executor
-    from bench.execute.campaign.record import Settings, create
-    from bench.hosts.inventory import render_host_toml
+    from bench.execute.campaign.record import create
     from bench.store.campaigns import journal_rows, run_rows
     from bench.store.db import open_store
     for tool in ("make", "cc", "python3"):
@@ -139,16 +139,11 @@ def test_a_campaign_whose_data_disk_fills_stops_naming_it_and_resumes(tmp_path):
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"needs a machine where root may mount a tmpfs ({r.stderr.strip()})")
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    (hosts / "local.toml").write_text(render_host_toml(Host(
-        name="local", address="localhost", transport="local",
-        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    hosts = local_hosts_dir(tmp_path)
     (tmp_path / "matrix.toml").write_text(CAMPAIGN)
     db = f"sqlite:///{tmp_path / 'bench.db'}"
     plan, exp, m = build_plan(str(tmp_path / "matrix.toml"), ["local"], hosts, 5, "df")
-    s = Settings(threads=2, passes=2, retries=2, data_dir=data, db_url=db, hosts_dir=hosts,
-                 chunk_s=1.0, retry_pause_s=0.1)
+    s = local_settings(tmp_path, hosts, db, retries=2, data_dir=data)
     store = open_store(db)
     fillers: list[Path] = []
 

@@ -7,8 +7,6 @@ Needs root (the runner drops caches) and a C toolchain (the agent is built on de
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,10 +14,10 @@ import pytest
 from bench.cli.campaign import build_plan
 from bench.execute.campaign.executor import Event, Executor
 from bench.execute.campaign.record import Settings, create
-from bench.hosts.inventory import Host, render_host_toml
 from bench.store.campaigns import journal_rows, run_rows, transition
 from bench.store.db import open_store
 from bench.store.states import TRANSITIONS
+from tests.support.local_host import local_hosts_dir, local_settings
 from tests.support.runner import assert_private
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
@@ -47,21 +45,11 @@ reclaims = ["classic"]
 
 @pytest.fixture
 def local_campaign(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runner drops caches)")
-    for tool in ("make", "cc", "python3"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    (hosts / "local.toml").write_text(render_host_toml(Host(
-        name="local", address="localhost", transport="local",
-        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    hosts = local_hosts_dir(tmp_path)
     (tmp_path / "matrix.toml").write_text(MATRIX)
     db = f"sqlite:///{tmp_path / 'bench.db'}"
     plan, exp, m = build_plan(str(tmp_path / "matrix.toml"), ["local"], hosts, 5, "lx")
-    s = Settings(threads=2, passes=2, retries=0, data_dir=tmp_path / "data", db_url=db,
-                 hosts_dir=hosts, chunk_s=1.0, retry_pause_s=0.1)
+    s = local_settings(tmp_path, hosts, db)
     store = open_store(db)
     create(store, plan, exp, m, ["local"], s, str(tmp_path / "matrix.toml"))
     try:

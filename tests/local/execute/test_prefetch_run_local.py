@@ -5,7 +5,9 @@ results, and `hint_provenance` judges the real run:
 
 - a pilot cell with the pilot's plan (previous-token) is retained, with its recall recorded;
 - a pilot cell carrying the oracle's plan (`--hints oracle`, or the oracle written to a file
-  and named) is rejected by hint_provenance, not by a hand-written bundle.
+  and named) is rejected by hint_provenance, not by a hand-written bundle;
+- `bench results --matrix prefetch` shows the delivery counters of the measured pass alone
+  (the agent's per-pass counters), not the warm-up's and the measured pass's together.
 
 Needs root (drop_caches, cgroups) and a C toolchain (the agent is built on deploy)."""
 
@@ -96,6 +98,32 @@ def test_an_oracle_cell_with_the_oracle_plan_is_retained(local, tmp_path, capsys
     spec = json.loads((Path(res["bundle"]) / "spec.json").read_text())
     assert spec["hints_provenance"]["recall"] == 1.0
     assert spec["hints_provenance"]["exact_next_pass"] is True
+
+
+def test_prefetch_results_count_the_measured_pass_only(local, tmp_path, capsys):
+    from bench.plan.planfile import decode
+    _, args = local
+    res = _run(capsys, ["run", "32M-none-classic-oracle-block", *args, "--run-id", "om1"])
+    assert res["ingest"]["retained"] is True, res
+    bundle = Path(res["bundle"])
+    summary = [json.loads(x) for x in (bundle / "agent.jsonl").read_text().splitlines()][-1]
+    # the oracle's hint plan: one pass hints every read of the pass after it, once
+    per_pass = decode((bundle / "hints.bin").read_bytes()).reads
+    passes = summary["passes_done"]
+    assert passes == summary["passes"] >= 2 and per_pass > 0
+    assert summary["pass_hints_submitted"] == [per_pass] * passes
+    for p in range(passes):     # the identity holds for each pass alone
+        assert summary["pass_hints_submitted"][p] == sum(
+            summary[f"pass_hints_{c}"][p] for c in ("overwritten", "completed", "left"))
+    assert summary["hints"]["submitted"] == per_pass * passes     # the run's total
+    assert main(["results", "--matrix", "prefetch", "--db", str(tmp_path / "bench.db"),
+                 "--json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["conditions"]
+              if r["prefetch"] == "oracle-block"]
+    assert row["n"] == 1 and row["counted_over"] == "measured pass"
+    assert row["submitted"] == per_pass, row
+    assert [row[c] for c in ("overwritten", "completed", "left")] == [
+        summary[f"pass_hints_{c}"][-1] for c in ("overwritten", "completed", "left")]
 
 
 def test_hints_on_a_cell_without_prefetch_is_refused(local, capsys):

@@ -7,28 +7,20 @@ and a C toolchain (the agent is built on deploy)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from bench.cli import main
-from bench.hosts.inventory import Host, render_host_toml
 from bench.trace.synth import generate, preset
+from tests.support.local_host import local_hosts_dir
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
 
 
 @pytest.fixture
 def local(tmp_path):
-    for tool in ("make", "cc", "python3"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    (hosts / "local.toml").write_text(render_host_toml(Host(
-        name="local", address="localhost", transport="local",
-        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    hosts = local_hosts_dir(tmp_path, root=False)
     trace = tmp_path / "tiny.jsonl"
     trace.write_text("\n".join(generate(preset("tiny", tokens=40))) + "\n")
     return ["--host", "local", "--trace", str(trace), "--hosts-dir", str(hosts), "--threads",

@@ -8,19 +8,17 @@ Needs root (the runner drops caches) and a C toolchain (the agent is built on de
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from bench.cli.campaign import build_plan
 from bench.execute.campaign.executor import Executor
-from bench.execute.campaign.record import Settings, create
-from bench.hosts.inventory import Host, render_host_toml
+from bench.execute.campaign.record import create
 from bench.plan.planfile import read_plan
 from bench.store import queries
 from bench.store.db import open_store
+from tests.support.local_host import local_hosts_dir, local_settings
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
 
@@ -44,20 +42,10 @@ reclaims = ["classic"]
 
 @pytest.fixture
 def local(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the runner drops caches)")
-    for tool in ("make", "cc", "python3"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (the agent is built on deploy)")
-    hosts = tmp_path / "hosts"
-    hosts.mkdir()
-    (hosts / "local.toml").write_text(render_host_toml(Host(
-        name="local", address="localhost", transport="local",
-        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    hosts = local_hosts_dir(tmp_path)
     db = f"sqlite:///{tmp_path / 'bench.db'}"
     store = open_store(db)
-    s = Settings(threads=2, passes=2, retries=0, data_dir=tmp_path / "data", db_url=db,
-                 hosts_dir=hosts, chunk_s=1.0, retry_pause_s=0.1)
+    s = local_settings(tmp_path, hosts, db)
 
     def campaign(name: str, extra: str) -> dict:
         path = tmp_path / f"{name}.toml"
