@@ -181,7 +181,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
             if not m:
                 from bench.store import queries
                 m = queries.matrix(store, matrix, **where)
-        return _emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
+        if json_out:            # a stored view's own text only as queries returned it
+            return views.emit_json(m) if matrix == "prefetch" else _emit_json(m)
+        return views.print_table(store_views.matrix_table(m))
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
