@@ -1,8 +1,13 @@
 """The `bench` command line: a thin layer that parses options, calls the library, and shows
 results (rich tables, or JSON with --json). Library errors become one message with the fix.
 
-Each command group lives in its own module with a register(app); they are all imported here,
-so a missing module is an ImportError, never a silently absent group.
+Each command group lives in its own module with a register(app), listed in AREAS. A command
+line that names a command of COMMANDS imports only the modules that command needs (so `bench
+results` does not pay for the SSH, lab and campaign modules); anything else (help, completion,
+an unknown or misspelt command, a command COMMANDS does not list) imports every area. The full
+tree (`app`, command()) always holds every area, so a missing module is an ImportError, never a
+silently absent group; tests/unit/test_cli_lazy.py checks COMMANDS against what each area
+registers.
 
 Global options (before the command): `--version`; `-v` (bench's logs at INFO, SSH's at DEBUG:
 the `bench.ssh` logger and paramiko's), `-vv` (bench and paramiko at DEBUG), `-q` (errors
@@ -18,17 +23,32 @@ from typing import Annotated, Any
 
 import typer
 
+import importlib
+from functools import lru_cache
+
 from bench import __version__
-from bench.cli import (campaign, complete, demo, hosts, lab, pool, reboot, results, run, schema,
-                       trace)
 from bench.errors import BenchError
 from bench.results import views
 from bench.results.views import compose
 
-app = typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
-                  rich_markup_mode=None,
-                  help="Test-bench controller: the kernel page cache as the expert tier of a "
-                       "larger-than-DRAM MoE pool.")
+# the modules under bench.cli that register commands, in registration order
+AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "campaign",
+         "schema", "rules")
+# a top-level command -> the areas it needs (reboot adds commands to the hosts group)
+COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
+            "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "reboot"),
+            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "rules": ("rules",),
+            **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
+                                         "compare", "sizing", "export", "plot")},
+            **{c: ("campaign",) for c in ("matrix", "schedule", "resume", "campaigns",
+                                          "watch")}}
+
+
+def _root() -> typer.Typer:
+    return typer.Typer(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
+                       rich_markup_mode=None,
+                       help="Test-bench controller: the kernel page cache as the expert tier of "
+                            "a larger-than-DRAM MoE pool.")
 
 
 def version_lines() -> list[str]:
@@ -72,7 +92,6 @@ def set_verbosity(verbose: int, quiet: bool) -> None:
     logging.getLogger("paramiko").setLevel(paramiko_level)
 
 
-@app.callback()
 def _global(
     version: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_version,
@@ -91,27 +110,54 @@ def _global(
     set_verbosity(verbose, quiet)
 
 
-@app.command()
 def version() -> None:
     """Print bench's version (bench --version prints the source hashes too)."""
     print(__version__)
 
 
-for _area in (trace, pool, demo, hosts, reboot, lab, results, run, campaign, schema):
-    _area.register(app)
-from bench.cli import rules as _rules  # noqa: E402  (bench rules, issue 12)
-_rules.register(app)
+@lru_cache(maxsize=None)
+def build(areas: tuple[str, ...] = AREAS) -> typer.Typer:
+    """The app with the global options, `version` and the commands of `areas`."""
+    root = _root()
+    root.callback()(_global)
+    root.command()(version)
+    # every module first, then their register(): as when app.py imported them all, so that
+    # commands a module adds to another's group on import keep their place in the help
+    modules = [importlib.import_module(f"bench.cli.{name}") for name in areas]
+    for module in modules:
+        module.register(root)
+    return root
 
 
-def command() -> Any:
-    """The click command tree of `app`, with bench's shell completers attached."""
-    return complete.attach(typer.main.get_command(app))
+def __getattr__(name: str) -> Any:
+    if name == "app":                     # the full tree, built on first use
+        return build()
+    raise AttributeError(name)
+
+
+def areas_for(argv: list[str]) -> tuple[str, ...]:
+    """The areas a command line needs (module doc): the first word that is not an option
+    names the command (bench's global options take no value)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is None or any(a in ("--help", "--install-completion", "--show-completion")
+                            for a in argv[:argv.index(first)]):
+        return AREAS
+    return COMMANDS.get(first, AREAS)
+
+
+def command(argv: list[str] | None = None) -> Any:
+    """The click command tree, with bench's shell completers attached: the whole of it, or
+    the part that the command line `argv` needs (areas_for)."""
+    from bench.cli import complete
+    areas = AREAS if argv is None else areas_for(argv)
+    return complete.attach(typer.main.get_command(build(areas)))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns library errors into one message and an exit code."""
     try:
-        command().main(args=argv, prog_name="bench", standalone_mode=True)
+        command(sys.argv[1:] if argv is None else argv).main(args=argv, prog_name="bench",
+                                                               standalone_mode=True)
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except BenchError as exc:

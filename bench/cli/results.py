@@ -160,7 +160,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
-    from bench.store import queries
+    # a view stored at the database's current generation (bench.store.result_cache) is
+    # served without importing the views' module
+    from bench.store import result_cache
     if matrix is not None and cell is None:
         if pool:
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
@@ -173,16 +175,26 @@ def results(cell: Annotated[Optional[str], typer.Option(
             if not json_out:
                 views.print_table(prefetch_views.delivery_table(m))
         else:
-            m = queries.matrix(store, matrix, host=host, campaign=campaign, workload=workload,
-                               include_demo=include_demo)
-        return views.emit_json(m) if json_out else views.print_table(store_views.matrix_table(m))
+            where = dict(host=host, campaign=campaign, workload=workload,
+                         include_demo=include_demo)
+            m = result_cache.lookup(store, "matrix", dict(kind=matrix, **where)) or {}
+            if not m:
+                from bench.store import queries
+                m = queries.matrix(store, matrix, **where)
+        if json_out:            # a stored view's own text only as queries returned it
+            return views.emit_json(m) if matrix == "prefetch" else _emit_json(m)
+        return views.print_table(store_views.matrix_table(m))
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
-    groups = queries.cell_results(store, cell, host=host, campaign=campaign, workload=workload,
-                                  pool=pool, verbose=verbose, include_demo=include_demo)
+    args = dict(host=host, campaign=campaign, workload=workload, pool=pool, verbose=verbose,
+                include_demo=include_demo)
+    groups = result_cache.lookup(store, "cell_results", dict(cell=cell, **args))
+    if groups is None:
+        from bench.store import queries
+        groups = queries.cell_results(store, cell, **args)
     if json_out:
-        return views.emit_json(groups)
+        return _emit_json(groups)
     line = store_views.cell_split_line(groups)
     if line is not None:
         views.console.print(line)
@@ -191,6 +203,16 @@ def results(cell: Annotated[Optional[str], typer.Option(
         if verbose:
             for r in g["runs"]:
                 views.print_table(store_views.verdict_table(r))
+
+def _emit_json(out) -> None:
+    """views.emit_json, or the same text kept with a stored view's output (it is not encoded
+    again: at 100,000 runs that encoding was most of a served view's time)."""
+    from bench.store.result_cache import json_text
+    text = json_text(out)
+    if text is None:
+        views.emit_json(out)
+    else:
+        sys.stdout.write(text + "\n")
 
 def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
             workload: WorkloadOpt = None, pool: PoolOpt = False,

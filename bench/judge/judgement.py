@@ -11,14 +11,10 @@ from dataclasses import dataclass, field
 
 from bench.errors import BenchError
 from bench.judge import measured, retention
+from bench.judge.columns import METRIC_COLUMNS  # noqa: F401 - re-exported
 from bench.judge.bundle import Bundle, BundleError
 from bench.judge.retention import Verdict
 from bench.matrix.cells import Cell, legacy_cell, parse_cell
-
-METRIC_COLUMNS = ("iterations", "iteration_median_s", "iteration_min_s", "iteration_max_s",
-                  "device_bytes", "device_bytes_per_iteration", "logical_bytes_per_iteration",
-                  "served_fraction", "scan_steal", "cgroup_scan_steal", "locked_fraction",
-                  "mem_total_bytes", "mglru_loop_entry", "mglru_end")
 
 
 def bundle_cell(b: Bundle, where: str) -> Cell:

@@ -37,29 +37,29 @@ import errno
 import fcntl
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (CursorResult, Result, create_engine, event, inspect, literal_column, select,
                         text)
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import Session, sessionmaker
 
 from bench.errors import BenchError, InputError
 from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+# sqlalchemy.orm and the dialects' insert are imported where they are used: a results
+# command served from the results cache (bench.store.result_cache) needs neither
 
 
 class StoreError(BenchError):
@@ -103,9 +103,11 @@ def insert_if_absent(s: Session, model: type, **values: Any) -> bool:
     SQLite (RETURNING needs SQLite 3.35)."""
     dialect = s.get_bind().dialect.name
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
         stmt = pg_insert(model).values(**values).on_conflict_do_nothing()
         return s.execute(stmt.returning(literal_column("1"))).first() is not None
     if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
         lite = sqlite_insert(model).values(**values).on_conflict_do_nothing()
         return rowcount(s.execute(lite)) == 1
     raise StoreError(f"bench stores results in SQLite or PostgreSQL, not {dialect}")
@@ -166,7 +168,11 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
+# alembic is imported where it is used: a reader of a database at head never needs it (see
+# require_head), and it costs a results command a tenth of its time at 100,000 runs
+
 def _alembic_config(connection=None):
+    from alembic.config import Config
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
@@ -176,12 +182,35 @@ def _alembic_config(connection=None):
 
 def head_revision() -> str | None:
     """The newest migration (None only for a migrations directory without any)."""
+    from alembic.script import ScriptDirectory
     return ScriptDirectory.from_config(_alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+_REVISION_LINE = re.compile(r"^(down_revision|revision) = ['\"](\w+)['\"]$|^down_revision = None$",
+                            re.M)
+
+
+@lru_cache(maxsize=1)
+def quick_head() -> str | None:
+    """head_revision() read off the migration files' `revision = ...` and `down_revision = ...`
+    lines (a few small files, no alembic): the one revision no other one revises; None when
+    the files do not say it plainly (then callers ask alembic). A test holds it to alembic's."""
+    revs, downs = set(), set()
+    for f in sorted((migrations_dir() / "versions").glob("*.py")):
+        found: dict[str, str] = {m.group(1): m.group(2)
+                                 for m in _REVISION_LINE.finditer(f.read_text()) if m.group(1)}
+        if "revision" not in found:
+            continue
+        revs.add(found["revision"])
+        downs.add(found.get("down_revision"))
+    heads = revs - downs
+    return heads.pop() if len(heads) == 1 else None
 
 
 # pg_advisory_xact_lock key of bench's schema (b"benchmig" as a big-endian bigint)
@@ -375,6 +404,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str | None]:
     with _opening(engine), schema_lock(engine) as conn:
         before = _check(engine, conn)
         if before != head:
+            from alembic import command
             command.upgrade(_alembic_config(conn), "head")
     return before, head
 
@@ -401,6 +431,8 @@ def _opening(engine: Engine) -> Iterator[None]:
 
 
 def _check(engine: Engine, conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
     rev = MigrationContext.configure(conn).get_current_revision()
     tables = set(inspect(conn).get_table_names())
     if rev is None and tables - {"alembic_version"}:
@@ -421,9 +453,12 @@ def _check(engine: Engine, conn: Connection) -> str | None:
 @dataclass
 class Store:
     engine: Engine
-    sessions: sessionmaker
+    sessions: sessionmaker | None = None     # made on first use (module doc of result_cache)
 
     def session(self) -> Session:
+        if self.sessions is None:
+            from sqlalchemy.orm import sessionmaker
+            self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         return self.sessions()
 
     def close(self) -> None:
@@ -443,11 +478,19 @@ def open_store(url: str | None = None, *, write: bool = True) -> Store:
     except BaseException:
         engine.dispose()
         raise
-    return Store(engine, sessionmaker(engine, expire_on_commit=False))
+    return Store(engine)
 
 
 def require_head(engine: Engine) -> str:
-    """The revision of a database a reader may use: at head; else a StoreError with the fix."""
+    """The revision of a database a reader may use: at head; else a StoreError with the fix.
+    A database at head is told by its alembic_version row alone (under the schema lock, as
+    check() reads it), without loading alembic; anything else takes check()'s whole way."""
+    head = quick_head()
+    if head is not None:
+        with _opening(engine), schema_lock(engine) as conn:
+            if engine.dialect.has_table(conn, "alembic_version") and conn.execute(
+                    text("SELECT version_num FROM alembic_version")).scalars().all() == [head]:
+                return head
     where = engine.url.render_as_string()
     cur, head = check(engine), head_revision()
     if cur is None:
@@ -466,6 +509,7 @@ def _revision(message: str) -> None:
         engine = make_engine(f"sqlite:///{d}/scratch.db")
         upgrade(engine)
         with engine.begin() as conn:
+            from alembic import command
             command.revision(_alembic_config(conn), message=message, autogenerate=True)
 
 

@@ -13,14 +13,12 @@ from typing import Any
 from sqlalchemy import select
 
 from bench.errors import InputError
-from bench.hosts.facts import as_host_json
 from bench.judge import engine, identity, stats
-from bench.judge.judgement import METRIC_COLUMNS
-from bench.judge.measured import fingerprint_diff, fingerprint_of
+from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
-from bench.store.ingest import reference_fingerprint
 from bench.store import shapes
+from bench.store.result_cache import cached_view
 from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
@@ -127,6 +125,7 @@ def list_runs(store: Store, *, cell=None, host=None, campaign=None, rejected=Fal
 def campaign_fingerprints(store: Store, campaign_id: str) -> dict[str, dict]:
     """{host name: the reference fingerprint the campaign recorded for it (current
     definition)}; read-only. An unknown campaign is an InputError."""
+    from bench.store.ingest import reference_fingerprint   # not on the results views' path
     with store.session() as s:
         if s.get(Campaign, campaign_id) is None:
             raise InputError(f"no campaign {campaign_id!r} in the database",
@@ -147,6 +146,8 @@ def probe_vs_campaign(store: Store, campaign_id: str, results: list[dict]) -> li
     probed host with this controller), reference (its digest, None when the campaign has no
     run on the host), matches (None then), differences (bench.judge.measured.fingerprint_diff:
     probed vs reference)}. Hosts whose probe failed get none."""
+    from bench.hosts.facts import as_host_json              # not on the results views' path
+    from bench.judge.measured import fingerprint_diff, fingerprint_of
     refs = campaign_fingerprints(store, campaign_id)
     for r in results:
         if r.get("error"):
@@ -169,6 +170,7 @@ def _where(host, campaign, workload) -> str:
             + (f" with workload {workload}" if workload else ""))
 
 
+@cached_view("cell_results")
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
                  include_demo: bool = False,
                  pool: bool = False, verbose: bool = False) -> list[dict]:
@@ -299,6 +301,7 @@ MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 ENGINE_MATRIX = "end-to-end"
 
 
+@cached_view("matrix")
 def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
            include_demo: bool = False) -> dict:
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row

@@ -2,21 +2,28 @@
 (default 100,000) and with 10,000 in a second one, then times `bench results --matrix reclaim`,
 `results --cell X`, `runs --cell X` and `campaigns` through the real CLI, three times each,
 printing min/median/max per N side by side. Goal: results --matrix and --cell under 0.5 s.
+Each time is a whole `bench` command in a new process (Python's start and imports included),
+wall and CPU (user+sys of that process). The two results views are timed twice: as they come
+after nothing changed (since migration 0007 served from bench.store.result_cache), and each
+after a write that moves the results generation (computed, then stored).
 
 Rows are inserted in bulk through the store's own models (tests/perf/results_10k.populate:
 runs with their metrics, iterations summary, spec.json, workload identity and current
-verdicts, as ingest keeps them), not by ingesting N bundles. Each timing prints the wall time
-and the process's CPU time: on a shared machine the first also holds waits for a core.
+verdicts, as ingest keeps them), not by ingesting N bundles. On a shared machine the wall
+time also holds waits for a core; the CPU time does not.
 That the views' output is the one of the path they replaced is a test
-(tests/local/store/test_workload_identity_0006.py), not this benchmark.
+(tests/local/store/test_workload_identity_0006.py, test_results_cache.py), not this benchmark.
 
-Run: .venv/bin/python tests/perf/results_scale.py [N] [--pg POSTGRES_URL_PREFIX]
-  SQLite always; PostgreSQL too when --pg names a server URL without a database
-  (e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432): two databases are created."""
+Run: .venv/bin/python tests/perf/results_scale.py [N] [--pg POSTGRES_URL_PREFIX] [--keep DIR]
+                                                 [--no-10k] [--no-sqlite]
+  SQLite unless --no-sqlite; PostgreSQL too when --pg names a server URL without a database
+  (e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432): databases bench_perf_<N> are
+  created. --keep DIR: SQLite files DIR/perf<N>.db (and the PostgreSQL databases) holding N
+  runs are reused (brought to head) rather than filled again; --no-10k: only N."""
 
-import contextlib
-import io
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import results_10k  # noqa: E402
 
-from bench.cli import main  # noqa: E402
+from bench.store.db import open_store  # noqa: E402
+
+# the console script beside this interpreter (a venv's bin/bench), else the module
+_SCRIPT = Path(sys.executable).parent / "bench"
+BENCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-c",
+                                                 "import sys; from bench.cli import main; "
+                                                 "sys.exit(main())"]
 
 CASES = (("results --matrix reclaim", ("results", "--matrix", "reclaim"), "--json"),
          ("results --cell 64G-balloon-mglru", ("results", "--cell", "64G-balloon-mglru"),
@@ -38,69 +51,140 @@ GOAL = {CASES[0][0]: 0.5, CASES[1][0]: 0.5}
 
 
 def timed(url: str, argv: tuple, *extra: str) -> tuple[float, float]:
-    """(wall s, this process's CPU s): on a shared machine the CPU time shows the cost when
-    the wall time also holds waits for a core (a PostgreSQL server's CPU is not in it)."""
-    t, c = time.perf_counter(), time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()):
-        rc = main([*argv, "--db", url, *extra])
-    assert rc == 0, (argv, rc)
-    return time.perf_counter() - t, time.process_time() - c
+    """(wall s, CPU s of the child: user + sys) of one whole `bench` command in a new process:
+    Python's start, the imports and the query, as a user waits for them. On a shared machine
+    the wall time also holds waits for a core (a PostgreSQL server's CPU is not in the CPU)."""
+    t = time.perf_counter()
+    p = subprocess.Popen([*BENCH, *argv, "--db", url, *extra], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    assert p.returncode == 0, (argv, p.returncode, err)
+    return wall, ru.ru_utime + ru.ru_stime
 
 
-def measure(url: str, n: int) -> dict[str, list[tuple[float, float]]]:
+AFTER_WRITE = "(after a write)"
+
+
+def _touch(url: str) -> None:
+    """A write to a table results read that changes no value: since migration 0007 it moves
+    the results generation, so the next view is computed (untimed, in this process)."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE campaigns SET note = note WHERE id = 'c1'"))
+    finally:
+        engine.dispose()
+
+
+def _stored(url: str) -> int:
+    """Runs in the database at `url` (0 when it has no runs table yet)."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table("runs"):
+                return 0
+            return conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() or 0
+    finally:
+        engine.dispose()
+
+
+def measure(url: str, n: int, reuse: bool = False) -> dict[str, list[tuple[float, float]]]:
+    """Three timings of each case on a database of n runs (filled here unless `reuse`: then
+    only brought to head, as a writer would)."""
     results_10k.N = n
     t0 = time.perf_counter()
-    results_10k.populate(url).close()
-    print(f"  stored {n} runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    timed(url, *CASES[0][1:])          # warm the page cache and imports once
-    return {label: [timed(url, argv, extra) for _ in range(3)] for label, argv, extra in CASES}
+    if reuse and _stored(url) >= n:
+        open_store(url).close()
+    else:
+        results_10k.populate(url).close()
+        print(f"  stored {n} runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    for _, argv, extra in CASES:       # warm the page cache (and store what is stored) once
+        timed(url, argv, extra)
+    out = {}
+    for label, argv, extra in CASES:
+        out[label] = [timed(url, argv, extra) for _ in range(3)]
+    for label, argv, extra in CASES[:2]:       # a write before each: nothing stored serves
+        out[f"{label} {AFTER_WRITE}"] = [_touch(url) or timed(url, argv, extra)
+                                         for _ in range(3)]
+    out["_load"] = [(os.getloadavg()[0], 0.0)]
+    return out
 
 
-def pg_database(prefix: str, name: str) -> str:
+def pg_database(prefix: str, name: str, reuse: bool = False) -> tuple[str, bool]:
+    """(URL of database `name` on the server, whether it is reused): created anew unless
+    `reuse` and it exists."""
     import psycopg
     base, _, query = prefix.partition("?")
     kw = dict(p.split("=", 1) for p in query.split("&") if p)
     with psycopg.connect(host=kw.get("host"), port=kw.get("port"), user="postgres",
                          dbname="postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"{base.rstrip('/')}/{name}?{query}"
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not (reuse and found):
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+    return f"{base.rstrip('/')}/{name}?{query}", bool(reuse and found)
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f} ({min(xs):.3f}-{max(xs):.3f})"
 
 
 def report(kind: str, table: dict[int, dict[str, list[tuple[float, float]]]]) -> bool:
+    """Per case and N: wall and CPU (user+sys of the command's process), median of 3 with
+    min-max; the goal is judged on the median wall time at the largest N."""
     ok = True
     ns = sorted(table)
-    print(f"{kind}: wall min / median / max of 3 runs [median CPU of the process], seconds",
-          file=sys.stderr)
-    for label, *_ in CASES:
+    loads = ", ".join(f"N={n}: {table[n]['_load'][0][0]:.1f}" for n in ns)
+    print(f"{kind}: whole `bench` command, seconds, median (min-max) of 3; load average "
+          f"(1 min) after: {loads}", file=sys.stderr)
+    labels = [label for label, *_ in CASES] + [f"{label} {AFTER_WRITE}"
+                                                for label, *_ in CASES[:2]]
+    for label in labels:
         cols = []
         for n in ns:
-            ts = [w for w, _ in table[n][label]]
-            cpu = statistics.median(c for _, c in table[n][label])
-            cols.append(f"N={n}: {min(ts):.3f} / {statistics.median(ts):.3f} / {max(ts):.3f} "
-                        f"[{cpu:.3f}]")
-        goal = GOAL.get(label)
+            runs = table[n][label]
+            cols.append(f"N={n}: wall {_spread([w for w, _ in runs])} "
+                        f"cpu {_spread([c for _, c in runs])}")
+        goal = GOAL.get(label.removesuffix(f" {AFTER_WRITE}"))
         slow = goal is not None and statistics.median(
             w for w, _ in table[ns[-1]][label]) >= goal
         ok &= not slow
-        mark = "" if goal is None else f"  (goal < {goal} s: {'SLOW' if slow else 'ok'})"
-        print(f"  {label:36s} " + "   ".join(cols) + mark, file=sys.stderr)
+        mark = "" if goal is None else f"  goal < {goal} s: {'SLOW' if slow else 'ok'}"
+        print(f"  {label:50s} " + "   ".join(cols) + mark, file=sys.stderr)
     return ok
+
+
+def _option(args: list[str], name: str) -> str | None:
+    if name not in args:
+        return None
+    i = args.index(name)
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    pg = None
-    if "--pg" in args:
-        i = args.index("--pg")
-        pg = args[i + 1]
-        del args[i:i + 2]
+    pg = _option(args, "--pg")
+    keep = _option(args, "--keep")     # a directory: its perf<N>.db are reused when present
     big = int(args[0]) if args else 100_000
+    sizes = (10_000, big) if "--no-10k" not in sys.argv else (big,)
     ok = True
-    with tempfile.TemporaryDirectory() as d:
-        sq = {n: measure(f"sqlite:///{d}/perf{n}.db", n) for n in (10_000, big)}
-        ok &= report("SQLite", sq)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(keep or tmp)
+        if "--no-sqlite" not in sys.argv:
+            sq = {n: measure(f"sqlite:///{d}/perf{n}.db", n, reuse=(d / f"perf{n}.db").exists())
+                  for n in sizes}
+            ok &= report("SQLite", sq)
     if pg:
-        pgt = {n: measure(pg_database(pg, f"bench_perf_{n}"), n) for n in (10_000, big)}
+        pgt = {}
+        for n in sizes:
+            url, reused = pg_database(pg, f"bench_perf_{n}", reuse=keep is not None)
+            pgt[n] = measure(url, n, reuse=reused)
         ok &= report("PostgreSQL", pgt)
     sys.exit(0 if ok else 1)

@@ -1,0 +1,170 @@
+"""Results views' outputs kept in the database, served while nothing they read has changed.
+
+Migration 0007 keeps a counter, results_generation.n, that the database's own triggers move on
+every insert, update or delete of a table results read (runs, verdicts, cells, hosts,
+campaigns, workloads, fingerprints, engine_runs), whatever code writes. `cached(store, view,
+args, compute)` reads the counter, then looks up the entry of (view, args, this controller's
+source version) stored at that generation: found, its JSON is the answer; else compute()
+runs, and its output is stored under the generation read *before* it ran. Reading the counter
+first makes an entry never older than its generation (a change committed meanwhile moves the
+counter past it, so the next reader recomputes). The output is exactly the computation's: the
+entry is its JSON, and a view whose output JSON does not give back (a tuple, a non-string
+key) is stored as nothing (tests/local/store/test_results_cache.py compares every view, filter
+and database kind with the computation).
+
+Storing is best effort and never fails a reader: a read-only database or role, a writer
+holding SQLite's lock longer than PUT_WAIT_MS, or a concurrent reader storing the same entry
+leaves the answer uncached. At most MAX_ENTRIES entries of MAX_BYTES each are kept; older
+generations are deleted whenever one is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any, Callable
+
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from bench.store.db import Store
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1                        # of the key and the stored JSON
+ENABLED = True                    # False: every call computes (tests of the computation)
+MAX_ENTRIES = 64
+MAX_BYTES = 64 << 20
+PUT_WAIT_MS = 250                 # how long storing waits for SQLite's write lock
+
+
+def cache_key(view: str, args: dict) -> str:
+    from bench.version import controller_version
+    raw = json.dumps([FORMAT, controller_version(), view, args], sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def generation(store: Store) -> int | None:
+    """The current generation (None: the counter's row is missing, so nothing is cached)."""
+    with store.engine.connect() as conn:
+        return conn.execute(text("SELECT n FROM results_generation WHERE id = 1")).scalar()
+
+
+class _Dict(dict):
+    json_text: str
+
+
+class _List(list):
+    json_text: str
+
+
+def json_text(out: Any) -> str | None:
+    """The JSON text of a view's output that cached() returned (what `json.dumps(out,
+    indent=2)` gives, kept from storing or read from the store), else None. It is the
+    output's text as returned: whoever changes the output writes its JSON anew."""
+    return out.json_text if isinstance(out, (_Dict, _List)) else None
+
+
+def _with_text(out: Any, blob: str) -> Any:
+    kept: _Dict | _List = _Dict(out) if isinstance(out, dict) else _List(out)
+    kept.json_text = blob
+    return kept
+
+
+def cached(store: Store, view: str, args: dict, compute: Callable[[], Any]) -> Any:
+    """compute()'s output, or the stored copy of it at the current generation (module doc);
+    either way with its JSON text (json_text) when it is stored or storable."""
+    if not ENABLED:
+        return compute()
+    key = cache_key(view, args)
+    gen, data = _get(store, key)
+    if data is not None:
+        return _with_text(json.loads(data), data)
+    out = compute()
+    blob = _round_trip(out)
+    if blob is None:
+        return out
+    if gen is not None and len(blob) <= MAX_BYTES:
+        put(store, key, gen, blob)
+    return _with_text(out, blob)
+
+
+def lookup(store: Store, view: str, args: dict) -> Any | None:
+    """The stored output of `view` with `args` (all of the view's arguments but the store, as
+    cached_view keys them) at the current generation, with its json_text; None when there is
+    none. Lets a caller skip importing the view's module when the answer is stored."""
+    if not ENABLED:
+        return None
+    _, data = _get(store, cache_key(view, args))
+    return None if data is None else _with_text(json.loads(data), data)
+
+
+def _get(store: Store, key: str) -> tuple[int | None, str | None]:
+    """(the current generation, the entry of `key` stored at it or None)."""
+    with store.engine.connect() as conn:
+        gen = conn.execute(text("SELECT n FROM results_generation WHERE id = 1")).scalar()
+        data = None if gen is None else conn.execute(
+            text("SELECT data FROM results_cache WHERE key = :k AND generation = :g"),
+            {"k": key, "g": gen}).scalar()
+    return gen, data
+
+
+def _round_trip(out: Any) -> str | None:
+    """The JSON text of `out` (indented as bench prints JSON) when it is an object or an array
+    and loading it gives `out` back exactly, else None. Equal is exact here: JSON keeps int,
+    float, bool and None apart, and a tuple or a non-string key compares unequal to what
+    loading gives back (a NaN, unequal to itself, leaves the output uncached)."""
+    if not isinstance(out, (dict, list)):
+        return None
+    try:
+        blob = json.dumps(out, indent=2)
+    except (TypeError, ValueError):
+        return None
+    return blob if json.loads(blob) == out else None
+
+
+def put(store: Store, key: str, gen: int, blob: str) -> bool:
+    """Store one entry (and drop entries of older generations); False when it could not be."""
+    sqlite = store.engine.dialect.name == "sqlite"
+    try:
+        with store.engine.connect() as conn:
+            raw = conn.connection.dbapi_connection if sqlite else None
+            if raw is not None:
+                raw.execute(f"PRAGMA busy_timeout = {PUT_WAIT_MS}")
+            try:
+                with conn.begin():
+                    conn.execute(text("DELETE FROM results_cache WHERE key = :k "
+                                      "OR generation < :g"), {"k": key, "g": gen})
+                    n = conn.execute(text("SELECT count(*) FROM results_cache")).scalar() or 0
+                    if n >= MAX_ENTRIES:
+                        conn.execute(text("DELETE FROM results_cache"))
+                    conn.execute(text("INSERT INTO results_cache (key, generation, data) "
+                                      "VALUES (:k, :g, :d)"), {"k": key, "g": gen, "d": blob})
+            finally:
+                if raw is not None:
+                    from bench.store.db import SQLITE_BUSY_S
+                    raw.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_S * 1000)}")
+        return True
+    except (DBAPIError, IntegrityError) as exc:
+        log.debug("results cache: not stored (%s)", str(exc).splitlines()[0])
+        return False
+
+
+def cached_view(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A view f(store, ...) served through cached(): keyed by `name` and f's arguments (all
+    but the store, defaults filled in); f itself stays as the wrapper's __wrapped__."""
+    import functools
+    import inspect
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def view(store: Store, *args: Any, **kw: Any) -> Any:
+            bound = sig.bind(store, *args, **kw)
+            bound.apply_defaults()
+            key = {k: v for k, v in bound.arguments.items() if k != "store"}
+            return cached(store, name, key, lambda: fn(store, *args, **kw))
+        return view
+    return wrap
