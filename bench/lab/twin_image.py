@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.lab.vm_image import GUEST_DIR as X86_GUEST_DIR
-from bench.lab.vm_image import cache_dir, lab_key, mirror, run_cmd, say
+from bench.lab.vm_image import cache_dir, collect_old_images, lab_key, mirror, run_cmd, say
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest_twin"
 SUITE = "bookworm"
@@ -201,47 +201,12 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
         if d.exists():
             shutil.rmtree(d)
         out.rename(d)
-        _collect_old_images(cache, d)
+        collect_old_images(cache, "twin-image-*", d, "disk.img")
         say(log, f"twin image built in {manifest['build_seconds']}s: {d}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     manifest["cached"] = False
     return manifest
-
-
-OLD_IMAGE_SECONDS = 86400
-
-
-def _open_files() -> set[str]:
-    """Every path some process holds open (from /proc/*/fd)."""
-    out = set()
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
-        try:
-            fds = list(fd_dir.iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                out.add(os.readlink(fd))
-            except OSError:
-                pass
-    return out
-
-
-def _collect_old_images(cache: Path, keep: Path) -> None:
-    """Remove images of older recipes, but never one a guest's qemu still has open (a running
-    twin lab's overlays are backed by it and a BMC power cycle restarts qemu from it) nor one
-    made in the last day (another checkout of bench may be about to boot it)."""
-    in_use = _open_files()
-    for old in cache.glob("twin-image-*"):
-        if old == keep or str(old / "disk.img") in in_use:
-            continue
-        try:
-            age = time.time() - (old / "manifest.json").stat().st_mtime
-        except OSError:
-            continue
-        if age > OLD_IMAGE_SECONDS:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def _kernel_release(root: Path) -> str:

@@ -25,6 +25,10 @@ import time
 
 import pytest
 
+from tests.support.campaign_db import journal_of as _journal
+from tests.support.campaign_db import progress_of as _progress
+from tests.support.campaign_db import rows_of as _rows
+
 pytestmark = [pytest.mark.twin, pytest.mark.root, pytest.mark.slow]
 
 HOSTS = ["twin-a", "twin-b"]
@@ -70,16 +74,6 @@ capacity = "0.45mem"
 mechanism = "memboot"
 reclaim = "classic"
 """
-
-
-def _rows(db, cid):
-    from bench.store.campaigns import run_rows
-    from bench.store.db import open_store
-    store = open_store(db)
-    try:
-        return run_rows(store, cid)
-    finally:
-        store.close()
 
 
 def _running(db, cid, host):
@@ -217,26 +211,6 @@ def _wipe_pools(twin_hosts, connect):
             t.run(["rm", "-rf", "--one-file-system", h.pool_dir], timeout=120, check=False)
         finally:
             t.close()
-
-
-def _journal(c, kinds):
-    from bench.store.campaigns import journal_rows
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return journal_rows(store, c["cid"], kinds=kinds)
-    finally:
-        store.close()
-
-
-def _progress(c):
-    from bench.execute.campaign.watch import progress
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return progress(store, c["cid"])
-    finally:
-        store.close()
 
 
 def _injected(c, what):

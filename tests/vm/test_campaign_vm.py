@@ -18,6 +18,9 @@ import time
 
 import pytest
 
+from tests.support.campaign_db import journal_of as _journal
+from tests.support.campaign_db import progress_of as _progress
+
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
 
 HOSTS = ["lab-a", "lab-b"]
@@ -58,26 +61,6 @@ def campaign(lab, lab_hosts, fresh_pools, tmp_path_factory):
     secs = round(time.monotonic() - t0, 1)
     print(f"reclaim campaign at lab scale: {secs}s, exit {rc}")
     return {"rc": rc, "db": db, "cid": cid, "seconds": secs, "dir": d}
-
-
-def _progress(c):
-    from bench.execute.campaign.watch import progress
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return progress(store, c["cid"])
-    finally:
-        store.close()
-
-
-def _journal(c, kinds):
-    from bench.store.campaigns import journal_rows
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return journal_rows(store, c["cid"], kinds=kinds)
-    finally:
-        store.close()
 
 
 def test_reclaim_campaign_completes_unattended_with_real_reboots(campaign, lab_hosts, connect):

@@ -22,6 +22,10 @@ import time
 
 import pytest
 
+from tests.support.campaign_db import journal_of as _journal
+from tests.support.campaign_db import progress_of as _progress
+from tests.support.campaign_db import rows_of as _rows
+
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]
 
 HOSTS = ["lab-a", "lab-b"]
@@ -70,16 +74,6 @@ STOP_RUN = ("import json, os, signal, sys\n"
             "for p in pids:\n"
             "    os.kill(p, signal.SIGSTOP)\n"
             "print(' '.join(map(str, pids)))\n")
-
-
-def _rows(db, cid):
-    from bench.store.campaigns import run_rows
-    from bench.store.db import open_store
-    store = open_store(db)
-    try:
-        return run_rows(store, cid)
-    finally:
-        store.close()
 
 
 def _running(db, cid, host):
@@ -177,26 +171,6 @@ def campaign(lab, lab_hosts, connect, tmp_path_factory):
     secs = round(time.monotonic() - t0, 1)
     print(f"ladder campaign: {secs}s, exit {rc}, injected: {log}")
     return {"rc": rc, "db": db, "cid": cid, "seconds": secs, "log": log}
-
-
-def _journal(c, kinds):
-    from bench.store.campaigns import journal_rows
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return journal_rows(store, c["cid"], kinds=kinds)
-    finally:
-        store.close()
-
-
-def _progress(c):
-    from bench.execute.campaign.watch import progress
-    from bench.store.db import open_store
-    store = open_store(c["db"])
-    try:
-        return progress(store, c["cid"])
-    finally:
-        store.close()
 
 
 def _interrupted(c, host):
