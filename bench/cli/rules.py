@@ -11,15 +11,17 @@ import typer
 
 from bench.cli.options import DbOpt, JsonOpt
 
-EXAMPLE = "bench/data/bandwidths/paper-gh200.toml"
+EXAMPLE = "paper-gh200"
 
 
 def rules(bandwidths: Annotated[Path, typer.Option(
-              "--bandwidths", metavar="FILE",
+              "--bandwidths", metavar="FILE|NAME",
               help="TOML file of GPU-side bandwidths in GB/s measured on the serving node "
                    "([measured] host, [gb_per_s] hbm, host_read, streaming; optional "
                    f"link_ceiling). bench cannot measure them: this machine has no GPU. "
-                   f"{EXAMPLE} holds the paper's GH200 values.")],
+                   f"The shipped name {EXAMPLE} holds the paper's GH200 values as printed "
+                   "(the file is bench/data/bandwidths/paper-gh200.toml, a template for "
+                   "yours).")],
           target_seconds: Annotated[Optional[float], typer.Option(
               "--target-seconds",
               help="Target maximum seconds per iteration for the sizing example (the paper: "
@@ -51,7 +53,7 @@ def rules(bandwidths: Annotated[Path, typer.Option(
                                            and target_seconds > 0):
         raise InputError(f"--target-seconds must be a number of seconds above 0, got "
                          f"{target_seconds!r}")
-    bw = r.read_bandwidths(bandwidths)
+    bw = r.read_bandwidths(r.resolve_bandwidths(bandwidths))
     capacity = None
     if db is not None or target_seconds is not None:
         from bench.store.db import open_store

@@ -68,6 +68,27 @@ def _bad(source: str, key: str, what: str) -> InputError:
                            "(`bench rules --help`)")
 
 
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "bandwidths"
+
+
+def shipped_bandwidths() -> dict[str, Path]:
+    """The bandwidth files shipped with bench, by name (the file's stem)."""
+    return {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.toml"))}
+
+
+def resolve_bandwidths(arg: str | Path) -> Path:
+    """A path as given when it exists, else a shipped file named `arg` (e.g. paper-gh200):
+    an installed bench's data files are not where a user could name them by path."""
+    path = Path(arg)
+    if path.exists() or "/" in str(arg) or str(arg).endswith(".toml"):
+        return path
+    shipped = shipped_bandwidths()
+    if str(arg) in shipped:
+        return shipped[str(arg)]
+    raise InputError(f"{arg}: no such bandwidth file",
+                     hint=f"give a file's path, or a shipped name: {', '.join(shipped)}")
+
+
 def read_bandwidths(path: Path) -> dict:
     """The bandwidth file at `path`, read (at most MAX_FILE_BYTES), parsed and checked."""
     try:

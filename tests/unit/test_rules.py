@@ -173,3 +173,14 @@ def test_groups_and_mechanisms_are_never_interpolated_across():
 def test_no_capacity_rows_is_no_data():
     s = rules.sizing_example({"rows": [], "groups": []}, 2.0)
     assert s["status"] == "no_data" and s["curves"] == []
+
+
+def test_a_shipped_file_is_named_by_its_stem_and_a_missing_one_is_refused(tmp_path):
+    assert rules.resolve_bandwidths("paper-gh200") == rules.shipped_bandwidths()["paper-gh200"]
+    assert rules.read_bandwidths(rules.resolve_bandwidths("paper-gh200"))["gb_per_s"]["hbm"] \
+        == 2938
+    own = tmp_path / "mine.toml"
+    assert rules.resolve_bandwidths(str(own)) == own        # a path is a path, found or not
+    with pytest.raises(InputError) as exc:
+        rules.resolve_bandwidths("paper-h100")
+    assert "no such bandwidth file" in exc.value.message and "paper-gh200" in exc.value.hint
