@@ -111,6 +111,10 @@ def _wait_exited(pid: int, wait: float) -> bool:
         except (OSError, IndexError):
             return True
         if state in ("Z", "X"):
+            try:                # our child: reap it now rather than leave a zombie
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
             return True
         if time.monotonic() >= t:
             return False
