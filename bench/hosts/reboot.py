@@ -305,6 +305,15 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
     return res
 
 
+def write_sysfs(transport: Transport, path: str, value: str, check: bool = True):
+    """Write `value` to a sysfs file in one write(2). Not through stdin: invoke feeds a stdin
+    stream to the channel one byte at a time, so `tee` could hand the kernel "m" and then
+    "advise" (or a lone newline), each of which a sysfs store refuses (CI saw THP defrag stay
+    `never` with tee's rc 1). Value and path travel as arguments, never pasted into the script."""
+    return transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-sysfs", value, path],
+                         timeout=30, check=check)
+
+
 def _keep_thp(transport: Transport, before: Observation, after: Observation,
               L: _Log) -> Observation:
     """Write back the THP modes the host had before the reboot where the new boot differs
@@ -314,7 +323,7 @@ def _keep_thp(transport: Transport, before: Observation, after: Observation,
     if not fixes:
         return after
     for path, mode in fixes:
-        r = transport.run(["tee", path], stdin=mode + "\n", timeout=30, check=False)
+        r = write_sysfs(transport, path, mode, check=False)
         L("thp", f"{path}: booted {after.thp_modes.get(path.rsplit('/', 1)[-1])}, wrote "
                  f"{mode} (the mode before the reboot)" + ("" if r.rc == 0 else
                                                           f"; write failed: rc {r.rc}"))
@@ -377,7 +386,7 @@ def set_mglru_runtime(transport: Transport, on: bool,
         raise HostError(transport.host, "kernel has no /sys/kernel/mm/lru_gen (built without "
                         "MGLRU): cannot toggle it")
     before = parse_lru_gen(r.stdout)
-    transport.run(["tee", LRU_ENABLED], stdin="y\n" if on else "n\n", timeout=30)
+    write_sysfs(transport, LRU_ENABLED, "y" if on else "n")
     after = parse_lru_gen(transport.run(["cat", LRU_ENABLED], timeout=30).stdout)
     boot_id = read_boot_id(transport)
     ok = mglru_on(after) == on

@@ -79,6 +79,30 @@ def test_quoting_arrives_byte_identical(lab_inventory, tmp_path):
         t.close()
 
 
+THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
+
+
+@pytest.mark.skipif(not THP_DEFRAG.exists(), reason="kernel without transparent hugepages")
+def test_a_sysfs_value_arrives_in_one_write(lab_inventory):
+    """invoke feeds stdin to the channel a byte at a time, so `tee` into sysfs hands the kernel
+    pieces it refuses (the twin's THP repair failed that way). write_sysfs must land the whole
+    value in one write. The lab hosts share this kernel: the test writes back the mode it reads."""
+    from bench.hosts.bootplan import parse_thp_mode
+    from bench.hosts.reboot import write_sysfs
+    t = SSHTransport(lab_inventory["lab-netns-1"])
+    try:
+        mode = parse_thp_mode(t.run(["cat", str(THP_DEFRAG)]).stdout)
+        assert mode
+        for _ in range(10):
+            assert write_sysfs(t, str(THP_DEFRAG), mode, check=False).rc == 0
+        assert parse_thp_mode(THP_DEFRAG.read_text()) == mode
+        r = write_sysfs(t, str(THP_DEFRAG), "not-a-mode", check=False)
+        assert r.rc != 0                                    # the kernel's refusal reaches us
+        assert parse_thp_mode(THP_DEFRAG.read_text()) == mode
+    finally:
+        t.close()
+
+
 def _with_known_hosts(host, path: Path):
     return dataclasses.replace(host, ssh=dataclasses.replace(host.ssh, known_hosts=str(path)))
 
