@@ -16,7 +16,16 @@ and take its lock):
   more than `stale_s` past it. Controllers on machines with skewed clocks read one clock.
 With SQLite the database's clock is the clock of the machine that holds the file, the one every
 controller of it runs on. A row written before the lease used the database clock (no "clock"
-key) is read the same way: its heartbeat was wall-clock epoch seconds, the same scale."""
+key) is read the same way: its heartbeat was wall-clock epoch seconds, the same scale.
+
+Every transaction that writes the lock row reads it FOR UPDATE (PostgreSQL; SQLite's writers are
+serialized by the file's write lock): a heartbeat that raced a takeover would otherwise read its
+own old row, then overwrite the new holder's row, and two controllers would both hold the lock.
+On PostgreSQL those transactions also end the session of a client that stalls inside one for
+LOCK_TXN_IDLE_S (idle_in_transaction_session_timeout, for that transaction only): a controller
+frozen mid-heartbeat (SIGSTOP, a paused VM) would otherwise keep the row lock, and every other
+controller's takeover would wait on it for good. The frozen holder finds its session gone when
+it wakes and learns at its next heartbeat that the lock moved on."""
 
 from __future__ import annotations
 
@@ -33,6 +42,10 @@ from bench.store.models import Campaign, JournalEntry
 # the database's clock, in epoch seconds
 _DB_NOW = {"sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
            "postgresql": "SELECT extract(epoch FROM clock_timestamp())"}
+
+
+# Lock transactions are three statements: a client silent inside one this long is stalled.
+LOCK_TXN_IDLE_S = 5.0
 
 
 def _now() -> datetime:
@@ -90,9 +103,18 @@ def lock_wait_hint(holder: dict, stale_s: float) -> str:
             f"clock (pid {holder.get('pid')} runs on another machine, {holder.get('host')})")
 
 
-def _lock_row(s, campaign_id: str) -> JournalEntry | None:
-    return s.scalar(select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
-                    .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
+def _bound_stall(s) -> None:
+    """First statement of a lock transaction (module doc): PostgreSQL ends this session if the
+    client stalls inside the transaction."""
+    if s.get_bind().dialect.name == "postgresql":
+        s.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = "
+                       f"{int(LOCK_TXN_IDLE_S * 1000)}"))
+
+
+def _lock_row(s, campaign_id: str, *, write: bool = False) -> JournalEntry | None:
+    q = (select(JournalEntry).where(JournalEntry.campaign_id == campaign_id)
+         .where(JournalEntry.kind == "lock").order_by(JournalEntry.id).limit(1))
+    return s.scalar(q.with_for_update() if write else q)
 
 
 def _ours(data: dict | None, me: dict) -> bool:
@@ -103,12 +125,13 @@ def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0
     """Take the campaign's controller lock; None when taken, else the live holder's data (its
     "age_s": seconds since its heartbeat by the database clock)."""
     with store.session() as s, s.begin():
+        _bound_stall(s)
         n = rowcount(s.execute(update(Campaign).where(Campaign.id == campaign_id)
                                .values(state=Campaign.state)))
         if n != 1:
             raise StoreError(f"no campaign {campaign_id}", hint="`bench campaigns` lists them")
+        row = _lock_row(s, campaign_id, write=True)
         now = db_now(s)         # read under the write lock the update above took
-        row = _lock_row(s, campaign_id)
         holder = row.data if row is not None else None
         same = _ours(holder, me)
         if holder and holder.get("pid") and not same and not lock_is_stale(holder, stale_s, now):
@@ -133,7 +156,8 @@ def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0
 def heartbeat(store: Store, campaign_id: str, me: dict) -> bool:
     """Renew the lease (the database's now); False when the lock is no longer ours."""
     with store.session() as s, s.begin():
-        row = _lock_row(s, campaign_id)
+        _bound_stall(s)
+        row = _lock_row(s, campaign_id, write=True)
         if row is None or row.data is None or not _ours(row.data, me):
             return False
         row.data = dict(row.data, heartbeat=db_now(s), clock="db")
@@ -142,7 +166,8 @@ def heartbeat(store: Store, campaign_id: str, me: dict) -> bool:
 
 def release_lock(store: Store, campaign_id: str, me: dict) -> None:
     with store.session() as s, s.begin():
-        row = _lock_row(s, campaign_id)
+        _bound_stall(s)
+        row = _lock_row(s, campaign_id, write=True)
         if row is not None and _ours(row.data, me):
             row.data = {"pid": None, "released": db_now(s), "host": me["host"]}
             row.message = f"controller lock released by pid {me['pid']}"

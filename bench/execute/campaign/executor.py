@@ -54,6 +54,7 @@ from typing import Any
 
 from bench.errors import BenchError, HostError, InputError, SafetyError
 from bench.execute.collect import ControllerDiskError
+from bench.execute.campaign.ladder import clip
 from bench.execute.campaign.record import (FINAL, Settings, attempts_of, deterministic,
                                            ensure_runs, load_record, outcome, outcome_line,
                                            resume_action)
@@ -312,14 +313,23 @@ class Executor:
             release_lock(self.store, self.cid, me)
 
     def _beat(self, me: dict, stop: threading.Event) -> None:
+        renewed = time.monotonic()
         while not stop.wait(self.s.heartbeat_s):
             try:
                 if not heartbeat(self.store, self.cid, me):
                     self.on_event(Event("warning", "controller lock lost: stopping after the "
                                                    "current runs"))
                     self._stop.set()
-            except Exception:  # noqa: BLE001 - a busy database is retried next beat
-                pass
+                    return
+                renewed = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - a busy database is retried next beat
+                # past the lease another controller may take the campaign: stop, as if lost
+                if time.monotonic() - renewed > self.s.lock_stale_s:
+                    self.on_event(Event("warning", f"controller lock not renewed for "
+                                        f"{self.s.lock_stale_s:.0f}s ({clip(str(exc), 160)}): "
+                                        f"stopping after the current runs"))
+                    self._stop.set()
+                    return
 
     def _finish(self) -> CampaignResult:
         rows = run_rows(self.store, self.cid)

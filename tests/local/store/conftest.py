@@ -83,6 +83,12 @@ def _new_pg_database(srv) -> str:
     return f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
 
 
+@pytest.fixture
+def pg_url(pg_server):
+    """A new empty PostgreSQL database (for a test that is about PostgreSQL alone)."""
+    return _new_pg_database(pg_server)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path):
     if request.param == "sqlite":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -37,7 +38,10 @@ def controller(db_url: str, mode: str, *, skew: float = 0.0, other_host: str | N
                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def first(p: subprocess.Popen) -> dict:
+def first(p: subprocess.Popen, timeout: float = 60.0) -> dict:
+    # bounded: a controller blocked on a lock fails the test instead of hanging the suite
+    if not select.select([p.stdout], [], [], timeout)[0]:
+        raise AssertionError(f"controller pid {p.pid} printed nothing for {timeout:.0f}s")
     line = p.stdout.readline()
     if not line:
         raise AssertionError(f"controller exited {p.wait()}: {p.stderr.read()[-2000:]}")
@@ -87,20 +91,30 @@ def test_a_controller_whose_clock_runs_ahead_cannot_take_a_live_lock(store, db_u
     assert first(a) == {"beat": True}
 
 
-@pytest.mark.root
-def test_the_lease_expires_by_the_database_clock_when_the_holder_stops(store, db_url, holder):
-    a, me = holder
-    needs_unshare()
+def freeze(p: subprocess.Popen, how: str) -> float:
+    """Have the holder stop itself ("stop": between heartbeats; "stop-in-beat": inside a
+    heartbeat's transaction, holding the lock row); the monotonic time once it is stopped."""
+    p.stdin.write(how + "\n")
+    p.stdin.flush()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{p.pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "T":
+            return time.monotonic()
+        time.sleep(0.01)
+    raise AssertionError(f"the holder did not stop ({how})")
+
+
+def take_over_after_freeze(store, db_url, a, me, how: str) -> float:
+    """A second controller on another machine retries while the holder freezes itself: the
+    seconds from the freeze to its takeover; the old holder then learns it lost the lock."""
     b = controller(db_url, "retry", skew=SKEW, other_host="bench-ctl-b")
     try:
         assert first(b)["refused"]["pid"] == me["pid"]       # the live lease refuses it
-        os.kill(a.pid, signal.SIGSTOP)          # a hung controller: no more heartbeats
-        t_stop = time.monotonic()
+        t_stop = freeze(a, how)                  # a hung controller: no more heartbeats
         got = first(b)
         waited = time.monotonic() - t_stop
         assert got["taken"], got
-        # taken once the lease ran out (STALE s after the last beat), not 120 s early
-        assert STALE - 0.5 <= waited <= STALE + 5.0, waited
         assert lock_holder(store, "c1")["host"] == "bench-ctl-b"
     finally:
         os.kill(a.pid, signal.SIGCONT)
@@ -109,6 +123,52 @@ def test_the_lease_expires_by_the_database_clock_when_the_holder_stops(store, db
         pass
     assert line == {"beat": False} and a.wait(10) == 3
     assert b.wait(10) == 0
+    return waited
+
+
+@pytest.mark.root
+def test_the_lease_expires_by_the_database_clock_when_the_holder_stops(store, db_url, holder):
+    a, me = holder
+    needs_unshare()
+    waited = take_over_after_freeze(store, db_url, a, me, "stop")
+    # taken once the lease ran out (STALE s after the last beat, at most 0.2 s before the
+    # freeze), not 120 s early
+    assert STALE - 0.5 <= waited <= STALE + 5.0, waited
+
+
+@pytest.fixture
+def pg_store(pg_url):
+    """A fresh PostgreSQL database holding campaign c1 (PostgreSQL only: with SQLite every
+    controller of a database runs on the machine that holds its file, and a writer frozen inside
+    a transaction holds the file's write lock: nothing can end it but its own machine)."""
+    from bench.store.db import open_store
+    from tests.support.bundlegen import ensure_campaigns
+    url = pg_url
+    st = open_store(url)
+    ensure_campaigns(st, "c1")
+    yield st, url
+    st.close()
+
+
+@pytest.mark.root
+def test_a_holder_frozen_inside_its_heartbeat_transaction_loses_the_lock(pg_store):
+    """Before: the frozen holder kept its row lock and the takeover waited on it for good (a
+    CI run hung here). PostgreSQL now ends a session that stalls inside a lock transaction."""
+    from bench.store.controller_lock import LOCK_TXN_IDLE_S
+    store, url = pg_store
+    needs_unshare()
+    a = controller(url, "hold")
+    try:
+        got = first(a)
+        assert got["taken"], got
+        waited = take_over_after_freeze(store, url, a, got["me"], "stop-in-beat")
+    finally:
+        if a.poll() is None:
+            os.kill(a.pid, signal.SIGCONT)
+            a.kill()
+        a.wait(10)
+    # once the server ended the stalled session (and the lease ran out meanwhile)
+    assert LOCK_TXN_IDLE_S - 0.5 <= waited <= LOCK_TXN_IDLE_S + 5.0, waited
 
 
 @pytest.mark.root
