@@ -45,10 +45,10 @@ are read in any case.
 Scales: a `[scale.NAME]` table re-sizes the same matrix for smaller hosts (`bench schedule
 --scale lab`): `capacities = { "64G" = "0.133mem", ... }` maps every absolute capacity the
 matrix writes (in cells.capacities, exclude and extra, cell names included) to the one used at
-that scale, and `repetitions`, `memboot_overhead`, `description` and the tables `workload`,
-`protocol`, `estimate`, `order`, `hosts` override what they name. The scaled matrix is validated
-as a whole, like any other; an absolute capacity without a mapping is an error, so a scale
-never runs a production-sized cell by accident.
+that scale, and `repetitions`, `memboot_overhead`, `mglru_at_boot`, `description` and the
+tables `workload`, `protocol`, `estimate`, `order`, `hosts` override what they name. The scaled
+matrix is validated as a whole, like any other; an absolute capacity without a mapping is an
+error, so a scale never runs a production-sized cell by accident.
 
 End-to-end engine matrices (bench.matrix.engine, docs/engine.md) carry an `[engine]` table instead
 of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and policy
@@ -263,6 +263,8 @@ class Scale(Table):
     description: str | None = doc("replaces the matrix's description", None)
     repetitions: PosInt | None = doc("replaces the matrix's repetitions", None)
     memboot_overhead: Size | None = doc("replaces the matrix's memboot_overhead", None)
+    mglru_at_boot: bool | None = doc("replaces the matrix's mglru_at_boot (hosts whose boots "
+                                     "set MGLRU)", None)
     capacities: dict[Annotated[CapacityText, AfterValidator(_absolute)], CapacityText] = doc(
         'every absolute capacity the matrix writes -> the one at this scale, e.g. { "64G" = '
         '"0.133mem" }', {})
@@ -320,7 +322,7 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
         if k in ("capacities", "reclaims", "memory") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
-            out[k] = raw[k]             # description, repetitions, memboot_overhead
+            out[k] = raw[k]             # description, repetitions, memboot_overhead, ...
             continue
         got = out.get(k)
         base = got if isinstance(got, dict) else {}

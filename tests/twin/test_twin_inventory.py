@@ -55,3 +55,27 @@ def test_lan_conf_serves_the_guest_port_with_its_chassis_program(tmp_path):
     assert argv[0] == "qemu-system-aarch64" and "-daemonize" in argv
     assert "serial=twin-b" in " ".join(argv)                   # the guest's host name
     assert "hostfwd=tcp:127.0.0.1:40022-:22" in " ".join(argv)
+
+
+def test_the_reclaim_matrix_at_twin_scale_runs_every_cell_on_the_twins(tmp_path):
+    """The twin scale on the inventories the twin lab writes: every cell of the reclaim matrix
+    on both twins (none below the floor, unlike the vm lab's two 135M memboots), MGLRU set at
+    boot, each memboot's mem= at C + the twins' measured 220M overhead."""
+    from bench.matrix.expand import expand
+    from bench.matrix.load import load_matrix
+    hosts = []
+    for name in ("twin-a", "twin-b"):
+        hosts.append(load_host_file(lab_twin._write_inventory(_guest(tmp_path, name),
+                                                              tmp_path / "hosts")))
+    m = load_matrix("reclaim", "twin")
+    assert m.mglru_at_boot and m.memboot_overhead == 220 * 10**6
+    exp = expand(m, hosts)
+    assert not exp.skipped, exp.skipped
+    cells = {h.name: sorted(c.cell for r in exp.requests for c in r.candidates
+                            if c.host == h.name) for h in hosts}
+    assert cells["twin-a"] == cells["twin-b"] and len(cells["twin-a"]) == len(m.points) == 11
+    boots = {c.boot.mem for r in exp.requests for c in r.candidates if c.boot.mem}
+    assert boots == {355 * 10**6, 455 * 10**6}
+    assert min(boots) >= lab_twin.MEM_FLOOR == hosts[0].mem_floor
+    lru = {c.boot.lru_gen for r in exp.requests for c in r.candidates}
+    assert lru == {"on", "off"}                     # every boot sets MGLRU

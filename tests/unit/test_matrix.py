@@ -220,7 +220,7 @@ LAB = [host("lab-a", mem="1536Mi", floor="240Mi", machine="A", lab="vm"),
 
 def test_reclaim_at_lab_scale_keeps_every_cell_and_resizes_it_for_the_guests():
     full, lab = load_matrix("reclaim"), load_matrix("reclaim", "lab")
-    assert full.scales == lab.scales == ("lab",) and lab.scale == "lab" and full.scale is None
+    assert full.scales == lab.scales == ("lab", "twin") and lab.scale == "lab" and full.scale is None
     # the same cells (mechanism x reclaim), each capacity mapped
     assert [(p.mechanism, p.reclaim) for p in full.points] == \
         [(p.mechanism, p.reclaim) for p in lab.points]
