@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.errors import BenchError, CommandTimeout, HostError, SafetyError, Unreachable
+from bench.hosts.deploy import BOOT_UNIT
 from bench.hosts.bootplan import (BOOT_ID, GRUB_CFG, GRUB_CUSTOM, GRUB_MAX_TEXT, LRU_ENABLED, Gate,
                                   Observation, check_grub_entry, check_reboot_allowed,
                                   command_argv, evaluate_gate, grub_boot_path, grub_cfg_problems,
@@ -275,6 +276,8 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
                 f"cmdline={before.cmdline!r}")
     check_reboot_allowed(host_entry, mem, local_boot_id=local_boot_id(),
                          host_boot_id=before.boot_id, transport_is_local=False)
+    if lru_gen is not None:
+        require_boot_hook(transport, name)
     append = next_cmdline(before.cmdline, mem, lru_gen)
     L("plan", f"method={method} append={append!r}" + (" (default boot)" if default_boot else ""))
     res = RebootResult(name, False, "quarantine", "", method, append, mem, lru_gen,
@@ -303,6 +306,24 @@ def reboot_host(transport: Transport, host_entry: Host, mem: str | None,
     res.reason = gate.reason
     L(res.verdict, res.reason)
     return res
+
+
+# exits 1 on a systemd host whose unit is not enabled; 0 where systemd is not PID 1 (the lab
+# guests' own init applies bench.lru_gen=) or the unit is enabled
+_HOOK_CHECK = 'test -d /run/systemd/system || exit 0; systemctl is-enabled --quiet "$1"'
+
+
+def require_boot_hook(transport: Transport, name: str) -> None:
+    """bench.lru_gen= takes effect only through the boot unit `bench deploy` installs: without
+    it the host would boot with the MGLRU it had and the gate would quarantine it after a
+    wasted reboot (a fresh twin did, in its campaign's first boot). Refused before any change."""
+    unit = BOOT_UNIT.rsplit("/", 1)[-1]
+    r = transport.run(["sh", "-c", _HOOK_CHECK, "bench-hook-check", unit], timeout=30,
+                      check=False)
+    if r.rc != 0:
+        raise HostError(name, f"MGLRU at boot (bench.lru_gen=) needs the boot unit {unit}, "
+                              "which is not enabled on this systemd host",
+                        f"`bench hosts deploy {name}` installs it")
 
 
 def write_sysfs(transport: Transport, path: str, value: str, check: bool = True):

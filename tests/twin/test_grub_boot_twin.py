@@ -46,6 +46,28 @@ def _prepare(t, host) -> dict:
     return hook
 
 
+def test_mglru_at_boot_without_the_boot_unit_is_refused_before_any_change(twin_hosts, connect):
+    """bench.lru_gen= works only through the deployed unit: on a systemd host without it the
+    reboot is refused before anything changes, naming the unit and the deploy that installs it
+    (a fresh twin's first campaign boot used to reboot and then fail its MGLRU gate)."""
+    from bench.errors import HostError
+    from bench.hosts.deploy import BOOT_UNIT
+    host = twin_hosts[HOST]
+    unit = Path(BOOT_UNIT).name
+    t = connect(host)
+    try:
+        t.run(["systemctl", "disable", unit], timeout=60, check=False)
+        before = observe(t)
+        with pytest.raises(HostError) as e:
+            reboot_host(t, host, None, "off", _log(HOST), **TIMEOUTS)
+        assert unit in e.value.message and "bench hosts deploy twin-b" in (e.value.hint or "")
+        assert observe(t).boot_id == before.boot_id
+        assert t.run(["grub-editenv", "/boot/grub/grubenv", "list"], timeout=30).stdout \
+            .find("next_entry=bench") < 0                   # nothing staged
+    finally:
+        t.close()
+
+
 def test_grub_one_shot_boot_with_mem_and_mglru_then_restore(twin_hosts, connect):
     host = twin_hosts[HOST]
     assert host.reboot.method == "grub-reboot" and host.reboot.grub_entry

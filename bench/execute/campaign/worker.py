@@ -260,6 +260,9 @@ class Worker:
                               if boot.get("label") in (None, "default")
                               else f"already booted {boot.get('label')}")
             return
+        if want[1] is not None:
+            # bench.lru_gen= is applied by the boot unit the deploy installs: on the host first
+            deploy(self.session.transport, self.host)
         self.ex.set_state(rid, "booting", f"reboot into {boot.get('label')}",
                           {"boot": boot, "current": list(self.current_boot)})
         self.session.drop()
