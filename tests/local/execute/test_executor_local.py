@@ -163,3 +163,53 @@ def _catch(fn):
         return fn()
     except Exception as exc:  # noqa: BLE001 - the test inspects it
         return exc
+
+
+def _beat_with(local_campaign, monkeypatch, answers, run_for):
+    """Executor._beat against a heartbeat that answers from `answers` (an exception is raised,
+    as a database that stays locked or a session PostgreSQL ended); events and the stop flag."""
+    import dataclasses
+    import threading
+    import time
+
+    from bench.execute.campaign import executor as ex_mod
+    from bench.store.controller_lock import owner_info
+    store, s, _ = local_campaign
+    s = dataclasses.replace(s, heartbeat_s=0.05, lock_stale_s=1.0)
+    events: list[Event] = []
+    ex = Executor(store, "lx", s, on_event=events.append)
+    it = iter(answers)
+
+    def heartbeat(*_a):
+        a = next(it, True)
+        if isinstance(a, Exception):
+            raise a
+        return a
+    monkeypatch.setattr(ex_mod, "heartbeat", heartbeat)
+    stop = threading.Event()
+    t0 = time.monotonic()
+    th = threading.Thread(target=ex._beat, args=(owner_info(), stop), daemon=True)
+    th.start()
+    th.join(run_for)
+    stop.set()
+    th.join(5)
+    return ex, events, time.monotonic() - t0
+
+
+def test_a_controller_that_cannot_renew_its_lease_stops_once_the_lease_ran_out(
+        local_campaign, monkeypatch):
+    """Past the lease another controller may take the campaign over: a controller whose
+    heartbeats keep failing must stop as if it had lost the lock, not run on without it."""
+    from bench.store.db import StoreError
+    ex, events, secs = _beat_with(local_campaign, monkeypatch,
+                                  [StoreError("database is locked")] * 1000, run_for=10)
+    assert ex._stop.is_set() and 1.0 <= secs < 5, secs
+    assert any("controller lock not renewed for 1s (database is locked)" in e.message
+               for e in events), [e.message for e in events]
+
+
+def test_a_heartbeat_that_fails_briefly_does_not_stop_the_campaign(local_campaign, monkeypatch):
+    from bench.store.db import StoreError
+    ex, events, _ = _beat_with(local_campaign, monkeypatch,
+                               [StoreError("database is locked")] * 5, run_for=1.5)
+    assert not ex._stop.is_set() and not events
