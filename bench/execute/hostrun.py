@@ -184,15 +184,32 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
                         f"check free space on the host (df -h {host.work_dir})")
     if res is None:
         raise CommandFailed(host.name, ["runner.py", "start"], r.rc, r.stderr or r.stdout)
-    if r.rc == 2:
-        raise SpecRefused(host.name, f"the runner refused the spec: {res.get('reason')}",
-                          "the host disagrees with what the controller probed; re-probe it")
+    refusal = start_refusal(host, rid, r.rc, res)
+    if refusal is not None:
+        raise refusal
+    return res
+
+
+def start_refusal(host: Host, rid: str, rc: int, res: dict) -> HostError | None:
+    """What `runner.py start`'s answer (exit code, JSON) refuses, as the error to raise; None
+    when the run started or is the same run re-attached. A run id the host already holds with
+    another spec (left by an earlier campaign or `bench run` under the same id) is refused for
+    good, like a bad spec: a retry would meet it again, and re-attaching would collect a run
+    the controller never asked for."""
+    if rc == 2:
+        return SpecRefused(host.name, f"the runner refused the spec: {res.get('reason')}",
+                           "the host disagrees with what the controller probed; re-probe it")
+    if res.get("spec_matches") is False:
+        return SpecRefused(host.name, f"run id {rid} already exists on the host with another "
+                           f"spec (an earlier campaign's or run's): nothing started; its files "
+                           f"stay in {host.work_dir}/runs/{rid}",
+                           "use a new campaign id (--campaign) or --run-id, or remove that "
+                           "directory on the host once what it holds is saved")
     if not res.get("ok"):
         hint = res.get("hint") if isinstance(res.get("hint"), str) else None
-        raise HostError(host.name, f"runner start: {res.get('reason') or res}",
-                        hint[:300] if hint else "a run with this id exists with a different "
-                        "spec: choose a new --run-id")
-    return res
+        return HostError(host.name, f"runner start: {res.get('reason') or res}",
+                         hint[:300] if hint else None)
+    return None
 
 
 def wait_run(session: HostSession, run_id: str, *, timeout_s: float = 6 * 3600.0,

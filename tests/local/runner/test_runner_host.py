@@ -175,6 +175,27 @@ def test_none_run_survives_its_caller_and_never_runs_twice(agent, loopfs, pool, 
     assert (bundle / "manifest.json").read_bytes() == manifest
     rc, st2 = runner("status", "none-1", "--work-dir", work_dir)
     assert rc == 0 and st2["history"] == st["history"] and st2["live"] is False
+    _another_spec_under_the_same_id_is_refused_for_good(spec, work_dir, bundle, manifest)
+
+
+def _another_spec_under_the_same_id_is_refused_for_good(spec, work_dir, bundle, manifest):
+    """The run id exists with another spec (a campaign re-created under an old id): the
+    runner's answer, read by the controller, is a final refusal naming the run's directory,
+    never a re-attach (a twin campaign used to collect the old run and fail its ingest)."""
+    import dataclasses
+
+    from bench.execute.campaign.record import deterministic
+    from bench.execute.hostrun import SpecRefused, start_refusal
+    from bench.hosts.inventory import load_inventory
+    host = dataclasses.replace(load_inventory(Path(RUNNER).parents[1] / "hosts")["local"],
+                               work_dir=str(work_dir))
+    assert start_refusal(host, "none-1", *start(spec, work_dir)) is None     # the same run
+    rc, ans = start(dict(spec, agent=dict(spec["agent"], threads=spec["agent"]["threads"] + 1)),
+                    work_dir)
+    err = start_refusal(host, "none-1", rc, ans)
+    assert isinstance(err, SpecRefused) and deterministic(err), (rc, ans)
+    assert f"{work_dir}/runs/none-1" in err.message and "--campaign" in err.hint
+    assert (bundle / "manifest.json").read_bytes() == manifest
 
 
 @pytest.mark.root
