@@ -374,7 +374,7 @@ class Ladder:
         first_ok, retried = True, False
         while True:
             rc, out, err = run_power_cycle(argv)
-            said += (" again: " if retried else " ") + command_said(rc, err, out)
+            said += ("; again: " if retried else " ") + command_said(rc, err, out)
             first_ok = first_ok and (retried or rc == 0)
             new, decision, polls, waited = self._await_new_boot(up, grace, first_ok, retried)
             if new is not None:
