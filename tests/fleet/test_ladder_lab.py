@@ -267,3 +267,66 @@ def test_reattaching_climbs_the_ladder_and_retries_a_failed_bmc_command_once(
     assert all(r.state in TERMINAL for rid, r in rows.items() if rid != flying), rows
     print(f"\nladder at re-attach: power-cycle step {pc[0]['seconds']}s (two commands), "
           f"resume {secs:.1f}s\n  reason: {reason}")
+
+
+@pytest.mark.parametrize("mode", ["cycle", "nothing"])
+def test_a_host_down_at_its_workers_start_climbs_the_ladder(clean_pools, lab_host_up, lab,
+                                                             tmp_path, mode):
+    """X is down (every process of its netns killed) when the campaign starts. Its worker's
+    patience runs out, the ladder looks (SSH only: no run to judge) and power-cycles. `cycle`:
+    the command fails but X comes back with a new boot, proven; X runs all its runs. `nothing`:
+    the command fails, nothing comes back within the up_timeout, the command is run once more,
+    nothing again: X is quarantined with every step (both exit statuses and stderrs) in its
+    reason, and in the reason of each of its runs left pending; Y finishes its own."""
+    lab = lab_host_up
+    hosts_dir, calls = ladder_inventory(lab, tmp_path / "hosts", mode)
+    cid = f"labladder-start-{mode}"
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    plan, exp, m = build_plan(str(MATRIX), NAMES, hosts_dir, 5, cid)
+    s = settings(tmp_path, db, hosts_dir)
+    store = open_store(db)
+    create(store, plan, exp, m, NAMES, s, str(MATRIX))
+    boot0 = lab.host(X).boot_id
+    lab.kill_sshd(X)
+    lines: list[str] = []
+    try:
+        t0 = time.monotonic()
+        res = Executor(store, cid, s, on_event=lambda e: lines.append(e.line())).run()
+        secs = time.monotonic() - t0
+        rows = {r.run_id: r for r in run_rows(store, cid)}
+        js = journal_rows(store, cid)
+    finally:
+        store.close()
+        lab.reload()
+    log = "\n".join(lines[-40:])
+    steps = [j.data["ladder"] for j in js if isinstance((j.data or {}).get("ladder"), dict)]
+    assert [st["rung"] for st in steps][:2] == ["look", "power-cycle"], steps
+    assert steps[0]["outcome"] == "unreachable" and steps[0]["detail"].startswith("SSH: ")
+    assert not any(entered for entered in (j for j in js if j.kind == "state" and
+                                           (j.data or {}).get("to") == "failed")), log
+    assert all(r.state in TERMINAL for r in rows.values() if r.host == Y), rows
+    warnings = "\n".join(j.message for j in js if j.kind in ("warning", "quarantine"))
+    if mode == "cycle":
+        assert res.state == "done" and not res.quarantined, (res.quarantined, res.summary,
+                                                             warnings)
+        assert calls.read_text() == "1" and lab.host(X).boot_id != boot0
+        assert steps[1]["outcome"] == "ok" and f"exit 1, stderr: {IPMI_ERR}" in \
+            steps[1]["detail"], steps
+        assert all(r.state in TERMINAL for r in rows.values()), rows
+    else:
+        assert res.state == "incomplete" and list(res.quarantined) == [X], (res, log)
+        assert calls.read_text() == "2" and lab.host(X).boot_id == boot0
+        reason = res.quarantined[X]
+        assert "at the start of its worker" in reason and "recovery ladder: " in reason
+        assert "look: unreachable" in reason and "power-cycle: failed" in reason, reason
+        assert reason.count(f"exit 1, stderr: {IPMI_ERR}") == 2, reason
+        assert f"(up_timeout {UP_S:.0f}s)" in reason and "quarantine: failed" in reason, reason
+        assert [st["rung"] for st in steps] == ["look", "power-cycle", "quarantine"], steps
+        assert steps[1]["seconds"] >= 2 * UP_S, steps
+        left = [r for r in rows.values() if r.host == X]
+        assert left and all(r.state == "pending" for r in left), left
+        for r in left:
+            msg = [j.message for j in js if j.kind == "state" and j.run_ref == r.ref][-1]
+            assert "power-cycle: failed" in msg and "no other eligible host" in msg, msg
+    print(f"\nladder at a worker's start ({mode}): power-cycle step {steps[1]['seconds']}s, "
+          f"campaign {secs:.1f}s")

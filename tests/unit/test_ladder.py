@@ -312,3 +312,35 @@ def test_a_climb_for_no_run_on_a_host_that_answers_goes_on(tmp_path):
     assert res.symptom == NOT_STUCK and verdict(res.symptom, res.ok) == GO_ON
     assert [s.rung for s in res.steps] == ["look"] and "no run to look at" in res.steps[0].detail
     assert not calls.exists()
+
+
+def _obs(boot_id, cmdline, memtotal=8 << 30, lru=0x0007, thp=(("enabled", "madvise"),)):
+    from bench.hosts.bootplan import Observation
+    return Observation(boot_id, cmdline, memtotal, lru, arch="x86_64", thp=thp)
+
+
+@pytest.mark.parametrize("before,after,full,lru,want_ok,want_names", [
+    # against the last boot seen: the whole gate
+    (_obs("a", "root=/dev/vda"), _obs("b", "root=/dev/vda"), 8 << 30, 0x0007, True,
+     ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=", "MemTotal full",
+      "THP as before", "MGLRU as in the default boot"]),
+    (_obs("a", "root=/dev/vda"), _obs("a", "root=/dev/vda"), None, None, False,
+     ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=", "THP as before"]),
+    (_obs("a", "mem=2G root=/dev/vda", 2 << 30), _obs("b", "root=/dev/vda", 8 << 30), None,
+     None, True, ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=",
+                  "MemTotal grew", "THP as before"]),
+    # no earlier boot (down from the worker's start): what needs no reference
+    (None, _obs("b", "root=/dev/vda"), None, None, True,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "mem=2G root=/dev/vda"), None, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "root=/dev/vda bench.lru_gen=off"), None, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "root=/dev/vda", 4 << 30), 8 << 30, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen=", "MemTotal full"]),
+])
+def test_recovery_checks(before, after, full, lru, want_ok, want_names):
+    from bench.execute.campaign.ladder import recovery_checks
+    checks = recovery_checks(before, after, full, lru)
+    assert [c.name for c in checks] == want_names
+    assert all(c.ok for c in checks) is want_ok, [(c.name, c.ok, c.detail) for c in checks]
