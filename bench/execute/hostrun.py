@@ -51,7 +51,14 @@ def last_json(text: str) -> dict | None:
 
 class Quarantined(HostError):
     """The host stayed unreachable longer than its reconnect timeout (or failed a proven
-    reboot): its worker stops and its runs wait for `bench resume`."""
+    reboot): its worker stops and its runs wait for `bench resume`. `ladder`: the steps of the
+    recovery ladder a campaign climbed before giving up (bench.execute.campaign.ladder, as
+    dicts), empty when it climbed none."""
+
+    def __init__(self, host: str, message: str, hint: str | None = None, *,
+                 ladder: list[dict] | None = None):
+        super().__init__(host, message, hint)
+        self.ladder = list(ladder or [])
 
 
 class SpecRefused(HostError):

@@ -7,9 +7,11 @@ import time
 
 import pytest
 
-from bench.execute.campaign.ladder import (NOT_STUCK, UNREACHABLE, WEDGED, Permits, StallWatch,
-                                           Step, diagnose, fingerprint, next_rung, permits,
-                                           clip_middle, run_power_cycle, summary)
+from bench.execute.campaign.ladder import (DOWN, GIVE_UP, GO_ON, NOT_STUCK, OLD, QUARANTINE,
+                                           RECOVERED, RETRY, UNREACHABLE, WAIT, WEDGED,
+                                           Permits, StallWatch, Step, clip_middle, command_said,
+                                           diagnose, fingerprint, next_rung, permits,
+                                           power_next, run_power_cycle, summary, verdict)
 from bench.hosts.inventory import Host, RebootSpec
 
 PC = ("ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "chassis", "power", "cycle")
@@ -47,6 +49,22 @@ def test_permits_follow_the_inventory(transport, reboot, want):
 ])
 def test_diagnose(ssh, status, want):
     assert diagnose(ssh, status) == want
+
+
+LIVE = {"live": True, "phase": "measuring"}
+
+
+@pytest.mark.parametrize("ssh,status,hung,live_is_stuck,want", [
+    (True, None, True, True, WEDGED),          # SSH answers, `runner.py status` hangs
+    (True, None, True, False, WEDGED),         # ... even outside a wait: the host is wedged
+    (False, None, True, True, UNREACHABLE),    # no SSH at all: hung means nothing more
+    (True, LIVE, False, False, NOT_STUCK),     # outside a wait a live run that answers runs
+    (True, LIVE, False, True, WEDGED),         # after a wait that saw it stop advancing
+    (True, None, False, False, NOT_STUCK),     # a climb for no run: SSH answers, go on
+])
+def test_diagnose_a_hung_status_and_a_live_run_outside_the_wait(ssh, status, hung,
+                                                                live_is_stuck, want):
+    assert diagnose(ssh, status, hung, live_is_stuck) == want
 
 
 def _s(rung, outcome):
@@ -120,23 +138,26 @@ def test_summary_is_one_bounded_line():
 
 
 def test_power_cycle_runner_exit_status_and_output():
-    rc, out = run_power_cycle([sys.executable, "-c", "print('Chassis Power Control: Cycle')"])
-    assert rc == 0 and "Chassis Power Control: Cycle" in out
-    rc, out = run_power_cycle([sys.executable, "-c",
-                               "import sys; sys.stderr.write('no BMC'); sys.exit(3)"])
-    assert rc == 3 and "no BMC" in out
-    rc, out = run_power_cycle(["/nonexistent/ipmitool", "chassis"])
-    assert rc == 127 and "ipmitool" in out
+    rc, out, err = run_power_cycle([sys.executable, "-c",
+                                    "print('Chassis Power Control: Cycle')"])
+    assert rc == 0 and "Chassis Power Control: Cycle" in out and err == ""
+    rc, out, err = run_power_cycle([sys.executable, "-c", "import sys; print('tried'); "
+                                    "sys.stderr.write('no BMC'); sys.exit(3)"])
+    assert rc == 3 and err == "no BMC" and out.strip() == "tried"
+    rc, out, err = run_power_cycle(["/nonexistent/ipmitool", "chassis"])
+    assert rc == 127 and "ipmitool" in err and out == ""
 
 
 def test_power_cycle_runner_bounds_time_and_output():
     t0 = time.monotonic()
-    rc, _ = run_power_cycle([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1.0)
+    rc, _, _ = run_power_cycle([sys.executable, "-c", "import time; time.sleep(30)"],
+                               timeout=1.0)
     assert rc is None and time.monotonic() - t0 < 10
-    rc, out = run_power_cycle([sys.executable, "-c",
-                               "import sys; sys.stdout.write('x' * 5_000_000 + 'END')"],
-                              tail=100)
+    rc, out, err = run_power_cycle([sys.executable, "-c",
+                                    "import sys; sys.stdout.write('x' * 5_000_000 + 'END'); "
+                                    "sys.stderr.write('y' * 3_000_000 + 'ERR')"], tail=100)
     assert rc == 0 and len(out) == 100 and out.endswith("END")
+    assert len(err) == 100 and err.endswith("ERR")
 
 
 @pytest.mark.parametrize("mask,default,want", [
@@ -159,3 +180,167 @@ def test_a_long_power_cycle_command_keeps_its_program_and_its_verb():
     assert len(c) == 120 and c.startswith("ipmitool -I lanplus") and \
         c.endswith("chassis power cycle") and "..." in c
     assert clip_middle("ipmitool chassis power cycle", 120) == "ipmitool chassis power cycle"
+
+
+# the power-cycle rung: a failed command is not final, one retry at most ------------------------
+
+@pytest.mark.parametrize("first_ok,retried,polls,since,expired,want", [
+    # a new boot ends the wait before power_next is asked; until then:
+    (True, False, [DOWN], 5, False, WAIT),              # went down: wait for it to come up
+    (False, False, [DOWN, DOWN], 8, False, WAIT),       # the BMC said no, but the host went
+    (False, False, [DOWN] * 9, 20, True, RETRY),        # ... never came back: the error was true
+    (True, False, [DOWN] * 9, 20, True, GIVE_UP),       # cycled, failed to boot: not again
+    (True, False, [OLD], 2, False, WAIT),               # still up 2 s after: give it the grace
+    (True, False, [OLD] * 4, 10, False, RETRY),         # did not go down (BMC ignored it)
+    (False, False, [OLD] * 4, 10, False, RETRY),        # did not go down (chassis refused)
+    (True, False, [OLD, DOWN, OLD], 12, False, WAIT),   # it went down once: no early retry
+    (True, True, [OLD] * 4, 10, False, WAIT),           # the retry did not take either: wait...
+    (True, True, [OLD] * 9, 20, True, GIVE_UP),         # ... to the deadline, then no more
+    (False, True, [DOWN] * 9, 20, True, GIVE_UP),
+    (True, False, [], 0, False, WAIT),
+])
+def test_power_next(first_ok, retried, polls, since, expired, want):
+    assert power_next(first_ok, retried, polls, since, 10.0, expired) == want
+
+
+def test_the_power_rung_runs_its_command_twice_at_most():
+    """Whatever the host shows and the commands exit with, the loop the rung runs (each
+    command, then looks every 2 s until power_next stops waiting) ends with at most two
+    commands and never waits past two up_timeouts."""
+    up, grace = 20.0, 6.0
+    for first_ok in (True, False):
+        for pattern in ([OLD], [DOWN], [OLD, DOWN], [DOWN, OLD, OLD], [OLD, OLD, OLD, DOWN]):
+            commands, retried, total = 1, False, 0.0
+            while True:
+                polls: list[str] = []
+                since, d = 0.0, WAIT
+                while d == WAIT:
+                    since += 2.0
+                    polls.append(pattern[min(len(polls), len(pattern) - 1)])
+                    d = power_next(first_ok, retried, polls, since, grace, since >= up)
+                total += since
+                if d == GIVE_UP:
+                    break
+                assert d == RETRY and not retried
+                retried, commands = True, commands + 1
+            assert commands <= 2 and total <= 2 * up + 2, (first_ok, pattern)
+
+
+@pytest.mark.parametrize("symptom,ok,want", [
+    (UNREACHABLE, True, RECOVERED), (WEDGED, True, RECOVERED),
+    (UNREACHABLE, False, QUARANTINE), (WEDGED, False, QUARANTINE),
+    (NOT_STUCK, False, GO_ON), (NOT_STUCK, True, GO_ON),
+])
+def test_verdict_of_a_climb(symptom, ok, want):
+    assert verdict(symptom, ok) == want
+
+
+def test_command_said_keeps_the_exit_status_and_the_end_of_stderr():
+    err = "Get Session Challenge command failed\n" + "x" * 400 + \
+        "\nError: Unable to establish IPMI v2 / RMCP+ session\n"
+    said = command_said(1, err, "")
+    assert said.startswith("exit 1, stderr: ...") and len(said) <= len("exit 1, stderr: ") + 160
+    assert said.endswith("Unable to establish IPMI v2 / RMCP+ session") and "\n" not in said
+    assert command_said(0, "", "Chassis Power Control: Cycle") == "exit 0"
+    assert command_said(3, "", "refused") == "exit 3, stdout: refused"
+    assert command_said(None, "", "") == "ran past its timeout"
+
+
+# the rung itself, on this machine's real boot_id (the local transport) ------------------------
+
+BMC = ("import pathlib, sys\n"
+       "p = pathlib.Path(sys.argv[1])\n"
+       "p.write_text(p.read_text() + 'x' if p.exists() else 'x')\n"
+       "print('Set Chassis Power Control to Cycle failed')\n"
+       "sys.stderr.write('Error: Unable to establish IPMI v2 / RMCP+ session\\n')\n"
+       "sys.exit(1)\n")
+
+
+def _local_ladder(tmp_path, before_boot_id=None, up_timeout=3.0):
+    """A Ladder for this machine over the local transport, whose power_cycle argv is a BMC
+    stand-in that counts its calls in a file and always fails as ipmitool does."""
+    import dataclasses
+
+    from bench.execute.campaign.ladder import Ladder
+    from bench.execute.hostrun import HostSession
+    from bench.hosts.reboot import observe
+    from bench.hosts.transport import LocalTransport
+    calls = tmp_path / "calls"
+    host = Host(name="here", address="127.0.0.1", transport="local",
+                reboot=RebootSpec(allowed=True, method="none", up_timeout=up_timeout,
+                                  power_cycle=(sys.executable, "-c", BMC, str(calls))))
+    before = observe(LocalTransport("here"))
+    if before_boot_id is not None:
+        before = dataclasses.replace(before, boot_id=before_boot_id)
+    session = HostSession(host, lambda h: LocalTransport(h.name))
+    return Ladder(host, session, None, before, poll_s=0.2), calls, before
+
+
+def test_a_failed_power_command_on_a_host_that_did_not_go_down_is_retried_once(tmp_path):
+    """This machine keeps its boot_id: the host 'did not go down'. The command failed; the rung
+    still waits (up_timeout 3 s, grace 1 s), runs the command once more after the grace, waits
+    the whole up_timeout again and fails with both exit statuses and stderrs in its detail."""
+    lad, calls, _ = _local_ladder(tmp_path)
+    t0 = time.monotonic()
+    ok, detail = lad.power_cycle()
+    secs = time.monotonic() - t0
+    assert not ok and calls.read_text() == "xx", detail
+    assert 4.0 <= secs < 15, secs        # 1 s grace, then 3 s after the retry
+    assert detail.count("exit 1, stderr: Error: Unable to establish IPMI v2 / RMCP+ session") \
+        == 2, detail
+    assert " again: exit 1" in detail and "still on its old boot after" in detail, detail
+    assert detail.endswith("(up_timeout 3s)"), detail
+
+
+def test_a_failed_power_command_after_which_a_new_boot_shows_is_proven(tmp_path):
+    """The BMC reports an error although the cycle happened: the new boot_id (this machine's,
+    against an earlier one) is found, proven by the gate, and the detail keeps the exit status
+    and stderr; no retry."""
+    lad, calls, before = _local_ladder(tmp_path, before_boot_id="0" * 8 + "-0000-0000-0000-" +
+                                       "0" * 12)
+    ok, detail = lad.power_cycle()
+    assert ok and calls.read_text() == "x", detail
+    assert "exit 1, stderr: Error: Unable to establish IPMI v2 / RMCP+ session" in detail
+    assert "new boot_id after" in detail and "ok boot_id changed" in detail, detail
+    assert " again:" not in detail and lad.after is not None
+    assert lad.after.boot_id != before.boot_id
+
+
+def test_a_climb_for_no_run_on_a_host_that_answers_goes_on(tmp_path):
+    lad, calls, _ = _local_ladder(tmp_path)
+    res = lad.climb(wedge_ok=False)
+    assert res.symptom == NOT_STUCK and verdict(res.symptom, res.ok) == GO_ON
+    assert [s.rung for s in res.steps] == ["look"] and "no run to look at" in res.steps[0].detail
+    assert not calls.exists()
+
+
+def _obs(boot_id, cmdline, memtotal=8 << 30, lru=0x0007, thp=(("enabled", "madvise"),)):
+    from bench.hosts.bootplan import Observation
+    return Observation(boot_id, cmdline, memtotal, lru, arch="x86_64", thp=thp)
+
+
+@pytest.mark.parametrize("before,after,full,lru,want_ok,want_names", [
+    # against the last boot seen: the whole gate
+    (_obs("a", "root=/dev/vda"), _obs("b", "root=/dev/vda"), 8 << 30, 0x0007, True,
+     ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=", "MemTotal full",
+      "THP as before", "MGLRU as in the default boot"]),
+    (_obs("a", "root=/dev/vda"), _obs("a", "root=/dev/vda"), None, None, False,
+     ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=", "THP as before"]),
+    (_obs("a", "mem=2G root=/dev/vda", 2 << 30), _obs("b", "root=/dev/vda", 8 << 30), None,
+     None, True, ["boot_id changed", "cmdline mem=", "cmdline bench.lru_gen=",
+                  "MemTotal grew", "THP as before"]),
+    # no earlier boot (down from the worker's start): what needs no reference
+    (None, _obs("b", "root=/dev/vda"), None, None, True,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "mem=2G root=/dev/vda"), None, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "root=/dev/vda bench.lru_gen=off"), None, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen="]),
+    (None, _obs("b", "root=/dev/vda", 4 << 30), 8 << 30, None, False,
+     ["cmdline mem=", "cmdline bench.lru_gen=", "MemTotal full"]),
+])
+def test_recovery_checks(before, after, full, lru, want_ok, want_names):
+    from bench.execute.campaign.ladder import recovery_checks
+    checks = recovery_checks(before, after, full, lru)
+    assert [c.name for c in checks] == want_names
+    assert all(c.ok for c in checks) is want_ok, [(c.name, c.ok, c.detail) for c in checks]

@@ -3,7 +3,13 @@ bench.execute.hostrun.HostSession), what it knows of the host (current boot, whe
 campaign rebooted it, the agent/plan/pool readiness checked in this boot) and runs that host's
 runs one at a time through their states. What crosses hosts (run rows, attempts, state
 changes, hand-overs, quarantine) belongs to the coordinator (bench.execute.campaign.executor),
-which the worker reaches through the `Coordinator` protocol."""
+which the worker reaches through the `Coordinator` protocol.
+
+Wherever the host's patience runs out (at the worker's start, re-attaching to a run, after a
+step lost the host, waiting for a run), the worker climbs the recovery ladder
+(bench.execute.campaign.ladder) before it quarantines: a host that answers again goes on, a
+recovered one has lost what ran there (a run it held is stored failed with the ladder's
+steps, `interrupted`), and a quarantine's reason (and its run's) carries the steps."""
 
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ from typing import Protocol, TypeVar
 
 from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
-from bench.execute.campaign.ladder import (STALL_FLOOR_S, Ladder, LadderResult, StallWatch,
-                                           Step, Wedged, permits)
+from bench.execute.campaign.ladder import (GO_ON, RECOVERED, STALL_FLOOR_S, Ladder,
+                                           LadderResult, StallWatch, Step, Wedged, permits,
+                                           verdict)
 from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
 from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
@@ -39,6 +46,20 @@ from bench.store.rows import JournalRow, RunRow
 from bench.units import format_size
 
 T = TypeVar("T")
+
+
+class Recovered(HostError):
+    """The host's patience ran out and the recovery ladder rebooted or power-cycled it (the new
+    boot proven): whatever ran there is gone. `res` is the climb."""
+
+    def __init__(self, host: str, message: str, res: LadderResult):
+        super().__init__(host, message)
+        self.res = res
+
+
+def bare(host: str, message: str) -> str:
+    """A HostError's message without its `host: ` prefix (to wrap it in another)."""
+    return message.removeprefix(f"{host}: ")
 
 
 class Coordinator(Protocol):
@@ -102,16 +123,44 @@ class Worker:
         lru = cmdline_param(args, "bench.lru_gen")
         return (parse_mem(mem) if mem else None, lru or None)
 
-    def patiently(self, what: str, fn: Callable[[Transport], T]) -> T:
-        """fn with the session's patience, one journal warning when the host first goes."""
-        return self.session.call(what, fn, on_lost=lambda exc: self.ex.journal(
-            "warning", f"{self.name}: unreachable {what} ({exc.message}); retrying for up to "
-            f"{self.session.limit:.0f}s"))
+    def patiently(self, what: str, fn: Callable[[Transport], T], rid: str | None = None) -> T:
+        """fn with the session's patience (one journal warning when the host first goes), then
+        the recovery ladder for the host (and `rid`, the run it may hold). Returns fn's value,
+        at once or, when the ladder's look found the host answering again, from one more try.
+        Raises Recovered when the ladder rebooted or power-cycled the host, Quarantined (its
+        reason and `ladder` with the ladder's steps) when the ladder failed."""
+        ladder = permits(self.host)
+        then = (", then the recovery ladder" if ladder.reboot or ladder.power_cycle else "")
+        try:
+            return self.session.call(what, fn, on_lost=lambda exc: self.ex.journal(
+                "warning", f"{self.name}: unreachable {what} ({exc.message}); retrying for up "
+                f"to {self.session.limit:.0f}s{then}"))
+        except Quarantined as q:
+            res = self.climb(rid, q, wedge_ok=False)
+            steps = [s.as_dict() for s in res.steps]
+            why = bare(self.name, q.message)
+            v = verdict(res.symptom, res.ok)
+            if v == RECOVERED:
+                raise Recovered(self.name, f"{why}; host recovered by the ladder: "
+                                f"{res.summary}", res) from None
+            if v == GO_ON:
+                try:
+                    return fn(self.session.transport)
+                except (Unreachable, CommandTimeout) as exc:
+                    raise Quarantined(self.name, f"{why}; recovery ladder: {res.summary}; "
+                                      f"then {bare(self.name, exc.message)}", q.hint,
+                                      ladder=steps) from None
+            raise Quarantined(self.name, f"{why}; recovery ladder: {res.summary}", q.hint,
+                              ladder=steps) from None
 
     def start(self) -> None:
         """Learn the current boot; a host that is down (or rebooting) gets the same patience
-        as one lost mid-run (Quarantined when it stays away)."""
-        self.remember(self.patiently("at the start of its worker", observe))
+        as one lost mid-run, then the recovery ladder (Quarantined when that fails too; a
+        recovered host's proven boot is remembered by the climb)."""
+        try:
+            self.remember(self.patiently("at the start of its worker", observe))
+        except Recovered:
+            pass
 
     def remember(self, obs: Observation) -> None:
         """A boot seen (at the start, proven by a reboot or by the recovery ladder)."""
@@ -138,15 +187,16 @@ class Worker:
             if act == "redo":
                 self.boot(rid)
                 self.deploy_and_start(rid, None)
-            else:
-                self.reattach(rid, row)
+            elif not self.reattach(rid, row):
+                return                  # interrupted by the recovery ladder: stored failed
             if self.wait_or_recover(rid):
                 self.ingest(rid)
         except Quarantined as exc:
             if not self.ex.is_parked(rid):
                 self.ex.set_state(rid, "pending", f"host quarantined while running: "
                                   f"{exc.message}; `bench resume` re-attaches",
-                                  {"quarantine": True})
+                                  {"quarantine": True, **({"ladder": exc.ladder}
+                                                          if exc.ladder else {})})
                 self.ex.park(rid)
             raise
         except (SafetyError, InputError):
@@ -155,16 +205,26 @@ class Worker:
             self.lost(rid, exc)          # raises Quarantined if the host stays away
             raise
 
-    def reattach(self, rid: str, row: RunRow) -> None:
+    def reattach(self, rid: str, row: RunRow) -> bool:
         """A run that may be on the host: ask the runner (an unreachable host is waited for,
-        then quarantined, never a failed attempt); start it from the stored spec if the host
-        never got it."""
-        st = self.patiently(f"while re-attaching to {rid}",
-                            lambda t: runner_status(t, self.host, rid))
+        then goes up the recovery ladder, then is quarantined, never a failed attempt); start
+        it from the stored spec if the host never got it. True: wait for it. False: the ladder
+        rebooted or power-cycled the host and the run, which it held unfinished, is stored
+        failed with the ladder's steps (a run that had ended before is collected as usual)."""
+        try:
+            st = self.patiently(f"while re-attaching to {rid}",
+                                lambda t: runner_status(t, self.host, rid), rid)
+        except Recovered as rec:
+            st = runner_status(self.session.transport, self.host, rid)  # the new boot's view
+            if st is not None and st.get("phase") != "done":
+                self.ex.interrupted(rid, bare(self.name, rec.message),
+                                    [s.as_dict() for s in rec.res.steps])
+                return False
         if st is None:
             self.deploy_and_start(rid, row.spec)
         elif row.state != "running":
             self.ex.set_state(rid, "running", "re-attached after " + row.state)
+        return True
 
     def lost(self, rid: str, exc: BenchError) -> None:
         """A step outside the wait (deploy, start, collect) lost the host: is it gone? Back in
@@ -177,21 +237,17 @@ class Worker:
         dead host."""
         try:
             self.current_boot = self.patiently(f"after {rid} lost it ({exc.message})",
-                                               self.probe_boot)
+                                               self.probe_boot, rid)
+        except Recovered as rec:    # the caller counts the failed attempt, with the steps
+            raise HostError(self.name, f"{bare(self.name, exc.message)}; host recovered by "
+                            f"the ladder: {rec.res.summary}") from exc
         except Quarantined as q:
-            res = self.climb(rid, q, wedge_ok=False)
-            if res.ok:      # the caller counts the failed attempt, with the ladder's steps
-                said = exc.message.removeprefix(f"{self.name}: ")
-                raise HostError(self.name, f"{said}; host recovered by the ladder: "
-                                f"{res.summary}") from exc
-            if res.symptom != "unreachable":
-                return      # back by now: the caller counts the failed attempt
             started = bool(self.ex.rows[rid].spec)
-            why = f"{q.message}; recovery ladder: {res.summary}"
-            self.ex.set_state(rid, "pending", f"host quarantined: {why}; `bench resume` "
-                              + ("re-attaches" if started else "redoes it"), {"quarantine": True})
+            self.ex.set_state(rid, "pending", f"host quarantined: {q.message}; `bench resume` "
+                              + ("re-attaches" if started else "redoes it"),
+                              {"quarantine": True, "ladder": q.ladder})
             self.ex.park(rid)
-            raise Quarantined(self.name, why) from None
+            raise
         except BenchError:
             return      # it answers, if badly: the caller counts the failed attempt
 
@@ -215,12 +271,15 @@ class Worker:
         finally:
             self.stall = None
         res = self.climb(rid, stuck)
-        if res.symptom == "not-stuck":
+        v = verdict(res.symptom, res.ok)
+        if v == GO_ON:
             raise stuck
-        if not res.ok:
-            raise Quarantined(self.name, f"{stuck.message}; recovery ladder: {res.summary}")
-        self.ex.interrupted(rid, f"{stuck.message}; host recovered by the ladder: "
-                            f"{res.summary}", [s.as_dict() for s in res.steps])
+        steps = [s.as_dict() for s in res.steps]
+        why = bare(self.name, stuck.message)
+        if v != RECOVERED:
+            raise Quarantined(self.name, f"{why}; recovery ladder: {res.summary}",
+                              ladder=steps)
+        self.ex.interrupted(rid, f"{why}; host recovered by the ladder: {res.summary}", steps)
         return False
 
     def on_status(self, rid: str, st: dict) -> None:
@@ -231,12 +290,12 @@ class Worker:
                          f"{self.stall.limit_s:.0f}s (phase {st.get('phase')}, progress "
                          f"{st.get('progress')})")
 
-    def climb(self, rid: str, why: BenchError, wedge_ok: bool = True) -> LadderResult:
-        """One climb of the ladder for this host, each rung journaled as it ends; a recovered
-        host's boot is remembered (the next run reboots into its boot config if it needs
-        one) and everything checked in the old boot forgotten."""
-        self.ex.journal("warning", f"{self.name}: {rid} stuck ({why.message}); recovery ladder",
-                        {"host": self.name, "run_id": rid, "ladder": "start"})
+    def climb(self, rid: str | None, why: BenchError, wedge_ok: bool = True) -> LadderResult:
+        """One climb of the ladder for this host (and rid, the run it may hold), each rung
+        journaled as it ends; a recovered host's boot is remembered (the next run reboots into
+        its boot config if it needs one) and everything checked in the old boot forgotten."""
+        self.ex.journal("warning", f"{self.name}: {rid or 'host'} stuck ({why.message}); "
+                        "recovery ladder", {"host": self.name, "run_id": rid, "ladder": "start"})
 
         def step(s: Step) -> None:
             self.ex.journal("warning", f"{self.name}: recovery ladder: {s.line()}",
