@@ -15,8 +15,10 @@ from bench.results.views import compose, styled
 
 HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
 ForceOpt = Annotated[bool, typer.Option(
-    "--force", help="Go ahead even when a run is in progress on the host: says which run it "
-                    "kills. Without it such a host is refused, naming the run.")]
+    "--force", help="Go ahead even when a run is in progress on the host or another controller "
+                    "holds it (a campaign owns its hosts from start to end): says which run it "
+                    "kills and whose campaign it disturbs. Without it such a host is refused, "
+                    "naming the run or the campaign and its controller.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option(
     "--up-timeout", help="Seconds to wait for SSH with a new boot_id (default: inventory).")]
 
@@ -51,7 +53,9 @@ def _say(line: str) -> None:
 
 def _guarded(t, h, what: str, force: bool, fn, *, kills: bool = True):
     """fn() under the host lock, refused (one line naming it) while a run is in progress on
-    the host unless force (then the run it kills is named first)."""
+    the host or another controller holds it (a campaign: named with its controller's host
+    and pid) unless force (then the run it kills and the campaign it disturbs are named
+    first, and fn goes ahead without the lock another holds)."""
     from bench.hosts.lock import release_quietly, take_for
     lock = take_for(t, h, what, force=force, say=_say, kills=kills)
     try:
@@ -73,7 +77,8 @@ def hosts_reboot(
 ) -> None:
     """Reboot a rebootable host with a new command line and prove it: new boot_id, mem= in
     /proc/cmdline, MemTotal in range, MGLRU mask. Exit 1 if it ends quarantined. Refused
-    while a run is in progress on the host (--force kills it)."""
+    while a run is in progress on the host or a campaign owns it, even between its runs
+    (--force goes ahead, naming the run it kills and the campaign it disturbs)."""
     from bench.hosts.reboot import reboot_host
     h, t = _host_and_transport(hosts_dir, host)
     try:

@@ -3,13 +3,23 @@ an MGLRU toggle of a host with a run in progress is refused with one line naming
 the run goes on untouched; `--force` names the run it kills, the host really reboots (the lab's
 own restart of that host's namespace, `method = "command"` as in test_campaign_memboot_lab) and
 the run ends failed as a runner that died. Before the refusal existed, `bench hosts restore`
-during `bench run` was proven and killed the run (issue 13). Needs root."""
+during `bench run` was proven and killed the run (issue 13).
+
+A campaign owns its host from its worker's start to its end (bench.hosts.lock.HostClaim):
+between two of its runs (the runner ended, nothing in progress, where the run guard alone let a
+reboot through) `bench hosts reboot|restore|mglru`, `bench run` and a second campaign are
+refused naming the campaign and its controller; `--force` names the campaign it disturbs and
+really reboots the host; the campaign re-takes its claim in the new boot and finishes; after
+its end the reboot works. Needs root."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import re
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -204,3 +214,155 @@ def test_a_campaign_does_not_reboot_a_host_under_another_run(lab_host_up, lab_in
     assert not th.is_alive()
     (r,) = results
     assert r["ok"], json.dumps(r, default=str)[:2000]
+
+
+REPO = Path(__file__).resolve().parents[2]
+CAMPAIGN = REPO / "tests" / "fixtures" / "matrices" / "lab-campaign.toml"
+
+
+def cli(hosts_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own (another controller than the campaign's)."""
+    return subprocess.run([sys.executable, "-m", "bench", *args, "--hosts-dir", str(hosts_dir)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+
+
+def first_line(p: subprocess.CompletedProcess) -> str:
+    return (p.stderr.strip().splitlines() or [""])[0]
+
+
+def no_live_run(lab, host) -> list:
+    """The live runs on the host, waited for up to 5 s to be none (a runner exiting)."""
+    from bench.hosts.lock import live_runs
+    from bench.hosts.ssh import transport_for
+    t = transport_for(host)
+    try:
+        end = time.monotonic() + 5
+        while (runs := live_runs(t, host)) and time.monotonic() < end:
+            time.sleep(0.2)
+        return runs
+    finally:
+        t.close()
+
+
+def test_a_campaign_owns_its_host_between_runs_and_lets_go_at_its_end(
+        clean_pools, lab_host_up, tmp_path):
+    from bench.cli.campaign import build_plan
+    from bench.execute.campaign.executor import Executor
+    from bench.execute.campaign.record import Settings, create
+    from bench.store.campaigns import run_rows
+    from bench.store.db import open_store
+    lab = lab_host_up
+    hosts_dir = rebootable(lab, tmp_path / "hosts")
+    x = load_inventory(hosts_dir)[X]
+    cid = "claim-s5"
+    owner = (rf"campaign {cid} \(controller {re.escape(socket.gethostname())}, pid "
+             rf"{os.getpid()}, since \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)")
+    state = "on" if LRU.exists() and mglru_on(parse_lru_gen(LRU.read_text())) else "off"
+    trace = tmp_path / "tiny.jsonl"
+    trace.write_text("\n".join(generate(preset("tiny", tokens=400, expert_bytes=1 << 20,
+                                                spec_accept=0.0, fallback=0.0))) + "\n")
+    plan, plan_path = plan_from_trace_file(trace, data_dir=tmp_path / "data")
+    seen: list[dict] = []       # what each between-runs check met (asserted after the run)
+    ex: list = []
+
+    def between(ev) -> None:
+        """At a run's `collected` (its runner ended, the next run not started), on the
+        campaign's worker thread: the campaign holds X and nothing runs there."""
+        if ev.kind != "state" or "-> collected" not in ev.message or len(seen) >= 3:
+            return
+        got: dict = {"live": [r.run_id for r in no_live_run(lab, x)], "boot": boot_id(lab),
+                     "takes": ex[0].workers[X].claim.takes}
+        try:
+            if len(seen) in (0, 2):
+                got["cli"] = [(p.returncode, first_line(p)) for p in (
+                    cli(hosts_dir, "hosts", "reboot", X, "--mem", "2G"),
+                    cli(hosts_dir, "hosts", "restore", X),
+                    cli(hosts_dir, "hosts", "mglru", X, state))]
+            if len(seen) == 0:
+                got["run"] = run_hosts([x], "1g-none-classic", plan, plan_path, "clm1",
+                                       options=RunOptions(threads=1, passes=2),
+                                       data_dir=tmp_path / "data", do_ingest=False,
+                                       reconnect_timeout_s=5.0)[0].as_dict()
+                got["other"] = second_campaign(tmp_path, hosts_dir)
+            if len(seen) == 1:
+                p = cli(hosts_dir, "hosts", "restore", X, "--force")
+                got["force"] = (p.returncode, p.stderr, boot_id(lab))
+        except Exception as exc:  # noqa: BLE001 - asserted below, not lost in the executor
+            got["error"] = repr(exc)
+        seen.append(got)
+
+    db = f"sqlite:///{tmp_path / 'bench.db'}"
+    cplan, exp, m = build_plan(str(CAMPAIGN), [X], hosts_dir, 5, cid)
+    s = Settings(threads=1, data_dir=tmp_path / "cdata", db_url=db, hosts_dir=hosts_dir,
+                 reconnect_timeout_s=20.0, chunk_s=2.0, retry_pause_s=0.5)
+    store = open_store(db)
+    boot0, log0 = boot_id(lab), reboot_log(lab)
+    t0 = time.monotonic()
+    try:
+        create(store, cplan, exp, m, [X], s, str(CAMPAIGN))
+        ex.append(Executor(store, cid, s, on_event=between))
+        res = ex[0].run()
+        rows = run_rows(store, cid)
+    finally:
+        store.close()
+    secs = time.monotonic() - t0
+    assert res.state == "done" and not res.quarantined, res.summary
+    assert all(r.state in ("validated", "rejected") for r in rows), [(r.run_id, r.state)
+                                                                   for r in rows]
+    assert len(seen) == 3 and not any("error" in g for g in seen), seen
+    first, forced, after = seen
+    # 1. between two runs (nothing in progress): every other controller refused, named
+    assert first["live"] == [] and first["takes"] == 1 and first["boot"] == boot0, first
+    for (rc, line), what in zip(first["cli"], ("reboot", "restore", f"toggle MGLRU {state}")):
+        assert rc == 1 and re.fullmatch(rf"error: {X}: owned by {owner}: refusing to {what}",
+                                        line), line
+    r = first["run"]
+    assert not r["ok"] and r["stage"] == "lock", r
+    assert re.search(rf"locked by another controller: {owner}", r["error"]["message"]), r
+    other = first["other"]
+    assert other["state"] == "incomplete" and re.search(
+        rf"not claimed for campaign claim-o: {X}: locked by another controller: {owner}",
+        other["quarantined"].get(X, "")), other
+    # 2. --force names the campaign it disturbs and the host really reboots between its runs
+    rc, err, boot_forced = forced["force"]
+    assert forced["live"] == [] and rc == 0, err
+    assert re.search(rf"{X}: --force: the host is owned by {owner}; restore disturbs it between "
+                     "its runs", err), err
+    assert boot_forced != boot0 and reboot_log(lab) != log0
+    # 3. the campaign took its host again in the new boot: still owned, still refused
+    assert after["takes"] == 2 and after["boot"] == boot_forced, after
+    for (rc, line), what in zip(after["cli"], ("reboot", "restore", f"toggle MGLRU {state}")):
+        assert rc == 1 and re.fullmatch(rf"error: {X}: owned by {owner}: refusing to {what}",
+                                        line), line
+    assert ex[0].workers[X].claim.held is False
+    # 4. the campaign ended: the host is free, the reboot works
+    p = cli(hosts_dir, "hosts", "restore", X)
+    assert p.returncode == 0 and "proven" in p.stdout + p.stderr, p.stdout + p.stderr
+    assert boot_id(lab) != boot_forced
+    p = cli(hosts_dir, "hosts", "mglru", X, state)
+    # past the lock; a kernel built without MGLRU (this machine's may be) then refuses the toggle
+    assert p.returncode == 0 or (LRU.exists() is False and first_line(p) == (
+        f"error: {X}: kernel has no /sys/kernel/mm/lru_gen (built without MGLRU): cannot "
+        "toggle it")), p.stderr
+    print(f"\nclaim: campaign of {len(rows)} runs in {secs:.1f}s with 3 between-run checks")
+
+
+def second_campaign(tmp_path: Path, hosts_dir: Path) -> dict:
+    """Another campaign on X while the first one owns it: waits host_lock_wait_s, then
+    quarantines X naming the owner."""
+    from bench.cli.campaign import build_plan
+    from bench.execute.campaign.executor import Executor
+    from bench.execute.campaign.record import Settings, create
+    from bench.store.db import open_store
+    db = f"sqlite:///{tmp_path / 'other.db'}"
+    cplan, exp, m = build_plan(str(CAMPAIGN), [X], hosts_dir, 6, "claim-o")
+    s = Settings(threads=1, data_dir=tmp_path / "odata", db_url=db, hosts_dir=hosts_dir,
+                 reconnect_timeout_s=5.0, chunk_s=2.0, retry_pause_s=0.1, host_lock_wait_s=2.0)
+    store = open_store(db)
+    try:
+        create(store, cplan, exp, m, [X], s, str(CAMPAIGN))
+        res = Executor(store, "claim-o", s).run()
+    finally:
+        store.close()
+    return {"state": res.state, "quarantined": res.quarantined}

@@ -37,8 +37,13 @@ ingested ones are ingested again (idempotent) and judged; a run holding a spec i
 by run id (started from the stored spec if its host never got it); the rest are redone from the
 top, every step being idempotent.
 
-Locks: one controller per campaign (bench.store.controller_lock, a heartbeat row); the host
-lock (bench.hosts.lock) during set-up; the runner's own lock during the run.
+Locks: one controller per campaign (bench.store.controller_lock, a heartbeat row); each host
+claimed by the campaign (bench.hosts.lock.HostClaim: the host lock, held from its worker's
+start to its end, re-taken after each reboot or power cycle, released when the worker ends or
+the host is quarantined), so `bench hosts reboot|restore|mglru`, `bench run` or another
+campaign cannot slip in between its runs: they are refused naming the campaign and its
+controller (a second campaign waits host_lock_wait_s for the host, then quarantines it naming
+the owner); the runner's own run lock during the run.
 
 Progress is reported as data: the journal (folded by bench.execute.progress for the views) and,
 in-process, `Event`s passed to `on_event`."""
@@ -61,6 +66,7 @@ from bench.execute.campaign.record import (FINAL, Settings, attempts_of, determi
 from bench.execute.campaign.worker import Worker
 from bench.execute.hostrun import Quarantined, SpecRefused
 from bench.hosts.inventory import Host, load_inventory
+from bench.hosts.lock import HostLocked
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.matrix.cells import parse_cell
@@ -249,7 +255,9 @@ class Executor:
         in its reason and is not retried in this session (its run id is spent on that host:
         the runner never runs an id twice); the host goes on with its other runs."""
         host = self.rows[rid].host
-        self.workers[host].ready = None
+        w = self.workers[host]
+        w.ready = None
+        w.claim.refresh(w.session.transport)    # its holder went with the boot the ladder ended
         n = self.attempts.get(rid, 0) + 1
         self.attempts[rid] = max(n, self.s.retries + 1)
         try:
@@ -365,33 +373,46 @@ class Executor:
                 self.cv.notify_all()
 
     def _drive(self, w: Worker) -> None:
-        """A host's runs until none is left (or it is quarantined)."""
+        """A host's runs until none is left (or it is quarantined), the host claimed by this
+        campaign for as long (bench.hosts.lock.HostClaim)."""
+        try:
+            self._claim(w)
+            while not self._stop.is_set() and not w.quarantined:
+                rid = self._next(w.name)
+                if rid is None:
+                    with self.cv:
+                        self.busy.discard(w.name)
+                        if not self.busy:       # nobody left who could hand a run over
+                            self.cv.notify_all()
+                            break
+                        self.cv.wait(1.0)
+                    continue
+                with self.cv:
+                    self.busy.add(w.name)
+                self._one(w, rid)
+            with self.cv:
+                self.busy.discard(w.name)
+                self.cv.notify_all()
+            w.drain_ingests()
+            if not w.quarantined and not self._stop.is_set():
+                w.restore()
+        finally:
+            w.claim.release()
+            w.session.close()
+
+    def _claim(self, w: Worker) -> None:
+        """The worker's start: the host's current boot, then the host lock for the campaign
+        (another controller's hold waited for up to host_lock_wait_s). A host that stays away
+        or stays held by another controller is quarantined naming why."""
         try:
             w.start()
+            w.claim.take(self.s.host_lock_wait_s)
         except Quarantined as exc:
             self.quarantine(w.name, exc.message, None)
+        except HostLocked as exc:
+            self.quarantine(w.name, f"not claimed for campaign {self.cid}: {exc.message}", None)
         except BenchError as exc:
             self.quarantine(w.name, f"unreachable at start: {exc.message}", None)
-        while not self._stop.is_set() and not w.quarantined:
-            rid = self._next(w.name)
-            if rid is None:
-                with self.cv:
-                    self.busy.discard(w.name)
-                    if not self.busy:       # nobody left who could hand a run over
-                        self.cv.notify_all()
-                        break
-                    self.cv.wait(1.0)
-                continue
-            with self.cv:
-                self.busy.add(w.name)
-            self._one(w, rid)
-        with self.cv:
-            self.busy.discard(w.name)
-            self.cv.notify_all()
-        w.drain_ingests()
-        if not w.quarantined and not self._stop.is_set():
-            w.restore()
-        w.session.close()
 
     def _one(self, w: Worker, rid: str) -> None:
         try:
@@ -434,6 +455,7 @@ class Executor:
         hand its unstarted runs to another eligible host or park them with the reason."""
         w = self.workers[host]
         w.quarantined = reason
+        w.claim.release()       # the campaign no longer uses the host
         self.journal("quarantine", f"{host} quarantined: {reason}", {"host": host,
                                                                      "reason": reason})
         with self.cv:

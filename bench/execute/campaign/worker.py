@@ -34,7 +34,7 @@ from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.bootplan import parse_mem
 from bench.hosts.deploy import deploy
 from bench.hosts.inventory import Host
-from bench.hosts.lock import HostLock, HostLocked, release_quietly, take_for
+from bench.hosts.lock import Borrowed, HostClaim, HostLock, release_quietly, take_for
 from bench.hosts.procfs import cmdline_param, parse_cmdline
 from bench.hosts.bootplan import Observation
 from bench.hosts.reboot import observe, reboot_host, restore_host
@@ -114,6 +114,8 @@ class Worker:
         self.full_memtotal: int | None = None   # MemTotal seen without mem=
         self.default_lru: int | None = None     # MGLRU mask seen in a default boot
         self.stall: StallWatch | None = None    # the run being waited for (the ladder's clock)
+        # the campaign's hold on the host from the worker's start to its end (bench.hosts.lock)
+        self.claim = HostClaim(host, transport_for, ex.cid)
 
     # the host -----------------------------------------------------------------------------
     def probe_boot(self, t: Transport) -> tuple:
@@ -351,29 +353,23 @@ class Worker:
 
     @contextmanager
     def boot_lock(self, what: str) -> Iterator[None]:
-        """The host lock for a reboot, taken once no run is in progress there (another
-        controller's or campaign's: waited for up to host_lock_wait_s, then HostLocked or
-        RunInProgress naming it)."""
+        """The host lock for a reboot: the campaign's claim, made sure of, once no run is in
+        progress there (another controller's or campaign's: waited for up to host_lock_wait_s,
+        then HostLocked or RunInProgress naming it); re-taken after the boot."""
         lock = take_for(self.session.transport, self.host,
-                        f"{what} (campaign {self.ex.cid})", wait_s=self.ex.s.host_lock_wait_s)
+                        f"{what} (campaign {self.ex.cid})", wait_s=self.ex.s.host_lock_wait_s,
+                        claim=self.claim)
         try:
             yield
         finally:
             release_quietly(lock)
 
-    def host_lock(self, t: Transport, rid: str) -> HostLock:
-        """The controller's host lock, waited for: a killed controller's holder goes away
-        with its connection."""
-        deadline = time.monotonic() + self.ex.s.host_lock_wait_s
-        while True:
-            lock = HostLock(t, self.host, purpose=f"bench campaign {self.ex.cid} run {rid}")
-            try:
-                lock.acquire()
-                return lock
-            except HostLocked:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
+    def host_lock(self, t: Transport, rid: str) -> HostLock | Borrowed:
+        """The controller's host lock for a run's set-up: the campaign's claim, re-taken if its
+        holder is gone (waited for up to host_lock_wait_s: a killed controller's holder goes
+        away with its connection)."""
+        self.claim.ensure(t, self.ex.s.host_lock_wait_s)
+        return Borrowed(self.claim)
 
     def deploy_and_start(self, rid: str, spec: dict | None) -> dict:
         """Spec (unless re-starting a stored one), then under the host lock: agent, plan and
