@@ -35,6 +35,8 @@ Schema (see hosts/README.md for a commented example):
 
 from __future__ import annotations
 
+import json
+
 import os
 import stat
 import tomllib
@@ -391,8 +393,9 @@ def render_host_toml(h: Host) -> str:
             return repr(v)
         if isinstance(v, (list, tuple)):
             return "[" + ", ".join(q(x) for x in v) + "]"
-        s = str(v).replace("\\", "\\\\").replace('"', '\\"')
-        return f'"{s}"'
+        # a TOML basic string: JSON's escapes are TOML's (\n, \t, \", \\, \u00XX for the other
+        # controls), and TOML refuses a raw DEL that JSON would leave as is
+        return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
     lines = [f"name = {q(h.name)}", f"address = {q(h.address)}"]
     lines += [f"port = {h.port}"] if h.port is not None else []
     lines += [f"user = {q(h.user)}"] if h.user is not None else []
