@@ -162,7 +162,7 @@ def results(cell: Annotated[Optional[str], typer.Option(
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
     # a view stored at the database's current generation (bench.store.result_cache) is
     # served without importing the views' module
-    from bench.store import result_cache
+    from bench.store import result_cache, result_cache_parts
     if matrix is not None and cell is None:
         if pool:
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
@@ -177,7 +177,8 @@ def results(cell: Annotated[Optional[str], typer.Option(
         else:
             where = dict(host=host, campaign=campaign, workload=workload,
                          include_demo=include_demo)
-            m = result_cache.lookup(store, "matrix", dict(kind=matrix, **where)) or {}
+            m = result_cache.lookup(store, "matrix", dict(kind=matrix, **where),
+                                    result_cache_parts.every_cell) or {}
             if not m:
                 from bench.store import queries
                 m = queries.matrix(store, matrix, **where)
@@ -189,7 +190,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
     store = _store(db)
     args = dict(host=host, campaign=campaign, workload=workload, pool=pool, verbose=verbose,
                 include_demo=include_demo)
-    groups = result_cache.lookup(store, "cell_results", dict(cell=cell, **args))
+    groups = result_cache.lookup(store, "cell_results", dict(cell=cell, **args),
+                                 lambda st: result_cache_parts.cell_depends(st, cell=cell,
+                                                                            workload=workload))
     if groups is None:
         from bench.store import queries
         groups = queries.cell_results(store, cell, **args)

@@ -306,3 +306,11 @@ class ResultsCache(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger)
     data: Mapped[str] = mapped_column(Text)
+
+
+class ResultsDirty(Base):
+    """Per cell id (0: every cell) the generation of the last committed change touching it,
+    written by triggers of migration 0008 (bench.store.result_cache)."""
+    __tablename__ = "results_dirty"
+    cell_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    generation: Mapped[int] = mapped_column(BigInteger)

@@ -19,6 +19,7 @@ from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
 from bench.store.result_cache import cached_view
+from bench.store.result_cache_parts import cell_depends, every_cell, matrix_groups
 from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
@@ -41,7 +42,8 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
               campaign: str | None = None, ingested_only: bool = True,
               with_identity: bool = False, include_demo: bool = False,
               mechanisms: tuple[str, ...] | None = None,
-              columns: tuple[str, ...] = RUN_COLS) -> list[dict]:
+              columns: tuple[str, ...] = RUN_COLS,
+              cell_ids: tuple[int, ...] | None = None) -> list[dict]:
     """Stored runs as flat rows (`columns` of runs, by default RUN_COLS; cell, host,
     CELL_COLS), in the order they were stored. `with_identity` adds what
     a result group is keyed by (bench.judge.identity): `workload` (the stored identity of its
@@ -50,7 +52,8 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
 
     Runs of demo campaigns (`bench demo`) are left out unless `include_demo`, and runs of
     hidden campaigns (`bench campaigns hide`) always, unless `campaign` names the campaign:
-    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone.
+    then every run of it is read. `mechanisms` keeps the cells of those mechanisms alone,
+    `cell_ids` the cells of those ids.
 
     One query over runs alone, which the covering index ix_runs_results serves: cells, hosts
     and the campaigns left out are small tables read first, and filters become their ids."""
@@ -65,6 +68,8 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
                         campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
         if ingested_only:
             q = q.where(Run.bundle_digest.is_not(None))
+        if cell_ids is not None:
+            q = q.where(Run.cell_id.in_(cell_ids))
         n = len(columns)
         # sorted here, not by ORDER BY: SQLite would scan the table in id order rather than
         # the index, to skip a sort
@@ -83,14 +88,16 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
 def scope(store: Store, *, host=None, campaign=None, workload=None,
           include_demo: bool = False, cell: str | None = None,
           mechanisms: tuple[str, ...] | None = None,
-          columns: tuple[str, ...] = RUN_COLS) -> list[dict]:
+          columns: tuple[str, ...] = RUN_COLS,
+          cell_ids: tuple[int, ...] | None = None) -> list[dict]:
     """Stored runs with their identity, filtered by host, campaign and workload digest prefix
     (bench.judge.identity.select_workload: ambiguous or unknown prefixes are refused). `cell`
-    and `mechanisms` narrow the runs read (load_runs) when no workload prefix is given: a prefix
-    is matched against every run in scope."""
+    and `mechanisms` (and `cell_ids`) narrow the runs read (load_runs) when no workload prefix
+    is given: a prefix is matched against every run in scope."""
     runs = load_runs(store, host=host, campaign=campaign, with_identity=True,
                      include_demo=include_demo, cell=None if workload else cell,
-                     mechanisms=None if workload else mechanisms, columns=columns)
+                     mechanisms=None if workload else mechanisms, columns=columns,
+                     cell_ids=None if workload else cell_ids)
     return identity.select_workload(runs, workload)
 
 
@@ -170,7 +177,7 @@ def _where(host, campaign, workload) -> str:
             + (f" with workload {workload}" if workload else ""))
 
 
-@cached_view("cell_results")
+@cached_view("cell_results", cell_depends)
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
                  include_demo: bool = False,
                  pool: bool = False, verbose: bool = False) -> list[dict]:
@@ -301,7 +308,7 @@ MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 ENGINE_MATRIX = "end-to-end"
 
 
-@cached_view("matrix")
+@cached_view("matrix", every_cell)
 def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
            include_demo: bool = False) -> dict:
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row
@@ -312,12 +319,8 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
     if kind not in MATRICES:
         raise InputError(f"unknown matrix {kind!r}",
                          hint=f"valid: {', '.join(MATRICES + (ENGINE_MATRIX,))}")
-    groups = identity.label_groups(identity.group_runs(
-        [r for r in scope(store, host=host, campaign=campaign, workload=workload,
-                          include_demo=include_demo, columns=SUMMARY_COLS)
-         if not cell_of(r["cell"]).is_engine], with_cell=False))
-    cells = {(g["id"], name): (cell_of(name), stats.summarize(rs))
-             for g in groups for name, rs in _group(g["runs"]).items()}
+    groups, cells = matrix_groups(store, host=host, campaign=campaign, workload=workload,
+                                  include_demo=include_demo)
     res = shapes.SHAPES[kind](cells)
     used = {r["group"] for r in res["rows"]}
     shown = [g for g in groups if g["id"] in used]

@@ -3,9 +3,10 @@
 `results --cell X`, `runs --cell X` and `campaigns` through the real CLI, three times each,
 printing min/median/max per N side by side. Goal: results --matrix and --cell under 0.5 s.
 Each time is a whole `bench` command in a new process (Python's start and imports included),
-wall and CPU (user+sys of that process). The two results views are timed twice: as they come
-after nothing changed (since migration 0007 served from bench.store.result_cache), and each
-after a write that moves the results generation (computed, then stored).
+wall and CPU (user+sys of that process). The two results views are timed three ways, three
+times each: cold (nothing stored: computed from every run), warm (served as stored,
+bench.store.result_cache) and right after a write (a new run of the viewed cell, stored as
+ingest stores it: since migration 0008 only that cell's runs are read again).
 
 Rows are inserted in bulk through the store's own models (tests/perf/results_10k.populate:
 runs with their metrics, iterations summary, spec.json, workload identity and current
@@ -15,12 +16,15 @@ That the views' output is the one of the path they replaced is a test
 (tests/local/store/test_workload_identity_0006.py, test_results_cache.py), not this benchmark.
 
 Run: .venv/bin/python tests/perf/results_scale.py [N] [--pg POSTGRES_URL_PREFIX] [--keep DIR]
-                                                 [--no-10k] [--no-sqlite]
-  SQLite unless --no-sqlite; PostgreSQL too when --pg names a server URL without a database
-  (e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432): databases bench_perf_<N> are
-  created. --keep DIR: SQLite files DIR/perf<N>.db (and the PostgreSQL databases) holding N
-  runs are reused (brought to head) rather than filled again; --no-10k: only N."""
+                                                 [--no-10k] [--no-sqlite] [--no-pg]
+  SQLite unless --no-sqlite; PostgreSQL too: on the server --pg names (a URL without a
+  database, e.g. postgresql+psycopg://postgres@/?host=/tmp/pg&port=5432), else on a throwaway
+  server started here as tests/local/store/conftest.py starts one (root, postgres user), unless
+  --no-pg; databases bench_perf_<N> are created. --keep DIR: SQLite files DIR/perf<N>.db
+  (and, with --pg, the PostgreSQL databases) holding N runs are reused (brought to head)
+  rather than filled again; --no-10k: only N."""
 
+import contextlib
 import os
 import statistics
 import subprocess
@@ -66,16 +70,48 @@ def timed(url: str, argv: tuple, *extra: str) -> tuple[float, float]:
 
 
 AFTER_WRITE = "(after a write)"
+COLD = "(cold)"
+WRITE_CELL = "64G-balloon-mglru"     # the cell of the written run: one both views read
 
 
-def _touch(url: str) -> None:
-    """A write to a table results read that changes no value: since migration 0007 it moves
-    the results generation, so the next view is computed (untimed, in this process)."""
+def _clear(url: str) -> None:
+    """Nothing stored: the next view computes from every run (and stores what it stores)."""
     import sqlalchemy as sa
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE campaigns SET note = note WHERE id = 'c1'"))
+            conn.execute(sa.text("DELETE FROM results_cache"))
+    finally:
+        engine.dispose()
+
+
+_written = iter(range(1, 10**6))
+
+
+def _ingest_like(url: str) -> None:
+    """A new run of WRITE_CELL stored as ingest stores what results read: a copy of the
+    cell's first run (its metrics, workload identity, fingerprint) under a new run id and
+    bundle digest, with that run's verdict rows, in one transaction. Untimed."""
+    import sqlalchemy as sa
+    engine = sa.create_engine(url)
+    k = next(_written)
+    try:
+        md = sa.MetaData()
+        md.reflect(engine, only=("runs", "verdicts", "cells"))
+        runs, verdicts, cells = md.tables["runs"], md.tables["verdicts"], md.tables["cells"]
+        with engine.begin() as conn:
+            cid = conn.execute(sa.select(cells.c.id).where(cells.c.name == WRITE_CELL)).scalar()
+            src = conn.execute(sa.select(runs).where(runs.c.cell_id == cid)
+                               .order_by(runs.c.id).limit(1)).mappings().one()
+            row = {c: v for c, v in src.items() if c != "id"}
+            row.update(run_id=f"w{os.getpid()}-{k}", bundle_digest=f"{10**9 + k:064x}",
+                       position=10**7 + k)
+            new = conn.execute(sa.insert(runs).values(**row)).inserted_primary_key[0]
+            vs = conn.execute(sa.select(verdicts).where(verdicts.c.run_id == src["id"])
+                              ).mappings().all()
+            if vs:
+                conn.execute(sa.insert(verdicts), [{c: v for c, v in x.items() if c != "id"}
+                                                   | {"run_id": new} for x in vs])
     finally:
         engine.dispose()
 
@@ -95,7 +131,9 @@ def _stored(url: str) -> int:
 
 def measure(url: str, n: int, reuse: bool = False) -> dict[str, list[tuple[float, float]]]:
     """Three timings of each case on a database of n runs (filled here unless `reuse`: then
-    only brought to head, as a writer would)."""
+    only brought to head, as a writer would). Each of the two results views, three times in
+    turn: cold (nothing stored), warm (what the cold one stored), after a write (a new run
+    of the very cell, so the write touches what the view reads)."""
     results_10k.N = n
     t0 = time.perf_counter()
     if reuse and _stored(url) >= n:
@@ -105,12 +143,16 @@ def measure(url: str, n: int, reuse: bool = False) -> dict[str, list[tuple[float
         print(f"  stored {n} runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for _, argv, extra in CASES:       # warm the page cache (and store what is stored) once
         timed(url, argv, extra)
-    out = {}
-    for label, argv, extra in CASES:
+    out: dict[str, list[tuple[float, float]]] = {}
+    for label, argv, extra in CASES[:2]:
+        for _ in range(3):
+            _clear(url)
+            out.setdefault(f"{label} {COLD}", []).append(timed(url, argv, extra))
+            out.setdefault(label, []).append(timed(url, argv, extra))
+            _ingest_like(url)
+            out.setdefault(f"{label} {AFTER_WRITE}", []).append(timed(url, argv, extra))
+    for label, argv, extra in CASES[2:]:
         out[label] = [timed(url, argv, extra) for _ in range(3)]
-    for label, argv, extra in CASES[:2]:       # a write before each: nothing stored serves
-        out[f"{label} {AFTER_WRITE}"] = [_touch(url) or timed(url, argv, extra)
-                                         for _ in range(3)]
     out["_load"] = [(os.getloadavg()[0], 0.0)]
     return out
 
@@ -142,15 +184,16 @@ def report(kind: str, table: dict[int, dict[str, list[tuple[float, float]]]]) ->
     loads = ", ".join(f"N={n}: {table[n]['_load'][0][0]:.1f}" for n in ns)
     print(f"{kind}: whole `bench` command, seconds, median (min-max) of 3; load average "
           f"(1 min) after: {loads}", file=sys.stderr)
-    labels = [label for label, *_ in CASES] + [f"{label} {AFTER_WRITE}"
-                                                for label, *_ in CASES[:2]]
+    labels = [f"{label}{suffix}" for label, *_ in CASES[:2]
+              for suffix in (f" {COLD}", "", f" {AFTER_WRITE}")] + [label for label, *_ in
+                                                                     CASES[2:]]
     for label in labels:
         cols = []
         for n in ns:
             runs = table[n][label]
             cols.append(f"N={n}: wall {_spread([w for w, _ in runs])} "
                         f"cpu {_spread([c for _, c in runs])}")
-        goal = GOAL.get(label.removesuffix(f" {AFTER_WRITE}"))
+        goal = None if label.endswith(COLD) else GOAL.get(label.removesuffix(f" {AFTER_WRITE}"))
         slow = goal is not None and statistics.median(
             w for w, _ in table[ns[-1]][label]) >= goal
         ok &= not slow
@@ -168,23 +211,80 @@ def _option(args: list[str], name: str) -> str | None:
     return value
 
 
+@contextlib.contextmanager
+def throwaway_pg():
+    """A PostgreSQL server of its own (initdb + pg_ctl as the postgres user, a unix socket in
+    a temporary directory, a free port: as tests/local/store/conftest.py starts one), stopped
+    by its PID; yields its URL prefix, or None (with the reason on stderr) when it cannot be
+    started here."""
+    import glob
+    import pwd
+    import shutil
+    import signal
+    import socket
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    initdb = found[-1] if found else shutil.which("initdb")
+    why = ("no postgresql server binaries" if initdb is None
+           else "not root (the server runs as postgres)" if os.geteuid() != 0 else None)
+    try:
+        pw = pwd.getpwnam("postgres")
+    except KeyError:
+        why = why or "no postgres system user"
+    if why:
+        print(f"PostgreSQL: not measured ({why})", file=sys.stderr)
+        yield None
+        return
+    bindir = Path(initdb).parent
+    base = Path(tempfile.mkdtemp(prefix="bench-perf-pg-"))
+    os.chown(base, pw.pw_uid, pw.pw_gid)
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+
+    def as_pg(*argv: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True,
+                       capture_output=True, text=True)
+    pid = None
+    try:
+        as_pg(str(bindir / "initdb"), "-D", str(base / "data"), "-A", "trust", "-U", "postgres")
+        as_pg(str(bindir / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "log"), "-w",
+              "-o", f"-k {base} -p {port} -c listen_addresses=''", "start")
+        pid = int((base / "data" / "postmaster.pid").read_text().split()[0])
+        yield f"postgresql+psycopg://postgres@/?host={base}&port={port}"
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(300):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     pg = _option(args, "--pg")
     keep = _option(args, "--keep")     # a directory: its perf<N>.db are reused when present
+    flags = {a for a in args if a.startswith("--")}
+    args = [a for a in args if a not in flags]
     big = int(args[0]) if args else 100_000
-    sizes = (10_000, big) if "--no-10k" not in sys.argv else (big,)
+    sizes = (10_000, big) if "--no-10k" not in flags else (big,)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(keep or tmp)
-        if "--no-sqlite" not in sys.argv:
+        if "--no-sqlite" not in flags:
             sq = {n: measure(f"sqlite:///{d}/perf{n}.db", n, reuse=(d / f"perf{n}.db").exists())
                   for n in sizes}
             ok &= report("SQLite", sq)
-    if pg:
-        pgt = {}
-        for n in sizes:
-            url, reused = pg_database(pg, f"bench_perf_{n}", reuse=keep is not None)
-            pgt[n] = measure(url, n, reuse=reused)
-        ok &= report("PostgreSQL", pgt)
+    with contextlib.ExitStack() as stack:
+        if pg is None and "--no-pg" not in flags:
+            pg = stack.enter_context(throwaway_pg())
+        if pg:
+            pgt = {}
+            for n in sizes:
+                url, reused = pg_database(pg, f"bench_perf_{n}", reuse=keep is not None)
+                pgt[n] = measure(url, n, reuse=reused)
+            ok &= report("PostgreSQL", pgt)
     sys.exit(0 if ok else 1)

@@ -98,13 +98,15 @@ def _run_row(rng: random.Random, i: int) -> dict:
 
 def old_load_runs(store, *, cell=None, host=None, campaign=None, ingested_only=True,
                   with_identity=False, include_demo=False, mechanisms=None,
-                  columns=None) -> list[dict]:
+                  columns=None, cell_ids=None) -> list[dict]:
     """The read results used before 0006 (commit 3cd8aca): runs joined with cells, hosts and
     campaigns, every run's workload identity computed from its spec's parts, every column of
-    RUN_COLS whatever the view needs (`columns` is not read)."""
-    cols = [getattr(Run, c) for c in queries.RUN_COLS] + [Cell.name, Host.name] + \
+    RUN_COLS whatever the view needs (`columns` is not read, but for `id`, which a matrix's
+    parts read since 0008: then the run's id too; `cell_ids` keeps the runs of those cells)."""
+    extra = ("id",) if columns and "id" in columns else ()
+    cols = [getattr(Run, c) for c in queries.RUN_COLS + extra] + [Cell.name, Host.name] + \
            [getattr(Cell, c) for c in queries.CELL_COLS]
-    names = queries.RUN_COLS + ("cell", "host") + queries.CELL_COLS
+    names = queries.RUN_COLS + extra + ("cell", "host") + queries.CELL_COLS
     if with_identity:
         cols += [Run.id, sa.null(), Run.fingerprint_id]
         names += ("_pk", "workload_id", "fingerprint_id")
@@ -123,6 +125,8 @@ def old_load_runs(store, *, cell=None, host=None, campaign=None, ingested_only=T
             | ((Campaign.hidden.is_(False)) & (Campaign.demo.is_(False) | include_demo)))
     if ingested_only:
         q = q.where(Run.bundle_digest.is_not(None))
+    if cell_ids is not None:
+        q = q.where(Run.cell_id.in_(cell_ids))
     with store.session() as s:
         rows = [dict(zip(names, row)) for row in s.connection().execute(q.order_by(Run.id))]
         if with_identity:
