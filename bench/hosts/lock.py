@@ -254,12 +254,19 @@ def _refusal(host: Host, runs: list[LiveRun], what: str) -> RunInProgress:
                          "and kill it")
 
 
-def _held_refusal(host: Host, exc: HostLocked, what: str) -> HostLocked:
+def _held_refusal(host: Host, exc: HostLocked, what: str,
+                  runs: list[LiveRun] | None = None) -> HostLocked:
     """Another controller holds the host: refused naming it (a campaign: the campaign and its
-    controller)."""
+    controller), and the run in progress there first when there is one (what --force kills)."""
     o = exc.holder
     if o is not None and o.campaign:
         c = shown(o.campaign, 80)
+        if runs:
+            return HostLocked(host.name, f"{runs[0].describe()} in progress: refusing to "
+                              f"{what}; the host is owned by {o.describe()}",
+                              f"wait for campaign {c} to finish with {host.name} (`bench "
+                              f"watch {c}`), or pass --force to {what} anyway and kill the "
+                              "run", holder=o)
         return HostLocked(host.name, f"owned by {o.describe()}: refusing to {what}",
                           f"wait for campaign {c} to finish with {host.name} (`bench watch "
                           f"{c}`), or pass --force to {what} anyway (it disturbs campaign {c}'s "
@@ -285,6 +292,14 @@ def _say_forced(host: Host, exc: HostLocked, what: str, runs: list[LiveRun],
             "without the host lock")
 
 
+def _runs_quietly(transport: Transport, host: Host) -> list[LiveRun]:
+    """The runs in progress, for a refusal's wording only: [] when they cannot be read."""
+    try:
+        return live_runs(transport, host)
+    except BenchError:
+        return []
+
+
 def take_for(transport: Transport, host: Host, what: str, *, force: bool = False,
              say: Callable[[str], None] | None = None, wait_s: float = 0.0,
              kills: bool = True, claim: "HostClaim | None" = None) -> "HostLock | Borrowed":
@@ -304,8 +319,10 @@ def take_for(transport: Transport, host: Host, what: str, *, force: bool = False
         try:
             lock = _lock_for(transport, host, what, claim, deadline)
         except HostLocked as exc:
-            if not force or claim is not None:
-                raise (exc if claim is not None else _held_refusal(host, exc, what)) from None
+            if claim is not None:
+                raise
+            if not force:
+                raise _held_refusal(host, exc, what, _runs_quietly(transport, host)) from None
             held, lock = exc, None          # forced past it: goes ahead without the lock
         try:
             runs = live_runs(transport, host)

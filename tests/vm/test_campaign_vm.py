@@ -136,7 +136,9 @@ def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(camp
     for res in groups:
         assert res["n_retained"] == 1 and res["mglru"] == "on"
         assert res["amplification"] is not None and res["amplification"] > 0
-        assert res["scan_steal"] is not None and res["scan_steal"] >= 1.0
+        # pages scanned per page reclaimed: at least 1 up to the per-cpu vmstat counters'
+        # drift (/proc/vmstat folds them lazily; CI saw 0.99945 for a run that reclaimed)
+        assert res["scan_steal"] is not None and res["scan_steal"] >= 0.99
         assert 0.5 < res["locked_fraction"] < 1.0
     assert main(["results", "--cell", "110M-balloon-mglru", "--db", campaign["db"],
                  "--campaign", campaign["cid"]]) == 0

@@ -1,7 +1,7 @@
 """--force past a campaign's claim with the campaign's run live (the real runner on the local
 transport): the one line names the campaign, its controller and its run, and the run line says
-the reboot kills it; without --force the claim refuses first, naming the campaign, and the run
-goes on untouched."""
+the reboot kills it; without --force the claim refuses first, naming the run in progress and
+the campaign that owns the host, and the run goes on untouched."""
 
 from __future__ import annotations
 
@@ -35,9 +35,11 @@ def test_force_names_the_campaigns_live_run_it_kills(agent, loopfs, pool, plans,
         assert live.campaign == "test" and live.pid == res["pid"]
         with pytest.raises(HostLocked) as exc:
             take_for(t, host, "reboot")
-        assert exc.value.message.startswith(
-            f"local: owned by campaign test (controller {socket.gethostname()}, pid "
-            f"{os.getpid()}, since "), exc.value.message
+        # the run first (what a reboot would kill), then who owns the host
+        assert re.match(rf"local: run claim-1 \(phase (warmup|measuring), runner pid "
+                        rf"{res['pid']}\) in progress: refusing to reboot; the host is owned by "
+                        rf"campaign test \(controller {re.escape(socket.gethostname())}, pid "
+                        rf"{os.getpid()}, since ", exc.value.message), exc.value.message
         said: list[str] = []
         lock = take_for(t, host, "reboot", force=True, say=said.append)
         lock.release()
