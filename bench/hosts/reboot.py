@@ -314,7 +314,7 @@ _HOOK_CHECK = 'test -d /run/systemd/system || exit 0; systemctl is-enabled --qui
 
 
 def require_boot_hook(transport: Transport, name: str) -> None:
-    """bench.lru_gen= takes effect only through the boot unit `bench deploy` installs: without
+    """bench.lru_gen= takes effect only through the boot unit `bench hosts deploy` installs: without
     it the host would boot with the MGLRU it had and the gate would quarantine it after a
     wasted reboot (a fresh twin did, in its campaign's first boot). Refused before any change."""
     unit = BOOT_UNIT.rsplit("/", 1)[-1]
