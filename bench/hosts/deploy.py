@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.errors import CommandFailed, FormatError, HostError, InputError, error_data
 from bench.hosts.facts import parse_agent, run_parallel
 from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.hosts.transport import write_line
 
 
 def _sources_root() -> Path:
@@ -159,8 +160,7 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
     transport.run(["tar", "-xzf", remote_tar, "-C", wd], timeout=120)
     transport.run(["rm", "-f", remote_tar], timeout=30)
     if agents_only:
-        transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
-                       f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
+        write_line(transport, f"{wd}/agents/{AGENTS_STAMP}", local_agents)
         return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
                     agent=before, build_output="", shipped="agents")
     r = transport.run(["make", "-C", f"{wd}/native"], timeout=build_timeout, check=False)
@@ -175,8 +175,7 @@ def deploy(transport, host, repo: Path = REPO, force: bool = False,
         raise HostError(host.name, f"built agent reports source_sha256 {after['source_sha256']}, "
                         f"local sources hash to {local_hash}",
                         "the Makefile's hash recipe and bench.hosts.deploy.source_hash disagree")
-    transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-deploy", local_agents,
-                   f"{wd}/agents/{AGENTS_STAMP}"], timeout=30)
+    write_line(transport, f"{wd}/agents/{AGENTS_STAMP}", local_agents)
     return dict(out, status="deployed", seconds=round(time.monotonic() - t0, 3),
                 agent=after, build_output=(r.stdout + r.stderr)[-4000:],
                 boot_hook=install_boot_hook(transport, host))

@@ -32,7 +32,7 @@ from bench.hosts.bootplan import (BOOT_ID, GRUB_CFG, GRUB_CUSTOM, GRUB_MAX_TEXT,
                                   thp_repairs, THP_FILES)
 from bench.hosts.inventory import Host
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_lru_gen
-from bench.hosts.transport import LocalTransport, Transport, quote_argv
+from bench.hosts.transport import LocalTransport, Transport, quote_argv, write_line
 
 
 @dataclass
@@ -327,12 +327,8 @@ def require_boot_hook(transport: Transport, name: str) -> None:
 
 
 def write_sysfs(transport: Transport, path: str, value: str, check: bool = True):
-    """Write `value` to a sysfs file in one write(2). Not through stdin: invoke feeds a stdin
-    stream to the channel one byte at a time, so `tee` could hand the kernel "m" and then
-    "advise" (or a lone newline), each of which a sysfs store refuses (CI saw THP defrag stay
-    `never` with tee's rc 1). Value and path travel as arguments, never pasted into the script."""
-    return transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-sysfs", value, path],
-                         timeout=30, check=check)
+    """Write `value` to a sysfs file in one write(2) (bench.hosts.transport.write_line)."""
+    return write_line(transport, path, value, check=check)
 
 
 def _keep_thp(transport: Transport, before: Observation, after: Observation,

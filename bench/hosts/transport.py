@@ -51,6 +51,17 @@ def quote_argv(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
+def write_line(transport: "Transport", path: str, value: str, *, check: bool = True,
+               timeout: float = 30.0) -> Result:
+    """Write `value` and a newline to `path` on the host in one write(2): a sysfs store (THP
+    modes, lru_gen) or a small stamp file. Not through stdin: invoke feeds a stdin stream to
+    the channel one byte at a time, so `tee` could hand the kernel "m" and then "advise" (or a
+    lone newline), each of which a sysfs store refuses (CI saw THP defrag stay `never` with
+    tee's rc 1). Value and path travel as arguments, never pasted into the script."""
+    return transport.run(["sh", "-c", 'printf "%s\\n" "$1" > "$2"', "bench-write", value, path],
+                         timeout=timeout, check=check)
+
+
 class Process(Protocol):
     """A long-running command (the host lock's holder): read its stdout lines, close its stdin
     to let it finish."""
