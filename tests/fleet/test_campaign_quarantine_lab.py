@@ -16,7 +16,6 @@ Needs root."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.fleet import host_bundles
+from tests.support.fleet import host_bundles, host_status, wait_for
 
 from bench.cli.campaign import build_plan
 from bench.execute.campaign.executor import Executor
@@ -52,16 +51,6 @@ def env_for(tmp_path: Path, db: str) -> dict:
     return dict(os.environ, BENCH_DATA_DIR=str(tmp_path / "data"), BENCH_DB=db,
                 PYTHONPATH=str(REPO))
 
-
-def host_status(lab, host: str, rid: str) -> dict | None:
-    """The runner's status.json of a run on a lab host (read on this machine), or None."""
-    p = Path(lab.host(host).dir) / "work" / "runs" / rid / "status.json"
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def controller_bundles(data_dir: Path, cid: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     root = data_dir / "bundles"
@@ -79,17 +68,6 @@ def last_message(js: list[dict], ref: int) -> str:
 def entered(js: list[dict], ref: int, state: str) -> int:
     return sum(1 for j in js if j.kind == "state" and j.run_ref == ref
                and (j.data or {}).get("to") == state)
-
-
-def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
 
 def make_campaign(lab, tmp_path: Path, matrix: Path, cid: str, seed: int):
     db = f"sqlite:///{tmp_path / 'bench.db'}"

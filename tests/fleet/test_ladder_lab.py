@@ -24,7 +24,6 @@ Needs root."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from bench.execute.campaign.record import Settings, create
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
 from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
+from tests.support.fleet import host_status, wait_for
 
 pytestmark = pytest.mark.root
 REPO = Path(__file__).resolve().parents[2]
@@ -85,26 +85,6 @@ def ladder_inventory(lab, dest: Path, mode: str) -> tuple[Path, Path]:
     (dest / f"{X}.toml").write_text(render_host_toml(x))
     (dest / f"{Y}.toml").write_text(render_host_toml(inv[Y]))
     return dest, calls
-
-
-def host_status(lab, host: str, rid: str) -> dict | None:
-    p = Path(lab.host(host).dir) / "work" / "runs" / rid / "status.json"
-    try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def executing_on_x(lab, db: str, cid: str):
     """A run of X that its runner is executing (past accepted, not ended), or None."""
     try:

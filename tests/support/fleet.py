@@ -4,6 +4,8 @@ must read the database only)."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 NAMES = ["lab-netns-1", "lab-netns-2"]
@@ -18,6 +20,27 @@ def host_bundles(lab, cid: str, names=NAMES) -> dict[str, list[str]]:
             if b.name.startswith(cid):
                 out.setdefault(b.name, []).append(name)
     return out
+
+
+def host_status(lab, host: str, rid: str) -> dict | None:
+    """The runner's status.json of a run on a lab host (read on this machine), or None."""
+    p = Path(lab.host(host).dir) / "work" / "runs" / rid / "status.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
+    """cond()'s first truthy value, polled every `interval` s; an AssertionError naming `what`
+    after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def offline_campaign(tmp_path: Path, matrix: Path, cid: str, seed: int = 3) -> str:
