@@ -351,6 +351,10 @@ class Lab:
 
     # status / down ------------------------------------------------------------------------------
     def status(self) -> dict:
+        """What lab.json records now, re-read: another process (a host's out-of-process
+        reboot command) may have changed a host's boot_id and command line since this object
+        loaded it, and a status must say what the hosts hold."""
+        self.reload()
         rows: list[dict] = []
         out = {"state_dir": str(self.state_dir), "up": self.exists, "kind": "netns",
                "hosts_dir": str(self.hosts_dir), "hosts": rows}
