@@ -14,6 +14,7 @@ host, and `bench resume` collects it once there is room (bench.execute.campaign.
 
 from __future__ import annotations
 
+import base64
 import errno
 import gzip
 import shutil
@@ -122,14 +123,46 @@ def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
 
 
 NO_MANIFEST = 3
+# one round trip: the bundle is final (manifest written), then archived in a directory only we
+# can enter (the archive holds the bundle's private files); an archive of at most $5 bytes
+# comes back base64 on the same command's stdout (after one header line) and is removed
+# there, a larger one stays for a copy by file (SFTP), so what one command holds in memory
+# is bounded
 PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
-               'install -d -m 700 "$3" && tar -czf "$4" -C "$1" "$2"')
+               'install -d -m 700 "$3" && tar -czf "$4" -C "$1" "$2" || exit $?; '
+               'n=$(wc -c < "$4") || exit $?; '
+               'if [ "$n" -le "$5" ]; then echo "bench-collect inline $n"; '
+               'base64 < "$4" && rm -f "$4"; else echo "bench-collect file $n"; fi')
+INLINE_MAX = 8 << 20        # archive bytes sent on the command's stdout (larger: by file)
 
 
-def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
+def _inline(out: str, host: str, remote_tar: str) -> bytes | None:
+    """The archive a PACK_SCRIPT run sent on its stdout; None when it left it in a file."""
+    head, _, rest = out.partition("\n")
+    words = head.split()
+    if len(words) != 3 or words[:2] not in (["bench-collect", "inline"],
+                                            ["bench-collect", "file"]) \
+            or not words[2].isdigit():
+        raise HostError(host, f"collect {remote_tar}: unexpected answer {head[:80]!r}")
+    if words[1] == "file":
+        return None
+    try:
+        data = base64.b64decode(rest)
+    except ValueError as exc:
+        raise HostError(host, f"collect {remote_tar}: the archive sent is not base64 "
+                        f"({exc})") from None
+    if len(data) != int(words[2]):
+        raise HostError(host, f"collect {remote_tar}: {len(data)} bytes of the archive came "
+                        f"back, the host counted {words[2]}")
+    return data
+
+
+def collect(t: Transport, host: Host, run_id: str, data_dir: Path, *,
+            inline_max: int = INLINE_MAX) -> dict:
     """Copy <work_dir>/runs/<run_id>/ to <data_dir>/bundles/<host>/<run_id>/ and verify its
     manifest. An already collected bundle that verifies is kept ('present'). A bundle whose
-    spec names another run or host is refused: nothing is put in place."""
+    spec names another run or host is refused: nothing is put in place. One command packs
+    the bundle and (an archive of at most `inline_max` bytes) sends it back."""
     check_run_id(run_id)
     dest = bundle_path(data_dir, host.name, run_id)
     if dest.is_dir() and not dest.is_symlink():
@@ -141,16 +174,17 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
             shutil.rmtree(dest)
     src = f"{host.work_dir}/runs/{run_id}"
     remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
-    # one round trip: the bundle is final (manifest written), then archived in a directory only
-    # we can enter (the archive holds the bundle's private files)
     r = t.run(["sh", "-c", PACK_SCRIPT, "bench-collect", f"{host.work_dir}/runs", run_id,
-               f"{host.work_dir}/collect", remote_tar], timeout=600, check=False)
+               f"{host.work_dir}/collect", remote_tar, str(max(0, inline_max))],
+              timeout=600, check=False)
     if r.rc == NO_MANIFEST:
         raise HostError(host.name, f"{src}/manifest.json does not exist: the run has not "
                         "finished writing its bundle (or no such run)",
                         f"check `runner.py status {run_id}` on the host; collect again later")
     if r.rc != 0:
         raise CommandFailed(host.name, ["tar", "-czf", remote_tar], r.rc, r.stderr)
+    data = _inline(r.stdout, host.name, remote_tar)
+    inline = data is not None
     with _local_disk(dest.parent):
         private_dir(dest.parent.parent)             # bundles/
         private_dir(dest.parent)                    # bundles/<host>/
@@ -158,7 +192,11 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     try:
         local_tar = tmpdir / "bundle.tar.gz"
         with _local_disk(local_tar, only_disk=True):
-            t.get(remote_tar, local_tar)
+            if data is None:
+                t.get(remote_tar, local_tar)
+            else:
+                local_tar.write_bytes(data)
+        data = None
         with _local_disk(tmpdir / run_id, only_disk=True):
             _unpack(local_tar, tmpdir, run_id, f"{host.name}:{remote_tar}")
         m = verified(tmpdir / run_id, host.name, run_id, f"{host.name}:{src}")
@@ -167,7 +205,8 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
             (tmpdir / run_id).rename(dest)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-        t.run(["rm", "-f", remote_tar], timeout=30, check=False)
+        if not inline:          # an archive sent inline is already removed on the host
+            t.run(["rm", "-f", remote_tar], timeout=30, check=False)
     return {"bundle": str(dest), "status": "collected", "files": len(m["files"])}
 
 

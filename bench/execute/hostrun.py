@@ -9,7 +9,8 @@
   error. Each loss is recorded in `events` ({t, event: lost, error}).
 - `runner_status`: the one `runner.py status` call (None: the host has no such run).
 - `start_run`: put spec.json and start the runner, which detaches from SSH.
-- `wait_run`: `runner.py wait RUN_ID --timeout CHUNK` in bounded chunks through the session, so
+- `wait_run`: `runner.py wait RUN_ID --timeout CHUNK` in bounded chunks through the session
+  (each on a held channel, `held_wait`), so
   a dropped connection, a killed sshd or a timed-out command is waited out and the run
   re-attached by id ({event: reattached, phase}); the run itself continues host-side.
 """
@@ -235,11 +236,7 @@ def wait_run(session: HostSession, run_id: str, *, timeout_s: float = 6 * 3600.0
             session.events.append({"t": now_iso(), "event": "reattached",
                                    "phase": (st or {}).get("phase")})
         n = max(1.0, min(chunk_s, timeout_s - (clock() - t0)))
-        r = t.run(runner_argv(host, "wait", run_id, "--timeout", f"{n:.0f}"),
-                  timeout=n + 60, check=False)
-        if r.rc < 0:        # the channel closed without an exit status: sshd or session died
-            raise Unreachable(host.name, "the connection dropped during `runner.py wait`")
-        return r
+        return held_wait(t, host, run_id, n)
 
     while True:
         if clock() - t0 > timeout_s:
@@ -249,12 +246,51 @@ def wait_run(session: HostSession, run_id: str, *, timeout_s: float = 6 * 3600.0
         r = session.call(f"while waiting for run {run_id}", chunk,
                          hint=f"when the host is back: `bench hosts collect {host.name} "
                               f"{run_id}`")
-        st = last_json(r.stdout)
-        if r.rc in (0, 1) and st is not None and st.get("phase") in ("done", "failed"):
+        rc, out = r
+        st = last_json(out)
+        if rc in (0, 1) and st is not None and st.get("phase") in ("done", "failed"):
             return st
-        if r.rc == 3:
+        if rc == 3:
             if on_status is not None and st is not None:
                 on_status(st)
             continue
-        raise HostError(host.name, f"runner.py wait {run_id} exited {r.rc}: "
-                        f"{(st or {}).get('reason') or r.stderr.strip()[-300:]}")
+        raise HostError(host.name, f"runner.py wait {run_id} exited {rc}: "
+                        f"{(st or {}).get('reason') or out.strip()[-300:]}")
+
+
+WAIT_SCRIPT = 'exec "$@" 2>&1'
+
+
+def held_wait(t: Transport, host: Host, run_id: str, n: float) -> tuple[int, str]:
+    """One `runner.py wait RUN_ID --timeout N` on a channel held open, read by blocking on
+    the channel until the runner answers and exits (a command run to completion is watched by
+    a loop that wakes 100 times a second, per host, for the whole wait). Returns (exit
+    status, stdout and stderr); Unreachable when the channel ends without an exit status or
+    the runner does not answer within N + 60 s."""
+    argv = ["sh", "-c", WAIT_SCRIPT, "bench-wait", *runner_argv(host, "wait", run_id,
+                                                                "--timeout", f"{n:.0f}")]
+    proc = t.spawn(argv)
+    lines: list[str] = []
+    rc = None
+    try:
+        deadline = time.monotonic() + n + 60
+        while (left := deadline - time.monotonic()) > 0:
+            line = proc.readline(timeout=left)
+            if not line:        # the end of its output (or the deadline)
+                break
+            lines.append(line)
+            if sum(map(len, lines)) > MAX_WAIT_OUTPUT:
+                lines = lines[-8:]
+        rc = proc.exit_status(timeout=5.0)
+    finally:
+        try:
+            proc.close()
+        except Exception:  # noqa: BLE001 - closing a dead channel may fail; nothing to do
+            pass
+    if rc is None or rc < 0:
+        raise Unreachable(host.name, "the connection dropped (or the runner did not answer) "
+                          "during `runner.py wait`")
+    return rc, "".join(lines)
+
+
+MAX_WAIT_OUTPUT = 1 << 20       # what one wait may print that is kept (its last lines)
