@@ -23,6 +23,7 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
 from bench.paths import private_dir, private_tree
 from bench.store.db import Store, open_store, resolve_url, sqlite_path
-from bench.store.ingest import ingest_bundle
+from bench.store.ingest import Prepared, prepare_bundle, write_batch
 
 
 class ControllerDiskError(BenchError):
@@ -225,12 +226,67 @@ def figures(bundle_dir: Path) -> dict:
 
 # Ingests of this process share one open store per database (opening one checks the schema
 # against every migration script: about 35 ms of CPU, and a fresh engine compiles every
-# statement again) and take a slot of that database first: one for SQLite, whose single
-# writer they would otherwise queue for in its busy handler, a few for a server.
+# statement again) and take a slot of that database for their write: one for SQLite, whose
+# single writer they would otherwise queue for in its busy handler, a few for a server. A
+# bundle is read, validated and derived (bench.store.ingest.prepare_bundle) before its slot,
+# at most PREPARED_MAX at once (what they hold in memory is bounded); the ingest that gets a
+# slot writes its own bundle and those queued behind it, up to BATCH_MAX, in one transaction
+# (a savepoint each: bench.store.ingest.write_batch): a campaign of many hosts waits for one
+# commit per batch instead of one per bundle.
 INGEST_SLOTS = {"sqlite": 1}
 INGEST_SLOTS_SERVER = 4
 MAX_INGEST_STORES = 4
-_STORES: dict[str, tuple[Store, tuple | None, threading.BoundedSemaphore]] = {}
+BATCH_MAX = 16
+PREPARED_MAX = 16
+
+
+class GroupWrite:
+    """The ingests of one store: slots for the write, a queue of prepared bundles (see
+    above)."""
+
+    def __init__(self, store: Store, slots: threading.BoundedSemaphore):
+        self.store = store
+        self.slots = slots
+        self.prepared = threading.BoundedSemaphore(PREPARED_MAX)
+        self._mu = threading.Lock()
+        self._queue: list[tuple[Prepared, Future]] = []
+        self.batches: list[int] = []        # the size of each batch written (last 1000)
+
+    def ingest(self, bundle_dir: Path, plan_path: Path | None) -> dict:
+        with self.prepared:
+            return self.write(prepare_bundle(bundle_dir, plan=plan_path))
+
+    def write(self, p: Prepared) -> dict:
+        """Write p (with the bundles queued behind it, or as part of another ingest's batch);
+        its answer, or its error raised."""
+        mine: tuple[Prepared, Future] = (p, Future())
+        with self._mu:
+            self._queue.append(mine)
+        with self.slots:
+            with self._mu:
+                batch: list[tuple[Prepared, Future]] = []
+                rest = [x for x in self._queue if x is not mine]
+                if len(rest) < len(self._queue):    # not taken into another ingest's batch
+                    batch = [mine] + rest[:BATCH_MAX - 1]
+                    self._queue = rest[BATCH_MAX - 1:]
+            if batch:
+                self._write(batch)
+        return mine[1].result()
+
+    def _write(self, batch: list[tuple[Prepared, Future]]) -> None:
+        try:
+            res = write_batch(self.store, [p for p, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - every waiting ingest hears it
+            res = [exc] * len(batch)
+        self.batches = self.batches[-999:] + [len(batch)]
+        for (_, fut), r in zip(batch, res):
+            if isinstance(r, BaseException):
+                fut.set_exception(r)
+            else:
+                fut.set_result(r)
+
+
+_STORES: dict[str, tuple[Store, tuple | None, GroupWrite]] = {}
 _STORES_LOCK = threading.Lock()
 
 
@@ -247,14 +303,14 @@ def _identity(store: Store) -> tuple | None:
     return (st.st_dev, st.st_ino)
 
 
-def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]:
-    """This process's store for ingests into `db_url`, opened (and brought to head) once,
-    with its ingest slots."""
+def ingest_group(db_url: str | None) -> GroupWrite:
+    """This process's ingests into `db_url`: its store, opened (and brought to head) once,
+    with its slots and queue."""
     url = resolve_url(db_url)
     with _STORES_LOCK:
         hit = _STORES.get(url)
         if hit is not None and _identity(hit[0]) == hit[1]:
-            return hit[0], hit[2]
+            return hit[2]
         if hit is not None:
             del _STORES[url]
             hit[0].close()
@@ -263,12 +319,17 @@ def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]
         store = open_store(url)
         slots = threading.BoundedSemaphore(
             INGEST_SLOTS.get(store.engine.dialect.name, INGEST_SLOTS_SERVER))
-        _STORES[url] = (store, _identity(store), slots)
-        return store, slots
+        group = GroupWrite(store, slots)
+        _STORES[url] = (store, _identity(store), group)
+        return group
+
+
+def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]:
+    """This process's store for ingests into `db_url` and its write slots."""
+    g = ingest_group(db_url)
+    return g.store, g.slots
 
 
 def ingest(db_url: str | None, bundle_dir: Path, plan_path: Path | None) -> dict:
-    """Ingest one bundle into the process's shared store for db_url, within its slots."""
-    store, slots = ingest_store(db_url)
-    with slots:
-        return ingest_bundle(store, bundle_dir, plan=plan_path)
+    """Ingest one bundle into the process's shared store for db_url (see GroupWrite)."""
+    return ingest_group(db_url).ingest(bundle_dir, plan_path)
