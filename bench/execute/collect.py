@@ -134,7 +134,11 @@ PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
                'n=$(wc -c < "$4") || exit $?; '
                'if [ "$n" -le "$5" ]; then echo "bench-collect inline $n"; '
                'base64 < "$4" && rm -f "$4"; else echo "bench-collect file $n"; fi')
-INLINE_MAX = 8 << 20        # archive bytes sent on the command's stdout (larger: by file)
+# archive bytes sent on the command's stdout (larger: by file). Small: the transport's command
+# runner (invoke) joins all it has captured once per 1000 bytes read, so a command's output
+# costs time quadratic in its size; a lab run's bundle is some tens of KiB, and a run whose
+# bundle is larger is long enough not to miss two round trips
+INLINE_MAX = 256 << 10
 
 
 def _inline(out: str, host: str, remote_tar: str) -> bytes | None:
