@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from bench.errors import BenchError, CommandFailed, CommandTimeout, HostError, Unreachable
 from bench.hosts.inventory import Host
+from bench.hosts.lock import ALIVE_SCRIPT
 from bench.hosts.transport import Transport
 
 RUNNER = "agents/runner.py"
@@ -163,16 +164,33 @@ SPEC_WRITE_FAILED = 75
 START_SCRIPT = ('mkdir -p "$1" && printf "%s" "$3" > "$2" || { rm -f "$2"; '
                 'echo "bench-start: cannot write $2" >&2; exit 75; }; shift 3 && exec "$@"')
 MAX_INLINE_SPEC = 64 << 10      # one argument of the start command (Linux: 128 KiB at most)
+# the campaign's claim on the host checked in the same command, before anything is written
+# (its first four arguments: bench.hosts.lock.HostClaim.alive_args); CLAIM_LOST when it is not
+CLAIM_LOST = 76
+_CHECK = ALIVE_SCRIPT.removesuffix(" && echo ALIVE")
+assert _CHECK != ALIVE_SCRIPT
+CLAIMED_START_SCRIPT = (f'{{ {_CHECK}; }} || {{ echo "bench-start: the campaign\'s host claim '
+                        f'is lost" >&2; exit {CLAIM_LOST}; }}; shift 4; {START_SCRIPT}')
 
 
-def start_run(t: Transport, host: Host, spec: dict) -> dict:
+class ClaimLost(HostError):
+    """The start command found the campaign's claim on the host gone: nothing started."""
+
+
+def start_run(t: Transport, host: Host, spec: dict, claim: list[str] | None = None) -> dict:
     """Put spec.json and start the runner (which detaches), in one round trip: the spec goes
     as an argument of the command into <work_dir>/specs/<run_id>.json (an unusually large
-    one by SFTP first), then `runner.py start` reads it there. Returns its JSON answer."""
+    one by SFTP first), then `runner.py start` reads it there. Returns its JSON answer.
+    `claim` (HostClaim.alive_args): the same command first checks the campaign still holds
+    the host (ClaimLost, nothing written or started, when not)."""
     rid = spec["run_id"]
     remote = f"{host.work_dir}/specs/{rid}.json"
     text = json.dumps(spec, indent=1, sort_keys=True)
     if len(text.encode()) > MAX_INLINE_SPEC:
+        if claim is not None and t.run(["sh", "-c", ALIVE_SCRIPT, "bench-claim", *claim],
+                                       timeout=30, check=False).stdout.strip() != "ALIVE":
+            raise ClaimLost(host.name, "the campaign's claim on the host is gone; nothing "
+                            "started")
         t.run(["mkdir", "-p", f"{host.work_dir}/specs"], timeout=30)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             fh.write(text)
@@ -182,10 +200,13 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
             os.unlink(fh.name)
         argv = runner_argv(host, "start", "--spec", remote)
     else:
-        argv = ["sh", "-c", START_SCRIPT, "bench-start", f"{host.work_dir}/specs", remote, text,
+        argv = ["sh", "-c", START_SCRIPT if claim is None else CLAIMED_START_SCRIPT,
+                "bench-start", *(claim or ()), f"{host.work_dir}/specs", remote, text,
                 *runner_argv(host, "start", "--spec", remote)]
     r = t.run(argv, timeout=120, check=False)
     res = last_json(r.stdout)
+    if res is None and claim is not None and r.rc == CLAIM_LOST:
+        raise ClaimLost(host.name, "the campaign's claim on the host is gone; nothing started")
     if res is None and r.rc == SPEC_WRITE_FAILED:
         raise HostError(host.name, f"cannot write the run's spec {remote} "
                         f"({(r.stderr or '').strip()[-200:]}): is its disk full?",
