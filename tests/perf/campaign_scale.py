@@ -387,7 +387,7 @@ def report(results: list[dict], a) -> None:
     print("medians [min-max] over the campaign's runs; lock wait = a write statement over "
           f"{a.wait_ms:g} ms")
     heads = [f"{r['backend'][:8]} x{r['hosts']}" for r in results]
-    w = max(24, *(len(mr(r["overhead_s"])) + 2 for r in results))
+    w = max(24, *(len(fn(r)) + 2 for r in results for _, fn in ROWS))
     print(f"{'':<27}" + "".join(f"{h:>{w}}" for h in heads))
     for label, fn in ROWS:
         print(f"{label:<27}" + "".join(f"{fn(r):>{w}}" for r in results))
