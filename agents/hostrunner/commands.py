@@ -32,7 +32,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from . import poolfmt, poolstore
+from . import poolfmt
 from .bundle import accepted_status, bundle_dir, load_status, status_path, write_manifest
 from .cleanup import clean_record, new_report
 from .errors import SpecError
@@ -40,9 +40,7 @@ from .files import (PRIVATE_FILE, clear_staging, create_dir_atomic, now_iso, rea
                     read_text, write_json)
 from .locks import lock_path, start_lock, try_lock
 from .waitlock import wait_unlocked
-from .poolwriter import write_keyed, write_pool
 from .progress import read_progress
-from .run import Run
 from .spec import valid_run_id, validate_spec
 from .systemd import DETACH_FORK, DETACH_UNIT, detect, runner_argv, runner_unit
 
@@ -302,6 +300,7 @@ def daemon(work_dir: str, bundle: str, spec: dict[str, Any], cfg: dict[str, Any]
     sys.stderr = os.fdopen(2, "w", buffering=1)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    from .run import Run     # here: status and wait (a call per run) need none of it
     run = Run(work_dir, bundle, spec, cfg)
     run.runner["detached_as"] = DETACH_FORK if echo is None else DETACH_UNIT
     if echo is not None:
@@ -384,6 +383,7 @@ def cmd_stop(a: argparse.Namespace) -> int:
 
 
 def cmd_pool(a: argparse.Namespace) -> int:
+    from .poolwriter import write_keyed, write_pool
     if a.root is not None:
         res, rc = write_keyed(a.root, a.layers, a.experts, a.expert_bytes, a.seed, a.template)
     else:
@@ -392,10 +392,12 @@ def cmd_pool(a: argparse.Namespace) -> int:
 
 
 def cmd_pools(a: argparse.Namespace) -> int:
+    from . import poolstore
     return out(poolstore.list_pools(a.root, os.path.abspath(a.work_dir)))
 
 
 def cmd_pool_rm(a: argparse.Namespace) -> int:
+    from . import poolstore
     res, rc = poolstore.remove_pool(a.root, a.key, os.path.abspath(a.work_dir))
     return out(res, rc)
 

@@ -14,6 +14,7 @@ host, and `bench resume` collects it once there is room (bench.execute.campaign.
 
 from __future__ import annotations
 
+import base64
 import errno
 import gzip
 import shutil
@@ -22,6 +23,7 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
 from bench.paths import private_dir, private_tree
 from bench.store.db import Store, open_store, resolve_url, sqlite_path
-from bench.store.ingest import ingest_bundle
+from bench.store.ingest import Prepared, prepare_bundle, write_batch
 
 
 class ControllerDiskError(BenchError):
@@ -122,14 +124,50 @@ def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
 
 
 NO_MANIFEST = 3
+# one round trip: the bundle is final (manifest written), then archived in a directory only we
+# can enter (the archive holds the bundle's private files); an archive of at most $5 bytes
+# comes back base64 on the same command's stdout (after one header line) and is removed
+# there, a larger one stays for a copy by file (SFTP), so what one command holds in memory
+# is bounded
 PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
-               'install -d -m 700 "$3" && tar -czf "$4" -C "$1" "$2"')
+               'install -d -m 700 "$3" && tar -czf "$4" -C "$1" "$2" || exit $?; '
+               'n=$(wc -c < "$4") || exit $?; '
+               'if [ "$n" -le "$5" ]; then echo "bench-collect inline $n"; '
+               'base64 < "$4" && rm -f "$4"; else echo "bench-collect file $n"; fi')
+# archive bytes sent on the command's stdout (larger: by file). Small: the transport's command
+# runner (invoke) joins all it has captured once per 1000 bytes read, so a command's output
+# costs time quadratic in its size; a lab run's bundle is some tens of KiB, and a run whose
+# bundle is larger is long enough not to miss two round trips
+INLINE_MAX = 256 << 10
 
 
-def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
+def _inline(out: str, host: str, remote_tar: str) -> bytes | None:
+    """The archive a PACK_SCRIPT run sent on its stdout; None when it left it in a file."""
+    head, _, rest = out.partition("\n")
+    words = head.split()
+    if len(words) != 3 or words[:2] not in (["bench-collect", "inline"],
+                                            ["bench-collect", "file"]) \
+            or not words[2].isdigit():
+        raise HostError(host, f"collect {remote_tar}: unexpected answer {head[:80]!r}")
+    if words[1] == "file":
+        return None
+    try:
+        data = base64.b64decode(rest)
+    except ValueError as exc:
+        raise HostError(host, f"collect {remote_tar}: the archive sent is not base64 "
+                        f"({exc})") from None
+    if len(data) != int(words[2]):
+        raise HostError(host, f"collect {remote_tar}: {len(data)} bytes of the archive came "
+                        f"back, the host counted {words[2]}")
+    return data
+
+
+def collect(t: Transport, host: Host, run_id: str, data_dir: Path, *,
+            inline_max: int = INLINE_MAX) -> dict:
     """Copy <work_dir>/runs/<run_id>/ to <data_dir>/bundles/<host>/<run_id>/ and verify its
     manifest. An already collected bundle that verifies is kept ('present'). A bundle whose
-    spec names another run or host is refused: nothing is put in place."""
+    spec names another run or host is refused: nothing is put in place. One command packs
+    the bundle and (an archive of at most `inline_max` bytes) sends it back."""
     check_run_id(run_id)
     dest = bundle_path(data_dir, host.name, run_id)
     if dest.is_dir() and not dest.is_symlink():
@@ -141,16 +179,17 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
             shutil.rmtree(dest)
     src = f"{host.work_dir}/runs/{run_id}"
     remote_tar = f"{host.work_dir}/collect/{run_id}.tar.gz"
-    # one round trip: the bundle is final (manifest written), then archived in a directory only
-    # we can enter (the archive holds the bundle's private files)
     r = t.run(["sh", "-c", PACK_SCRIPT, "bench-collect", f"{host.work_dir}/runs", run_id,
-               f"{host.work_dir}/collect", remote_tar], timeout=600, check=False)
+               f"{host.work_dir}/collect", remote_tar, str(max(0, inline_max))],
+              timeout=600, check=False)
     if r.rc == NO_MANIFEST:
         raise HostError(host.name, f"{src}/manifest.json does not exist: the run has not "
                         "finished writing its bundle (or no such run)",
                         f"check `runner.py status {run_id}` on the host; collect again later")
     if r.rc != 0:
         raise CommandFailed(host.name, ["tar", "-czf", remote_tar], r.rc, r.stderr)
+    data = _inline(r.stdout, host.name, remote_tar)
+    inline = data is not None
     with _local_disk(dest.parent):
         private_dir(dest.parent.parent)             # bundles/
         private_dir(dest.parent)                    # bundles/<host>/
@@ -158,7 +197,11 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
     try:
         local_tar = tmpdir / "bundle.tar.gz"
         with _local_disk(local_tar, only_disk=True):
-            t.get(remote_tar, local_tar)
+            if data is None:
+                t.get(remote_tar, local_tar)
+            else:
+                local_tar.write_bytes(data)
+        data = None
         with _local_disk(tmpdir / run_id, only_disk=True):
             _unpack(local_tar, tmpdir, run_id, f"{host.name}:{remote_tar}")
         m = verified(tmpdir / run_id, host.name, run_id, f"{host.name}:{src}")
@@ -167,7 +210,8 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path) -> dict:
             (tmpdir / run_id).rename(dest)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-        t.run(["rm", "-f", remote_tar], timeout=30, check=False)
+        if not inline:          # an archive sent inline is already removed on the host
+            t.run(["rm", "-f", remote_tar], timeout=30, check=False)
     return {"bundle": str(dest), "status": "collected", "files": len(m["files"])}
 
 
@@ -186,12 +230,67 @@ def figures(bundle_dir: Path) -> dict:
 
 # Ingests of this process share one open store per database (opening one checks the schema
 # against every migration script: about 35 ms of CPU, and a fresh engine compiles every
-# statement again) and take a slot of that database first: one for SQLite, whose single
-# writer they would otherwise queue for in its busy handler, a few for a server.
+# statement again) and take a slot of that database for their write: one for SQLite, whose
+# single writer they would otherwise queue for in its busy handler, a few for a server. A
+# bundle is read, validated and derived (bench.store.ingest.prepare_bundle) before its slot,
+# at most PREPARED_MAX at once (what they hold in memory is bounded); the ingest that gets a
+# slot writes its own bundle and those queued behind it, up to BATCH_MAX, in one transaction
+# (a savepoint each: bench.store.ingest.write_batch): a campaign of many hosts waits for one
+# commit per batch instead of one per bundle.
 INGEST_SLOTS = {"sqlite": 1}
 INGEST_SLOTS_SERVER = 4
 MAX_INGEST_STORES = 4
-_STORES: dict[str, tuple[Store, tuple | None, threading.BoundedSemaphore]] = {}
+BATCH_MAX = 16
+PREPARED_MAX = 16
+
+
+class GroupWrite:
+    """The ingests of one store: slots for the write, a queue of prepared bundles (see
+    above)."""
+
+    def __init__(self, store: Store, slots: threading.BoundedSemaphore):
+        self.store = store
+        self.slots = slots
+        self.prepared = threading.BoundedSemaphore(PREPARED_MAX)
+        self._mu = threading.Lock()
+        self._queue: list[tuple[Prepared, Future]] = []
+        self.batches: list[int] = []        # the size of each batch written (last 1000)
+
+    def ingest(self, bundle_dir: Path, plan_path: Path | None) -> dict:
+        with self.prepared:
+            return self.write(prepare_bundle(bundle_dir, plan=plan_path))
+
+    def write(self, p: Prepared) -> dict:
+        """Write p (with the bundles queued behind it, or as part of another ingest's batch);
+        its answer, or its error raised."""
+        mine: tuple[Prepared, Future] = (p, Future())
+        with self._mu:
+            self._queue.append(mine)
+        with self.slots:
+            with self._mu:
+                batch: list[tuple[Prepared, Future]] = []
+                rest = [x for x in self._queue if x is not mine]
+                if len(rest) < len(self._queue):    # not taken into another ingest's batch
+                    batch = [mine] + rest[:BATCH_MAX - 1]
+                    self._queue = rest[BATCH_MAX - 1:]
+            if batch:
+                self._write(batch)
+        return mine[1].result()
+
+    def _write(self, batch: list[tuple[Prepared, Future]]) -> None:
+        try:
+            res = write_batch(self.store, [p for p, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - every waiting ingest hears it
+            res = [exc] * len(batch)
+        self.batches = self.batches[-999:] + [len(batch)]
+        for (_, fut), r in zip(batch, res):
+            if isinstance(r, BaseException):
+                fut.set_exception(r)
+            else:
+                fut.set_result(r)
+
+
+_STORES: dict[str, tuple[Store, tuple | None, GroupWrite]] = {}
 _STORES_LOCK = threading.Lock()
 
 
@@ -208,14 +307,14 @@ def _identity(store: Store) -> tuple | None:
     return (st.st_dev, st.st_ino)
 
 
-def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]:
-    """This process's store for ingests into `db_url`, opened (and brought to head) once,
-    with its ingest slots."""
+def ingest_group(db_url: str | None) -> GroupWrite:
+    """This process's ingests into `db_url`: its store, opened (and brought to head) once,
+    with its slots and queue."""
     url = resolve_url(db_url)
     with _STORES_LOCK:
         hit = _STORES.get(url)
         if hit is not None and _identity(hit[0]) == hit[1]:
-            return hit[0], hit[2]
+            return hit[2]
         if hit is not None:
             del _STORES[url]
             hit[0].close()
@@ -224,12 +323,17 @@ def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]
         store = open_store(url)
         slots = threading.BoundedSemaphore(
             INGEST_SLOTS.get(store.engine.dialect.name, INGEST_SLOTS_SERVER))
-        _STORES[url] = (store, _identity(store), slots)
-        return store, slots
+        group = GroupWrite(store, slots)
+        _STORES[url] = (store, _identity(store), group)
+        return group
+
+
+def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]:
+    """This process's store for ingests into `db_url` and its write slots."""
+    g = ingest_group(db_url)
+    return g.store, g.slots
 
 
 def ingest(db_url: str | None, bundle_dir: Path, plan_path: Path | None) -> dict:
-    """Ingest one bundle into the process's shared store for db_url, within its slots."""
-    store, slots = ingest_store(db_url)
-    with slots:
-        return ingest_bundle(store, bundle_dir, plan=plan_path)
+    """Ingest one bundle into the process's shared store for db_url (see GroupWrite)."""
+    return ingest_group(db_url).ingest(bundle_dir, plan_path)

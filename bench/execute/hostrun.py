@@ -9,7 +9,8 @@
   error. Each loss is recorded in `events` ({t, event: lost, error}).
 - `runner_status`: the one `runner.py status` call (None: the host has no such run).
 - `start_run`: put spec.json and start the runner, which detaches from SSH.
-- `wait_run`: `runner.py wait RUN_ID --timeout CHUNK` in bounded chunks through the session, so
+- `wait_run`: `runner.py wait RUN_ID --timeout CHUNK` in bounded chunks through the session
+  (each on a held channel, `held_wait`), so
   a dropped connection, a killed sshd or a timed-out command is waited out and the run
   re-attached by id ({event: reattached, phase}); the run itself continues host-side.
 """
@@ -27,6 +28,7 @@ from typing import TypeVar
 
 from bench.errors import BenchError, CommandFailed, CommandTimeout, HostError, Unreachable
 from bench.hosts.inventory import Host
+from bench.hosts.lock import ALIVE_SCRIPT
 from bench.hosts.transport import Transport
 
 RUNNER = "agents/runner.py"
@@ -138,7 +140,9 @@ class HostSession:
 
 
 def runner_argv(host: Host, *args: str) -> list[str]:
-    return ["python3", f"{host.work_dir}/{RUNNER}", *args, "--work-dir", host.work_dir]
+    """The runner's command line. `-S`: the runner is standard library only, and a host's
+    site-packages (.pth files) cost every call (start, each wait, status) tens of ms."""
+    return ["python3", "-S", f"{host.work_dir}/{RUNNER}", *args, "--work-dir", host.work_dir]
 
 
 def runner_status(t: Transport, host: Host, run_id: str) -> dict | None:
@@ -162,16 +166,33 @@ SPEC_WRITE_FAILED = 75
 START_SCRIPT = ('mkdir -p "$1" && printf "%s" "$3" > "$2" || { rm -f "$2"; '
                 'echo "bench-start: cannot write $2" >&2; exit 75; }; shift 3 && exec "$@"')
 MAX_INLINE_SPEC = 64 << 10      # one argument of the start command (Linux: 128 KiB at most)
+# the campaign's claim on the host checked in the same command, before anything is written
+# (its first four arguments: bench.hosts.lock.HostClaim.alive_args); CLAIM_LOST when it is not
+CLAIM_LOST = 76
+_CHECK = ALIVE_SCRIPT.removesuffix(" && echo ALIVE")
+assert _CHECK != ALIVE_SCRIPT
+CLAIMED_START_SCRIPT = (f'{{ {_CHECK}; }} || {{ echo "bench-start: the campaign\'s host claim '
+                        f'is lost" >&2; exit {CLAIM_LOST}; }}; shift 4; {START_SCRIPT}')
 
 
-def start_run(t: Transport, host: Host, spec: dict) -> dict:
+class ClaimLost(HostError):
+    """The start command found the campaign's claim on the host gone: nothing started."""
+
+
+def start_run(t: Transport, host: Host, spec: dict, claim: list[str] | None = None) -> dict:
     """Put spec.json and start the runner (which detaches), in one round trip: the spec goes
     as an argument of the command into <work_dir>/specs/<run_id>.json (an unusually large
-    one by SFTP first), then `runner.py start` reads it there. Returns its JSON answer."""
+    one by SFTP first), then `runner.py start` reads it there. Returns its JSON answer.
+    `claim` (HostClaim.alive_args): the same command first checks the campaign still holds
+    the host (ClaimLost, nothing written or started, when not)."""
     rid = spec["run_id"]
     remote = f"{host.work_dir}/specs/{rid}.json"
     text = json.dumps(spec, indent=1, sort_keys=True)
     if len(text.encode()) > MAX_INLINE_SPEC:
+        if claim is not None and t.run(["sh", "-c", ALIVE_SCRIPT, "bench-claim", *claim],
+                                       timeout=30, check=False).stdout.strip() != "ALIVE":
+            raise ClaimLost(host.name, "the campaign's claim on the host is gone; nothing "
+                            "started")
         t.run(["mkdir", "-p", f"{host.work_dir}/specs"], timeout=30)
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
             fh.write(text)
@@ -181,10 +202,13 @@ def start_run(t: Transport, host: Host, spec: dict) -> dict:
             os.unlink(fh.name)
         argv = runner_argv(host, "start", "--spec", remote)
     else:
-        argv = ["sh", "-c", START_SCRIPT, "bench-start", f"{host.work_dir}/specs", remote, text,
+        argv = ["sh", "-c", START_SCRIPT if claim is None else CLAIMED_START_SCRIPT,
+                "bench-start", *(claim or ()), f"{host.work_dir}/specs", remote, text,
                 *runner_argv(host, "start", "--spec", remote)]
     r = t.run(argv, timeout=120, check=False)
     res = last_json(r.stdout)
+    if res is None and claim is not None and r.rc == CLAIM_LOST:
+        raise ClaimLost(host.name, "the campaign's claim on the host is gone; nothing started")
     if res is None and r.rc == SPEC_WRITE_FAILED:
         raise HostError(host.name, f"cannot write the run's spec {remote} "
                         f"({(r.stderr or '').strip()[-200:]}): is its disk full?",
@@ -235,11 +259,7 @@ def wait_run(session: HostSession, run_id: str, *, timeout_s: float = 6 * 3600.0
             session.events.append({"t": now_iso(), "event": "reattached",
                                    "phase": (st or {}).get("phase")})
         n = max(1.0, min(chunk_s, timeout_s - (clock() - t0)))
-        r = t.run(runner_argv(host, "wait", run_id, "--timeout", f"{n:.0f}"),
-                  timeout=n + 60, check=False)
-        if r.rc < 0:        # the channel closed without an exit status: sshd or session died
-            raise Unreachable(host.name, "the connection dropped during `runner.py wait`")
-        return r
+        return held_wait(t, host, run_id, n)
 
     while True:
         if clock() - t0 > timeout_s:
@@ -249,12 +269,51 @@ def wait_run(session: HostSession, run_id: str, *, timeout_s: float = 6 * 3600.0
         r = session.call(f"while waiting for run {run_id}", chunk,
                          hint=f"when the host is back: `bench hosts collect {host.name} "
                               f"{run_id}`")
-        st = last_json(r.stdout)
-        if r.rc in (0, 1) and st is not None and st.get("phase") in ("done", "failed"):
+        rc, out = r
+        st = last_json(out)
+        if rc in (0, 1) and st is not None and st.get("phase") in ("done", "failed"):
             return st
-        if r.rc == 3:
+        if rc == 3:
             if on_status is not None and st is not None:
                 on_status(st)
             continue
-        raise HostError(host.name, f"runner.py wait {run_id} exited {r.rc}: "
-                        f"{(st or {}).get('reason') or r.stderr.strip()[-300:]}")
+        raise HostError(host.name, f"runner.py wait {run_id} exited {rc}: "
+                        f"{(st or {}).get('reason') or out.strip()[-300:]}")
+
+
+WAIT_SCRIPT = 'exec "$@" 2>&1'
+
+
+def held_wait(t: Transport, host: Host, run_id: str, n: float) -> tuple[int, str]:
+    """One `runner.py wait RUN_ID --timeout N` on a channel held open, read by blocking on
+    the channel until the runner answers and exits (a command run to completion is watched by
+    a loop that wakes 100 times a second, per host, for the whole wait). Returns (exit
+    status, stdout and stderr); Unreachable when the channel ends without an exit status or
+    the runner does not answer within N + 60 s."""
+    argv = ["sh", "-c", WAIT_SCRIPT, "bench-wait", *runner_argv(host, "wait", run_id,
+                                                                "--timeout", f"{n:.0f}")]
+    proc = t.spawn(argv)
+    lines: list[str] = []
+    rc = None
+    try:
+        deadline = time.monotonic() + n + 60
+        while (left := deadline - time.monotonic()) > 0:
+            line = proc.readline(timeout=left)
+            if not line:        # the end of its output (or the deadline)
+                break
+            lines.append(line)
+            if sum(map(len, lines)) > MAX_WAIT_OUTPUT:
+                lines = lines[-8:]
+        rc = proc.exit_status(timeout=5.0)
+    finally:
+        try:
+            proc.close()
+        except Exception:  # noqa: BLE001 - closing a dead channel may fail; nothing to do
+            pass
+    if rc is None or rc < 0:
+        raise Unreachable(host.name, "the connection dropped (or the runner did not answer) "
+                          "during `runner.py wait`")
+    return rc, "".join(lines)
+
+
+MAX_WAIT_OUTPUT = 1 << 20       # what one wait may print that is kept (its last lines)

@@ -376,7 +376,8 @@ def release_quietly(lock: "HostLock | Borrowed | None") -> None:
 # a campaign's claim on a host ----------------------------------------------------------------
 
 # the claim's holder still holds the lock: the same boot, its pid alive, the lock file ours
-_ALIVE = ('[ "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" = "$1" ] && '
+# ($1 boot_id, $2 holder pid, $3 lock file, $4 owner line: HostClaim.alive_args)
+ALIVE_SCRIPT = _ALIVE = ('[ "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)" = "$1" ] && '
           '[ -d "/proc/$2" ] && [ "$(head -c 4096 "$3")" = "$4" ] && echo ALIVE')
 
 
@@ -429,13 +430,22 @@ class HostClaim:
         """Whether the holder still holds the host lock, asked over t (the claim's own
         connection may be one to a boot that is gone)."""
         with self._mu:
+            args = self.alive_args()
+            if args is None:
+                return False
+            r = t.run(["sh", "-c", _ALIVE, "bench-claim", *args], timeout=30, check=False)
+            return r.rc == 0 and r.stdout.strip() == "ALIVE"
+
+    def alive_args(self) -> list[str] | None:
+        """The arguments of ALIVE_SCRIPT (boot_id, holder pid, lock path, owner) for a claim
+        that looks held from here (its holder's channel open), so that a caller can check it
+        inside a command it runs anyway; None when it is not held."""
+        with self._mu:
             lock = self._lock
             if lock is None or not lock.held or lock._proc is None \
                     or lock._proc.exit_status(0) is not None or lock.holder_pid is None:
-                return False
-            r = t.run(["sh", "-c", _ALIVE, "bench-claim", lock.boot_id, str(lock.holder_pid),
-                       lock.path, lock.owner], timeout=30, check=False)
-            return r.rc == 0 and r.stdout.strip() == "ALIVE"
+                return None
+            return [lock.boot_id, str(lock.holder_pid), lock.path, lock.owner]
 
     def ensure(self, t: Transport, wait_s: float = 0.0) -> None:
         """The claim held and alive: re-taken when its holder is gone (a reboot, a power cycle,

@@ -25,17 +25,19 @@ import os
 import shutil
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
 from sqlalchemy import insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from bench.errors import FormatError
+from bench.errors import BenchError, FormatError
 from bench.judge import measured, retention
 from bench.judge.bundle import Bundle, BundleError, Caps, bind, check, load, read_dir, scan_dir
 from bench.judge.judgement import METRIC_COLUMNS, bundle_cell, judge, run_metrics
-from bench.matrix.cells import parse_cell
+from bench.matrix.cells import Cell as Cell_, parse_cell
 from bench.paths import default_data_dir, private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
@@ -112,6 +114,19 @@ def nominal_from_plan(plan_path: Path, capacity_bytes: int) -> float:
     return _NOMINAL[key]
 
 
+@dataclass(eq=False)
+class Prepared:
+    """A bundle read, validated and derived (everything but the write): see prepare_bundle."""
+    b: Bundle
+    where: str
+    cell: Cell_
+    metrics: dict
+    nominal: float | None
+    source: str | None
+    fp: dict
+    raw: list[dict]
+
+
 def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float | None = None,
                   plan: str | Path | None = None, data_dir: str | Path | None = None,
                   caps: Caps | None = None) -> dict:
@@ -123,7 +138,17 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
     already in the store binds it to that row's host and campaign; a campaign not in the
     database is never created (StoreError: the bundle stays where it is). The demand model's
     plan is the caller's (`plan`) or the plan store's <data_dir>/plans/<plan_sha256>.bin:
-    never a path the bundle names."""
+    never a path the bundle names. prepare_bundle, then write_prepared."""
+    return write_prepared(store, prepare_bundle(path, nominal_miss_bytes=nominal_miss_bytes,
+                                                plan=plan, data_dir=data_dir, caps=caps))
+
+
+def prepare_bundle(path: str | Path, *, nominal_miss_bytes: float | None = None,
+                   plan: str | Path | None = None, data_dir: str | Path | None = None,
+                   caps: Caps | None = None) -> Prepared:
+    """Everything of an ingest before its write transaction (no database): read, validate
+    (a refused bundle moved aside, as ingest_bundle says), metrics, the demand model's
+    figure, the fingerprint and the compressed raw files."""
     path = Path(path)
     where = str(path)
     if not is_bundle(path):
@@ -140,25 +165,54 @@ def ingest_bundle(store: Store, path: str | Path, *, nominal_miss_bytes: float |
         raise _aside(BundleError(where, "bundle", exc.message), path) from None
     nominal, source = ((None, None) if b.is_engine or not b.completed
                        else _nominal(b, path, nominal_miss_bytes, plan, data_dir))
-    fp, raw = measured.fingerprint(b), _raw_files(b)    # CPU work before the write lock
+    return Prepared(b, where, cell, metrics, nominal, source, measured.fingerprint(b),
+                    _raw_files(b))
+
+
+def write_prepared(store: Store, p: Prepared) -> dict:
+    """A prepared bundle's write, in one transaction (ingest_bundle's answer)."""
     with store.session() as s, s.begin():
-        existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
-        if existing is not None and existing.bundle_digest:
-            return _stored(b, existing.bundle_digest, existing.retained)
-        _bound_to_store(s, b, existing, where)
-        host = get_or_create(s, Host, name=b.spec.get("host") or b.host.get("hostname")
-                             or "unknown")
-        cell_row = get_or_create(s, Cell, dict(
-            capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism, reclaim=cell.reclaim,
-            mode=cell.mode, hints=cell.hints, delivery=cell.delivery), name=cell.name)
-        run = _claim(s, b, existing, host.id, cell_row.id)
-        if run is None:         # another ingest stored this run first (now committed)
-            digest, retained = s.execute(select(Run.bundle_digest, Run.retained)
-                                         .where(Run.run_id == b.run_id)).one()
-            return _stored(b, digest, retained)
-        if existing is not None:    # a campaign's run: a checked move of the state machine
-            check_transition(b.run_id, run.state, "ingested")
-        return _write(s, b, cell_row, host, metrics, nominal, source, run, fp, raw)
+        return _write_one(s, p)
+
+
+def write_batch(store: Store, preps: list[Prepared]) -> list[dict | BaseException]:
+    """Several prepared bundles in one transaction, each in a savepoint of its own: a bundle
+    whose write fails is rolled back alone and its error returned in its place, the others
+    are committed together (one commit, one wait for the write lock). If the commit itself
+    fails, every one gets its error (nothing of the batch is stored)."""
+    out: list[dict | BaseException] = []
+    try:
+        with store.session() as s, s.begin():
+            for p in preps:
+                try:
+                    with s.begin_nested():
+                        out.append(_write_one(s, p))
+                except (BenchError, SQLAlchemyError) as exc:
+                    out.append(exc)
+    except (BenchError, SQLAlchemyError) as exc:
+        return [exc] * len(preps)
+    return out
+
+
+def _write_one(s: Session, p: Prepared) -> dict:
+    b, where, cell = p.b, p.where, p.cell
+    existing = s.scalar(select(Run).where(Run.run_id == b.run_id))
+    if existing is not None and existing.bundle_digest:
+        return _stored(b, existing.bundle_digest, existing.retained)
+    _bound_to_store(s, b, existing, where)
+    host = get_or_create(s, Host, name=b.spec.get("host") or b.host.get("hostname")
+                         or "unknown")
+    cell_row = get_or_create(s, Cell, dict(
+        capacity_bytes=cell.capacity_bytes, mechanism=cell.mechanism, reclaim=cell.reclaim,
+        mode=cell.mode, hints=cell.hints, delivery=cell.delivery), name=cell.name)
+    run = _claim(s, b, existing, host.id, cell_row.id)
+    if run is None:         # another ingest stored this run first (now committed)
+        digest, retained = s.execute(select(Run.bundle_digest, Run.retained)
+                                     .where(Run.run_id == b.run_id)).one()
+        return _stored(b, digest, retained)
+    if existing is not None:    # a campaign's run: a checked move of the state machine
+        check_transition(b.run_id, run.state, "ingested")
+    return _write(s, b, cell_row, host, p.metrics, p.nominal, p.source, run, p.fp, p.raw)
 
 
 def _aside(exc: BundleError, path: Path) -> BundleError:

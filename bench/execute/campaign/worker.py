@@ -28,7 +28,8 @@ from bench.execute.campaign.ladder import (GO_ON, RECOVERED, STALL_FLOOR_S, Ladd
                                            verdict)
 from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
-from bench.execute.hostrun import HostSession, Quarantined, runner_status, start_run, wait_run
+from bench.execute.hostrun import (ClaimLost, HostSession, Quarantined, runner_status,
+                                   start_run, wait_run)
 from bench.execute.single import preflight
 from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.bootplan import parse_mem
@@ -389,20 +390,31 @@ class Worker:
                                rid,
                                ex.run_options(rid), t)
                 spec, boot_id = pf.spec, pf.facts.get("boot_id")
-            lock = self.host_lock(t, rid)
+            # checked in this boot: the claim is checked by the start command itself
+            claim = self.claim.alive_args() if self.staged(boot_id, engine) else None
+            lock = self.host_lock(t, rid) if claim is None else Borrowed(self.claim)
             try:
                 self.stage(t, boot_id, engine)
                 if ex.rows[rid].state != "running":
                     ex.set_state(rid, "deployed", "runner ready (engine run: no plan, no pool "
                                  "shipped)" if engine else "agent, plan and pool ready")
                     ex.set_state(rid, "running", "starting the runner", spec=spec)
-                start_run(t, h, spec)
+                try:
+                    start_run(t, h, spec, claim)
+                except ClaimLost:       # re-taken (or HostLocked naming who holds it)
+                    self.host_lock(t, rid)
+                    start_run(t, h, spec)
             finally:
                 lock.release()
         except BenchError:
             self.session.drop()        # start the next attempt on a new connection
             raise
         return spec
+
+    def staged(self, boot_id: str | None, engine: bool) -> bool:
+        """Agent, plan and pool already checked in this boot (stage does nothing)."""
+        return (not engine and boot_id is not None and self.ex.plan is not None
+                and self.ready == (boot_id, self.ex.plan.sha256))
 
     def stage(self, t: Transport, boot_id: str | None, engine: bool) -> None:
         ex, h = self.ex, self.host

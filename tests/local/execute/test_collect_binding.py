@@ -64,3 +64,35 @@ def test_a_collected_bundle_that_no_longer_binds_is_collected_again(tmp_path, ho
     make_bundle(dest.parent, "r5", "64m-cgroup-mglru", edit=_claim(host="fixture-b"))
     assert collect(LocalTransport(), host, "r5", data)["status"] == "collected"
     assert '"host": "fixture-a"' in (dest / "spec.json").read_text()
+
+
+@pytest.mark.parametrize("inline_max", [0, 1 << 20])
+def test_one_command_collects_inline_or_leaves_a_large_archive_for_a_copy(tmp_path, host,
+                                                                          inline_max):
+    """An archive within inline_max comes back on the pack command's stdout (one command);
+    a larger one by a copy of the file; either way the bundle is the host's, byte for byte,
+    and the host's archive is removed."""
+    src = make_bundle(Path(host.work_dir) / "runs", "r5", "64m-cgroup-mglru")
+
+    class Counting(LocalTransport):
+        def __init__(self):
+            super().__init__()
+            self.calls: list[str] = []
+
+        def run(self, argv, **kw):
+            self.calls.append(argv[0])
+            return super().run(argv, **kw)
+
+        def get(self, remote, local):
+            self.calls.append("get")
+            return super().get(remote, local)
+
+    t = Counting()
+    res = collect(t, host, "r5", tmp_path / "data", inline_max=inline_max)
+    assert res["status"] == "collected"
+    assert t.calls == (["sh"] if inline_max else ["sh", "get", "rm"])
+    dest = Path(res["bundle"])
+    for f in src.rglob("*"):
+        if f.is_file():
+            assert (dest / f.relative_to(src)).read_bytes() == f.read_bytes(), f
+    assert not (Path(host.work_dir) / "collect" / "r5.tar.gz").exists()

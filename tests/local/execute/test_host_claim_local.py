@@ -167,3 +167,38 @@ def test_a_hostile_lock_file_is_shown_as_one_bounded_line(host):
         assert exc.value.holder is None
     finally:
         holder.release()
+
+
+def test_the_start_command_checks_the_claim_before_it_writes_or_starts_anything(host, claim):
+    """A steady run's start checks the campaign's claim in the same command (one round trip
+    less than a separate check): held, the spec is written and the command runs; gone (the
+    lock file is another's, or the holder died), the start exits CLAIM_LOST having written
+    and started nothing, and start_run says so (ClaimLost)."""
+    from bench.execute.hostrun import CLAIM_LOST, CLAIMED_START_SCRIPT, ClaimLost, start_run
+    t = LocalTransport()
+    args = claim.alive_args()
+    assert args is not None and args[0] and args[1].isdigit()
+    specs = Path(host.work_dir) / "specs"
+    started = Path(host.work_dir) / "started"
+
+    def start(name: str):
+        return t.run(["sh", "-c", CLAIMED_START_SCRIPT, "bench-start", *args, str(specs),
+                      str(specs / f"{name}.json"), '{"run_id": "%s"}' % name,
+                      "touch", str(started)], check=False)
+    r = start("r1")
+    assert r.rc == 0 and started.exists() and (specs / "r1.json").read_text() == \
+        '{"run_id": "r1"}'
+    started.unlink()
+    lock = claim._lock
+    assert lock is not None
+    Path(lock.path).write_text("someone else\n")        # the lock file no longer ours
+    r = start("r2")
+    assert r.rc == CLAIM_LOST and "host claim is lost" in r.stderr
+    assert not started.exists() and not (specs / "r2.json").exists()
+    with pytest.raises(ClaimLost):
+        start_run(t, host, {"run_id": "r3"}, claim.alive_args())
+    assert not (specs / "r3.json").exists()
+    os.kill(lock.holder_pid, signal.SIGKILL)            # the holder gone: not held from here
+    assert gone(lock.holder_pid)
+    time.sleep(0.2)
+    assert claim.alive_args() is None
