@@ -30,12 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from bench.errors import BenchError, HostError
+from bench.errors import BenchError, HostError, Unreachable
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Process, Transport
 
 LOCK_NAME = "bench.lock"
 CONFLICT_RC = 75
+ANSWER_S = 30.0             # how long the holder may take to say LOCKED (a loaded host)
 # the holder: owner into the lock file, then `LOCKED <its pid> <boot_id>` (the pid stays the
 # holder's through exec), then it waits for stdin to close
 HOLDER = ('printf "%s\\n" "$1" > "$2" && b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); '
@@ -130,7 +131,7 @@ class HostLock:
         argv = ["flock", "--nonblock", "--conflict-exit-code", str(CONFLICT_RC), self.path,
                 "sh", "-c", HOLDER, "bench-lock", self.owner, self.path]
         proc = self.transport.spawn(argv)
-        line = proc.readline(timeout=30)
+        line = proc.readline(timeout=ANSWER_S)
         words = line.split()
         if words[:1] == ["LOCKED"]:
             self._proc = proc
@@ -138,6 +139,11 @@ class HostLock:
             self.boot_id = words[2] if len(words) > 2 and _BOOT_ID.fullmatch(words[2]) else ""
             return
         rc = proc.exit_status(10)
+        if rc is None:      # neither LOCKED nor an exit: a host too busy (or stalled) to answer
+            proc.close()    # its stdin closed: a holder that locks later lets go at once
+            raise Unreachable(self.host.name, f"the host lock's holder ({self.path}) did not "
+                              f"answer within {ANSWER_S + 10:.0f} s",
+                              "the host is overloaded or stalled; bench resume retries it")
         rest = proc.read_rest()
         proc.close()
         if rc == CONFLICT_RC:

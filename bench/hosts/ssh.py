@@ -289,6 +289,9 @@ def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
     return HostError(host.name, f"{where}: {type(exc).__name__}: {exc}")
 
 
+REST_MAX = 64 << 10          # bytes of a spawned command's remaining output kept
+
+
 class RemoteProcess:
     """A long-running command on an open channel (used by the host lock): read its stdout
     lines, close its stdin to let it finish."""
@@ -305,9 +308,15 @@ class RemoteProcess:
             return ""
         return line.decode() if isinstance(line, bytes) else line
 
-    def read_rest(self) -> str:
-        data = self._out.read()
-        return data.decode() if isinstance(data, bytes) else data
+    def read_rest(self, timeout: float = 10.0, limit: int = REST_MAX) -> str:
+        """What the command still prints, up to `limit` bytes and `timeout` s (a host's output
+        is untrusted and a command that neither prints nor ends must not hang the caller)."""
+        self._chan.settimeout(timeout)
+        try:
+            data = self._out.read(limit)
+        except (socket.timeout, OSError, EOFError):
+            return ""
+        return data.decode(errors="replace") if isinstance(data, bytes) else data
 
     def exit_status(self, timeout: float = 10.0) -> int | None:
         deadline = time.monotonic() + timeout
@@ -321,6 +330,8 @@ class RemoteProcess:
         try:
             self._chan.shutdown_write()
             self.exit_status(5.0)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass            # a channel whose connection is gone: closing it is all there is
         finally:
             self._chan.close()
 

@@ -191,6 +191,44 @@ def test_host_lock_refuses_a_second_holder(lab_inventory):
         t2.close()
 
 
+def test_a_host_lock_holder_too_slow_to_answer_is_unreachable_not_a_crash(lab_inventory,
+                                                                           monkeypatch):
+    """A host too loaded to say LOCKED in time (64 lab hosts on 2 cores): acquire raises
+    Unreachable (a worker quarantines or retries it) instead of the bare TimeoutError the
+    channel read raised, which killed a campaign's worker; the late holder lets go."""
+    import bench.hosts.lock as lock_mod
+    h = lab_inventory["lab-netns-1"]
+    monkeypatch.setattr(lock_mod, "ANSWER_S", 0.5)
+    monkeypatch.setattr(lock_mod, "HOLDER", "sleep 3; " + lock_mod.HOLDER)    # a slow host
+    t = SSHTransport(h)
+    try:
+        with pytest.raises(Unreachable) as e:
+            HostLock(t, h, "slow").acquire()
+        assert "did not answer" in e.value.message
+        monkeypatch.undo()
+        assert wait_released(HostLock(t, h), timeout=15)    # the late holder let go
+    finally:
+        t.close()
+
+
+def test_a_spawned_command_that_prints_nothing_is_read_bounded(lab_inventory):
+    """read_rest of a command that neither prints nor ends returns within its timeout."""
+    import time
+    t = SSHTransport(lab_inventory["lab-netns-1"])
+    try:
+        p = t.spawn(["sleep", "30"])
+        assert p.readline(timeout=0.5) == "" and p.exit_status(0.5) is None
+        t0 = time.monotonic()
+        assert p.read_rest(timeout=1.0) == ""
+        assert time.monotonic() - t0 < 5
+        p.close()
+        p = t.spawn(["sh", "-c", "head -c 200000 /dev/zero | tr '\\0' x"])
+        assert len(p.read_rest(timeout=10.0)) == 64 << 10     # bounded: REST_MAX
+        p.close()
+    finally:
+        t.close()
+
+
 @pytest.fixture(scope="module")
 def native_builds(tmp_path_factory):
     if shutil.which("make") is None or shutil.which("cc") is None:
