@@ -8,6 +8,7 @@ converts them, NaN and infinities written as it writes them, TypeError for what 
 
 from __future__ import annotations
 
+import math
 from json.encoder import encode_basestring_ascii
 from typing import Any, Callable
 
@@ -137,3 +138,43 @@ def _enter(o: Any, seen: set[int]) -> None:
     if id(o) in seen:
         raise ValueError("Circular reference detected")
     seen.add(id(o))
+
+
+
+_SCALARS = {str, int, bool, type(None)}
+_isnan = math.isnan
+
+
+def exact(obj: Any) -> bool:
+    """Whether json.loads(json.dumps(obj)) == obj is sure without encoding: obj is built of
+    dicts with str keys, lists, and str, int, float (no NaN: unequal to itself), bool and
+    None alone, each of exactly that type (a tuple comes back a list, a key 1 comes back
+    "1"; a subclass, equal or not, is refused: nothing is stored then), without a cycle.
+    result_cache checked this by encoding and loading the text back, at several times the
+    cost (tests/unit/test_result_cache_json.py holds the two to each other)."""
+    return _exact(obj, set())
+
+
+def _exact(o: Any, active: set[int]) -> bool:
+    t = type(o)
+    if t is float:
+        return o == o
+    if t in _SCALARS:
+        return True
+    if t is not dict and t is not list:
+        return False
+    if id(o) in active:                 # a cycle: json refuses it
+        return False
+    if t is dict and any(type(k) is not str for k in o):
+        return False
+    items = list(o.values()) if t is dict else o
+    kinds = set(map(type, items))
+    if kinds <= _SCALARS:
+        return True
+    if float in kinds and kinds <= _SCALARS | {float}:
+        return not any(map(_isnan, [x for x in items if type(x) is float]))
+    active.add(id(o))
+    try:
+        return all(_exact(x, active) for x in items)
+    finally:
+        active.discard(id(o))

@@ -1,0 +1,139 @@
+"""The lean way of a stored results view (bench.cli.served, bench.store.result_serve) on real
+databases built by the migrations, SQLite and PostgreSQL: for every stored matrix and cell
+view under every filter it prints exactly what the typer app prints for the same command
+line (which test_results_cache holds to a full computation), it answers nothing once a write
+moved the generation (the app then recomputes, and the lean way serves the new entry), nor
+for a database not at head, nor with the cache off; command lines that are not plain (help,
+global options, --opt=value, repeated or unknown options, a bad or unstored matrix kind, both
+or neither of --cell and --matrix) are left to the app."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from bench.cli import served, served_view
+from bench.cli.app import main as app_main
+from bench.store import result_cache
+from bench.store.db import open_store
+from tests.local.store.test_workload_identity_0006 import _old_database
+
+FILTERS = ([], ["--host", "gh200-b"], ["--campaign", "c1"], ["--include-demo"],
+           ["--workload", "0"], ["--workload", "zz"])
+MATRICES = ("capacity", "reclaim", "equal-memory", "admission", "end-to-end")
+CELLS = ("64G-balloon-mglru", "128g-cgroup-mglru", "64G-balloon-mglru-oracle-advice")
+
+
+def _lines(url: str) -> list[list[str]]:
+    out = []
+    for f in FILTERS:
+        out += [["results", "--matrix", m, *f, "--db", url, "--json"] for m in MATRICES]
+        for c in CELLS:
+            for extra in ([], ["--pool"], ["-v"], ["--verbose", "--pool"]):
+                out.append(["results", "--json", "--cell", c, *extra, *f, "--db", url])
+    return out
+
+
+def _app(argv: list[str]) -> tuple[int, str]:
+    """The typer app's exit code and stdout for `argv` (it stores what it computes)."""
+    was, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        rc = app_main(argv)
+        return rc, sys.stdout.getvalue()
+    finally:
+        sys.stdout = was
+
+
+@pytest.fixture
+def filled(db_url):
+    _old_database(db_url).dispose()
+    store = open_store(db_url)
+    yield db_url, store
+    store.close()
+
+
+def test_served_text_is_the_apps(filled):
+    url, store = filled
+    lines = _lines(url)
+    answered = 0
+    for argv in lines:
+        assert served(argv) is None or _app(argv)[0] == 0, argv   # nothing stored yet
+    for argv in lines:
+        rc, out = _app(argv)
+        text = served(argv)
+        if rc != 0:                       # an error (no runs, a bad prefix): nothing stored
+            assert text is None, argv
+            continue
+        assert text is not None and text + "\n" == out, argv
+        assert _app(argv) == (0, out), argv                          # stored: same again
+        answered += 1
+    assert answered > len(lines) // 2
+    before = {i: served(argv) for i, argv in enumerate(lines)}
+    with store.engine.begin() as conn:                 # a write: the generation moves
+        conn.execute(sa.text(
+            "UPDATE runs SET retained = NOT retained WHERE id IN (SELECT min(runs.id) FROM "
+            "runs JOIN cells ON cells.id = runs.cell_id WHERE cells.name IN "
+            "('64G-balloon-mglru', '128G-cgroup-mglru') AND runs.campaign_id = 'c1' "
+            "GROUP BY cells.name)"))
+    changed = 0
+    for i, argv in enumerate(lines):
+        if before[i] is None:
+            continue
+        assert served(argv) is None, argv          # not at the new generation: the app's
+        rc, out = _app(argv)
+        assert rc == 0 and served(argv) + "\n" == out, argv
+        changed += out != before[i] + "\n"
+    assert changed > 0
+
+
+def test_not_at_head_or_cache_off_answers_nothing(filled, monkeypatch):
+    url, store = filled
+    argv = ["results", "--matrix", "reclaim", "--db", url, "--json"]
+    assert _app(argv)[0] == 0 and served(argv) is not None
+    monkeypatch.setattr(result_cache, "ENABLED", False)
+    assert served(argv) is None
+    monkeypatch.setattr(result_cache, "ENABLED", True)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0007'"))
+    assert served(argv) is None
+    rc, out = _app(argv)
+    assert rc != 0 and out == ""           # the app says why (schema older than head)
+
+
+@pytest.mark.parametrize("argv", [
+    ["results", "--matrix", "reclaim"],                       # a table: the app draws it
+    ["results", "--matrix=reclaim", "--json"],
+    ["results", "--matrix", "reclaim", "--json", "--help"],
+    ["-q", "results", "--matrix", "reclaim", "--json"],
+    ["results", "--matrix", "reclaim", "--json", "--json"],
+    ["results", "--matrix", "reclaim", "--host", "a", "--host", "b", "--json"],
+    ["results", "--matrix", "prefetch", "--json"],
+    ["results", "--matrix", "Reclaim", "--json"],
+    ["results", "--matrix", "reclaim", "--pool", "--json"],
+    ["results", "--matrix", "reclaim", "--cell", "64G-balloon-mglru", "--json"],
+    ["results", "--json"],
+    ["results", "--cell", "--json"],
+    ["results", "--cell", "-x", "--json"],
+    ["results", "--cell", "64G-balloon-mglru", "--json", "extra"],
+    ["results", "--cell", "64G-balloon-mglru", "--json", "--"],
+    ["results", "--cell", "64G-balloon-mglru", "--json", "--bogus"],
+    ["runs", "--cell", "64G-balloon-mglru", "--json"],
+    ["results"], [],
+])
+def test_lines_left_to_the_app(argv):
+    assert served_view(argv) is None
+
+
+def test_plain_lines_keyed_as_the_app_keys_them():
+    assert served_view(["results", "--cell", "64g-Balloon-mglru", "-v", "--json", "--db",
+                        "x.db"]) == ("x.db", "cell_results", {
+                            "cell": "64g-Balloon-mglru", "host": None, "campaign": None,
+                            "workload": None, "include_demo": False, "pool": False,
+                            "verbose": True})
+    assert served_view(["results", "--include-demo", "--matrix", "end-to-end", "--json",
+                        "--campaign", "c1", "--host", ""]) == (None, "matrix", {
+                            "kind": "end-to-end", "host": "", "campaign": "c1",
+                            "workload": None, "include_demo": True})
