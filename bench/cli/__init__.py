@@ -15,6 +15,7 @@ app prints for that stored view (tests/local/store/test_results_served.py)."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 _VALUED = ("--cell", "--matrix", "--host", "--campaign", "--workload", "--db")
 _FLAGS = {"--include-demo": "include_demo", "--pool": "pool", "-v": "verbose",
@@ -38,10 +39,11 @@ def served_view(args: list[str]) -> tuple[str | None, str, dict] | None:
     `results ... --json` line (module doc), else None."""
     if len(args) < 2 or args[0] != "results":
         return None
-    opts: dict[str, object] = {}
+    opts: dict[str, Any] = {}
     i = 1
     while i < len(args):
         a = args[i]
+        value: Any
         if a in _FLAGS:
             name, value, i = _FLAGS[a], True, i + 1
         elif a in _VALUED and i + 1 < len(args) and not args[i + 1].startswith("-"):
@@ -67,13 +69,21 @@ def served_view(args: list[str]) -> tuple[str | None, str, dict] | None:
 
 
 def served(args: list[str]) -> str | None:
-    """The stored JSON text that answers the command line `args`, or None (module doc)."""
+    """The JSON text that answers the command line `args`: stored, else computed without
+    typer and rich; None when the app is to answer (module doc)."""
     view = served_view(args)
     cache = sys.modules.get("bench.store.result_cache")
     if view is None or (cache is not None and not getattr(cache, "ENABLED", True)):
         return None
     from bench.store.result_serve import stored_text
-    return stored_text(*view)
+    text = stored_text(*view)
+    if text is not None:
+        return text
+    try:
+        from bench.store.result_answer import answer_text
+        return answer_text(*view)
+    except Exception:  # noqa: BLE001 - the app computes it again and says what went wrong
+        return None
 
 
 __all__ = ["main"]

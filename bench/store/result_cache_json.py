@@ -9,10 +9,12 @@ converts them, NaN and infinities written as it writes them, TypeError for what 
 from __future__ import annotations
 
 import math
-from json.encoder import encode_basestring_ascii
+from json.encoder import JSONEncoder, encode_basestring_ascii
 from typing import Any, Callable
 
 _INF = float("inf")
+_isfinite = math.isfinite
+_isnan = math.isnan
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 
@@ -71,10 +73,26 @@ def _flat(items: list | tuple) -> list[str] | None:
     enc = _FAST.get(kind)
     if enc is None or set(map(type, items)) != {kind}:
         return None
-    texts = list(map(enc, items))
-    if kind is float and any("n" in t for t in texts):
+    if kind is float and not all(map(_isfinite, items)):
         return None
-    return texts
+    return list(map(enc, items))
+
+
+_PLAIN = {str, int, float, bool, type(None)}
+_ENCODERS: dict[str, Callable[[Any], str]] = {}
+
+
+def _flat_dict(o: dict, inner: str) -> str | None:
+    """The items of a dict of str keys and values of exactly str, int, float, bool or None,
+    as the indented encoder writes them: what the standard library's C encoder writes with
+    `inner` between items (it is used without an indent; for these types the two encoders
+    write the same text). None for any other dict."""
+    if any(type(k) is not str for k in o) or not set(map(type, o.values())) <= _PLAIN:
+        return None
+    enc = _ENCODERS.get(inner)
+    if enc is None:
+        enc = _ENCODERS[inner] = JSONEncoder(separators=("," + inner, ": ")).encode
+    return enc(o)[1:-1]
 
 
 def dumps(obj: Any) -> str:
@@ -122,6 +140,11 @@ def _dict(o: dict, level: int, put: Callable[[str], Any], seen: set[int]) -> Non
         return
     _enter(o, seen)
     inner = "\n" + "  " * (level + 1)
+    flat = _flat_dict(o, inner)
+    if flat is not None:
+        put("{" + inner + flat + "\n" + "  " * level + "}")
+        seen.discard(id(o))
+        return
     put("{" + inner)
     first = True
     for k, v in o.items():
@@ -142,7 +165,6 @@ def _enter(o: Any, seen: set[int]) -> None:
 
 
 _SCALARS = {str, int, bool, type(None)}
-_isnan = math.isnan
 
 
 def exact(obj: Any) -> bool:

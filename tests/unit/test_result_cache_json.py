@@ -100,3 +100,21 @@ def test_exact_cases():
     cyc: list = []
     cyc.append(cyc)
     assert not exact(cyc)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_flat_dicts_as_json_dumps(seed):
+    """Dicts of str keys and plain values (written by the C encoder) at every depth, beside
+    ones with a subclass, a non-str key or a container among them."""
+    r = random.Random(seed)
+
+    class F(float):
+        pass
+
+    def flat():
+        d = {str(r.choice(SCALARS)(r)): r.choice(SCALARS)(r) for _ in range(r.randint(0, 5))}
+        if r.random() < .2:
+            d[r.choice(["k", 1, None, 2.5])] = r.choice([F(1.5), [1, 2], {"a": 1}, 3])
+        return d
+    v = [flat(), {"a": [flat(), {"b": flat()}]}, [[flat()]]]
+    assert dumps(v) == json.dumps(v, indent=2)

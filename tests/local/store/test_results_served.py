@@ -1,8 +1,8 @@
-"""The lean way of a stored results view (bench.cli.served, bench.store.result_serve) on real
-databases built by the migrations, SQLite and PostgreSQL: for every stored matrix and cell
-view under every filter it prints exactly what the typer app prints for the same command
-line (which test_results_cache holds to a full computation), it answers nothing once a write
-moved the generation (the app then recomputes, and the lean way serves the new entry), nor
+"""The lean way of a results view (bench.cli.served: bench.store.result_serve, else
+bench.store.result_answer) on real databases built by the migrations, SQLite and PostgreSQL:
+for every matrix and cell view under every filter it prints exactly what the typer app
+prints for the same command line having computed it itself, before and after a write (the
+stored entry is then not served, and the view is brought up to date); it answers nothing
 for a database not at head, nor with the cache off; command lines that are not plain (help,
 global options, --opt=value, repeated or unknown options, a bad or unstored matrix kind, both
 or neither of --cell and --matrix) are left to the app."""
@@ -19,6 +19,7 @@ from bench.cli import served, served_view
 from bench.cli.app import main as app_main
 from bench.store import result_cache
 from bench.store.db import open_store
+from bench.store.result_serve import stored_text
 from tests.local.store.test_workload_identity_0006 import _old_database
 
 FILTERS = ([], ["--host", "gh200-b"], ["--campaign", "c1"], ["--include-demo"],
@@ -55,20 +56,28 @@ def filled(db_url):
     store.close()
 
 
+def _clear(store) -> None:
+    with store.engine.begin() as conn:         # no view stored (the generation stays)
+        conn.execute(sa.text("DELETE FROM results_cache"))
+
+
 def test_served_text_is_the_apps(filled):
+    """Computed by the lean way (bench.store.result_answer) or served by it from the store,
+    a view's text is what the app prints having computed it itself."""
     url, store = filled
     lines = _lines(url)
     answered = 0
     for argv in lines:
-        assert served(argv) is None or _app(argv)[0] == 0, argv   # nothing stored yet
-    for argv in lines:
+        _clear(store)
         rc, out = _app(argv)
+        _clear(store)
         text = served(argv)
-        if rc != 0:                       # an error (no runs, a bad prefix): nothing stored
-            assert text is None, argv
+        if rc != 0:                       # an error (no runs, a bad prefix): the app says it
+            assert text is None and stored_text(*served_view(argv)) is None, argv
             continue
-        assert text is not None and text + "\n" == out, argv
-        assert _app(argv) == (0, out), argv                          # stored: same again
+        assert text is not None and text + "\n" == out, argv          # computed
+        assert stored_text(*served_view(argv)) == text, argv            # stored
+        assert _app(argv) == (0, out), argv
         answered += 1
     assert answered > len(lines) // 2
     before = {i: served(argv) for i, argv in enumerate(lines)}
@@ -79,26 +88,31 @@ def test_served_text_is_the_apps(filled):
             "('64G-balloon-mglru', '128G-cgroup-mglru') AND runs.campaign_id = 'c1' "
             "GROUP BY cells.name)"))
     changed = 0
+    after = {}
     for i, argv in enumerate(lines):
         if before[i] is None:
             continue
-        assert served(argv) is None, argv          # not at the new generation: the app's
-        rc, out = _app(argv)
-        assert rc == 0 and served(argv) + "\n" == out, argv
-        changed += out != before[i] + "\n"
+        assert stored_text(*served_view(argv)) is None, argv    # not of this generation
+        after[i] = served(argv)            # brought up to date (a matrix: from its parts)
+        assert after[i] is not None and stored_text(*served_view(argv)) == after[i], argv
+    _clear(store)
+    for i, text in after.items():
+        rc, out = _app(lines[i])           # computed from every run
+        assert rc == 0 and text + "\n" == out, lines[i]
+        changed += text != before[i]
     assert changed > 0
 
 
 def test_not_at_head_or_cache_off_answers_nothing(filled, monkeypatch):
     url, store = filled
     argv = ["results", "--matrix", "reclaim", "--db", url, "--json"]
-    assert _app(argv)[0] == 0 and served(argv) is not None
+    assert _app(argv)[0] == 0 and stored_text(*served_view(argv)) is not None
     monkeypatch.setattr(result_cache, "ENABLED", False)
     assert served(argv) is None
     monkeypatch.setattr(result_cache, "ENABLED", True)
     with store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0007'"))
-    assert served(argv) is None
+    assert stored_text(*served_view(argv)) is None and served(argv) is None
     rc, out = _app(argv)
     assert rc != 0 and out == ""           # the app says why (schema older than head)
 
