@@ -14,6 +14,7 @@ app prints for that stored view (tests/local/store/test_results_served.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -28,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     """bench.cli.app.main, unless the stored view answers (module doc)."""
     text = served(sys.argv[1:] if argv is None else argv)
     if text is not None:
-        sys.stdout.write(text + "\n")
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except BrokenPipeError:     # as click ends the app then: silent, exit status 1
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         return 0
     from bench.cli.app import main as run
     return run(argv)

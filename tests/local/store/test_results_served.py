@@ -151,3 +151,21 @@ def test_plain_lines_keyed_as_the_app_keys_them():
                         "--campaign", "c1", "--host", ""]) == (None, "matrix", {
                             "kind": "end-to-end", "host": "", "campaign": "c1",
                             "workload": None, "include_demo": True})
+
+
+def test_a_closed_pipe_ends_as_the_app_ends(filled):
+    """A reader that stops early (`| head`): no traceback, the app's exit status."""
+    import subprocess
+    url, _ = filled
+    outcomes = []
+    for opt in (["--matrix", "reclaim"], ["--matrix=reclaim"]):      # lean, then the app's
+        argv = [sys.executable, "-c", "import sys; from bench.cli import main; "
+                "sys.exit(main())", "results", *opt, "--db", url, "--json"]
+        assert subprocess.run(argv, capture_output=True).returncode == 0
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.stdout is not None and p.stdout.read(10)
+        p.stdout.close()
+        err = p.stderr.read() if p.stderr else b""
+        outcomes.append((p.wait(), err))
+    assert outcomes[0] == outcomes[1]
+    assert b"Traceback" not in outcomes[0][1]
