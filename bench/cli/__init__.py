@@ -3,14 +3,16 @@ bench.results.views. `bench.cli:main` is the console script; it imports bench.cl
 through it the commands) when called, so importing one area of the CLI does not import all.
 
 One command line is answered before that: `bench results --matrix KIND` or `--cell CELL`
-with `--json` whose view is stored at the database's current generation is printed from the
-store by bench.store.result_serve, without importing typer, rich or SQLAlchemy (at 100,000
-runs they were most of such a command's time). Only a plain line takes that way: the
-command first, then the results options alone, each at most once, with a value that does not
-start with `-`, a valid matrix kind and one of --cell or --matrix; anything else (help, a
-global option, `--opt=value`, an unknown or repeated option, a view not stored) goes to the
-typer app, which parses, refuses and computes as always. The text printed is the one the
-app prints for that stored view (tests/local/store/test_results_served.py)."""
+(tables, or `--json`) is answered by bench.store.result_serve when its view is stored at the
+database's current generation (the standard library reads it: no typer, SQLAlchemy or rich
+for JSON; rich alone for tables), else computed by bench.store.result_answer without typer
+(at 100,000 runs typer, pydantic, rich and SQLAlchemy were most of such a command's time).
+Only a plain line takes that way: the command first, then the results options alone, each
+at most once, with a value that does not start with `-`, a matrix kind whose view is stored
+and one of --cell or --matrix; anything else (help, a global option, `--opt=value`, an
+unknown or repeated option), any error and any doubt go to the typer app, which parses,
+refuses and computes as always. What is printed is what the app prints for that view
+(tests/local/store/test_results_served.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,11 @@ _STORED_MATRICES = ("capacity", "reclaim", "equal-memory", "admission", "end-to-
 
 def main(argv: list[str] | None = None) -> int:
     """bench.cli.app.main, unless the stored view answers (module doc)."""
-    text = served(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    text = served(args)
+    if text is not None and "--json" not in args:
+        _show(args, text)
+        return 0
     if text is not None:
         try:
             sys.stdout.write(text + "\n")
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def served_view(args: list[str]) -> tuple[str | None, str, dict] | None:
     """(--db, view, the view's key arguments as bench.cli.results looks them up) of a plain
-    `results ... --json` line (module doc), else None."""
+    `results` line (module doc), else None."""
     if len(args) < 2 or args[0] != "results":
         return None
     opts: dict[str, Any] = {}
@@ -59,8 +65,7 @@ def served_view(args: list[str]) -> tuple[str | None, str, dict] | None:
         if name in opts:
             return None
         opts[name] = value
-    if not opts.pop("json", False):
-        return None
+    opts.pop("json", None)
     db = opts.pop("db", None)
     where = {k: opts.get(k) for k in ("host", "campaign", "workload")}
     where["include_demo"] = bool(opts.get("include_demo"))
@@ -74,9 +79,19 @@ def served_view(args: list[str]) -> tuple[str | None, str, dict] | None:
     return None
 
 
+def _show(args: list[str], text: str) -> None:
+    """The tables of a served view, drawn as the app draws them (bench.results.store_views)."""
+    import json
+    from bench.results import store_views
+    if "--matrix" in args:
+        store_views.show_matrix(json.loads(text))
+    else:
+        store_views.show_cell(json.loads(text), "-v" in args or "--verbose" in args)
+
+
 def served(args: list[str]) -> str | None:
-    """The JSON text that answers the command line `args`: stored, else computed without
-    typer and rich; None when the app is to answer (module doc)."""
+    """The JSON text of the view that answers the command line `args`: stored, else computed
+    without typer and rich; None when the app is to answer (module doc)."""
     view = served_view(args)
     cache = sys.modules.get("bench.store.result_cache")
     if view is None or (cache is not None and not getattr(cache, "ENABLED", True)):

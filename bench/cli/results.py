@@ -179,7 +179,9 @@ def results(cell: Annotated[Optional[str], typer.Option(
                                              workload=workload, include_demo=include_demo))
         if json_out:            # a stored view's own text only as queries returned it
             return views.emit_json(m) if matrix == "prefetch" else _emit_json(m)
-        return views.print_table(store_views.matrix_table(m))
+        if matrix == "prefetch":
+            return views.print_table(store_views.matrix_table(m))
+        return store_views.show_matrix(m)
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
@@ -188,14 +190,7 @@ def results(cell: Annotated[Optional[str], typer.Option(
     groups = answer(store, "cell_results", dict(cell=cell, **args))
     if json_out:
         return _emit_json(groups)
-    line = store_views.cell_split_line(groups)
-    if line is not None:
-        views.console.print(line)
-    for g in groups:
-        views.print_table(store_views.cell_result_table(g))
-        if verbose:
-            for r in g["runs"]:
-                views.print_table(store_views.verdict_table(r))
+    store_views.show_cell(groups, verbose)
 
 def _emit_json(out) -> None:
     """views.emit_json, or the same text kept with a stored view's output (it is not encoded
