@@ -31,12 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     """bench.cli.app.main, unless the stored view answers (module doc)."""
     args = sys.argv[1:] if argv is None else argv
     text = served(args)
-    if text is not None and "--json" not in args:
-        _show(args, text)
-        return 0
     if text is not None:
         try:
-            sys.stdout.write(text + "\n")
+            if "--json" in args:
+                sys.stdout.write(text + "\n")
+            else:
+                _show(args, text)
             sys.stdout.flush()
         except BrokenPipeError:     # as click ends the app then: silent, exit status 1
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
