@@ -161,8 +161,8 @@ def results(cell: Annotated[Optional[str], typer.Option(
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
     # a view stored at the database's current generation (bench.store.result_cache) is
-    # served without importing the views' module
-    from bench.store import result_cache, result_cache_parts
+    # served without importing the views' module (bench.store.result_answer)
+    from bench.store.result_answer import answer
     if matrix is not None and cell is None:
         if pool:
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
@@ -175,37 +175,22 @@ def results(cell: Annotated[Optional[str], typer.Option(
             if not json_out:
                 views.print_table(prefetch_views.delivery_table(m))
         else:
-            where = dict(host=host, campaign=campaign, workload=workload,
-                         include_demo=include_demo)
-            m = result_cache.lookup(store, "matrix", dict(kind=matrix, **where),
-                                    result_cache_parts.every_cell) or {}
-            if not m:
-                from bench.store import queries
-                m = queries.matrix(store, matrix, **where)
+            m = answer(store, "matrix", dict(kind=matrix, host=host, campaign=campaign,
+                                             workload=workload, include_demo=include_demo))
         if json_out:            # a stored view's own text only as queries returned it
             return views.emit_json(m) if matrix == "prefetch" else _emit_json(m)
-        return views.print_table(store_views.matrix_table(m))
+        if matrix == "prefetch":
+            return views.print_table(store_views.matrix_table(m))
+        return store_views.show_matrix(m)
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
     store = _store(db)
     args = dict(host=host, campaign=campaign, workload=workload, pool=pool, verbose=verbose,
                 include_demo=include_demo)
-    groups = result_cache.lookup(store, "cell_results", dict(cell=cell, **args),
-                                 lambda st: result_cache_parts.cell_depends(st, cell=cell,
-                                                                            workload=workload))
-    if groups is None:
-        from bench.store import queries
-        groups = queries.cell_results(store, cell, **args)
+    groups = answer(store, "cell_results", dict(cell=cell, **args))
     if json_out:
         return _emit_json(groups)
-    line = store_views.cell_split_line(groups)
-    if line is not None:
-        views.console.print(line)
-    for g in groups:
-        views.print_table(store_views.cell_result_table(g))
-        if verbose:
-            for r in g["runs"]:
-                views.print_table(store_views.verdict_table(r))
+    store_views.show_cell(groups, verbose)
 
 def _emit_json(out) -> None:
     """views.emit_json, or the same text kept with a stored view's output (it is not encoded

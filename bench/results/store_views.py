@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from bench.judge import identity
+from bench.results import views
 from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct, size_text
 
 
@@ -334,3 +335,21 @@ def engine_table(res: dict) -> LiteralTable:
         notes += ["\n", ("warning:", "bold red"), f" {w}"]
     t.caption = compose(*notes, style="table.caption")
     return t
+
+
+def show_matrix(m: dict) -> None:
+    """`bench results --matrix KIND` (but prefetch) as a table on stdout."""
+    views.print_table(matrix_table(m))
+
+
+def show_cell(groups: Sequence[dict], verbose: bool) -> None:
+    """`bench results --cell C [-v]` as tables on stdout: the split warning when the cell has
+    several groups, each group's table, with -v each run's verdicts."""
+    line = cell_split_line(groups)
+    if line is not None:
+        views.console.print(line)
+    for g in groups:
+        views.print_table(cell_result_table(g))
+        if verbose:
+            for r in g["runs"]:
+                views.print_table(verdict_table(r))

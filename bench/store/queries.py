@@ -10,7 +10,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import case, select
 
 from bench.errors import InputError
 from bench.judge import engine, identity, stats
@@ -82,6 +82,30 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
                 for row in found]
         if with_identity:
             attach_identity(s, rows, store.engine.dialect.name)
+    return rows
+
+
+def cross_check_scope(store: Store, *, host=None, campaign=None,
+                      include_demo: bool = False) -> list[dict]:
+    """What a balloon cell's cross-check (cross_check_warnings, through identity.key_of)
+    reads of the balloon, cgroup and memboot runs in scope: their cell (CELL_COLS), host,
+    identity and `retained`, one row per distinct such tuple rather than per run (at 100,000
+    runs, 91,000 Python rows for a few hundred distinct ones). A run without a stored
+    workload identity keeps a row of its own (its identity comes from its spec)."""
+    with store.session() as s:
+        cells = {i: rest for i, *rest in s.execute(
+            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
+        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
+        own = case((Run.workload_id.is_(None), Run.id), else_=None)
+        q = select(Run.cell_id, Run.host_id, Run.retained, own, Run.workload_id,
+                   Run.fingerprint_id).distinct().where(Run.bundle_digest.is_not(None))
+        q = runs_filter(s, q, cells, hosts, cell=None, host=host, campaign=campaign,
+                        include_demo=include_demo, mechanisms=CROSS_CHECK_MECHANISMS)
+        names = ("cell", "host", *CELL_COLS, "retained", "_pk", "workload_id",
+                 "fingerprint_id")
+        rows = [dict(zip(names, (cells[c][0], hosts[h], *cells[c][1:], *rest)))
+                for c, h, *rest in fetch_rows(s, q)]
+        attach_identity(s, rows, store.engine.dialect.name)
     return rows
 
 
@@ -193,8 +217,8 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
     balloon = c.mechanism == "balloon"
     where = dict(host=host, campaign=campaign, workload=workload, include_demo=include_demo)
     if balloon and workload is None:
-        runs_in_scope = scope(store, **where, mechanisms=CROSS_CHECK_MECHANISMS,
-                              columns=SUMMARY_COLS)
+        runs_in_scope = cross_check_scope(store, host=host, campaign=campaign,
+                                          include_demo=include_demo)
         runs = scope(store, **where, cell=name)
     else:
         runs_in_scope = scope(store, **where, cell=None if balloon else name,

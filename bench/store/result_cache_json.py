@@ -8,10 +8,13 @@ converts them, NaN and infinities written as it writes them, TypeError for what 
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring_ascii
+import math
+from json.encoder import JSONEncoder, encode_basestring_ascii
 from typing import Any, Callable
 
 _INF = float("inf")
+_isfinite = math.isfinite
+_isnan = math.isnan
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 
@@ -70,10 +73,26 @@ def _flat(items: list | tuple) -> list[str] | None:
     enc = _FAST.get(kind)
     if enc is None or set(map(type, items)) != {kind}:
         return None
-    texts = list(map(enc, items))
-    if kind is float and any("n" in t for t in texts):
+    if kind is float and not all(map(_isfinite, items)):
         return None
-    return texts
+    return list(map(enc, items))
+
+
+_PLAIN = {str, int, float, bool, type(None)}
+_ENCODERS: dict[str, Callable[[Any], str]] = {}
+
+
+def _flat_dict(o: dict, inner: str) -> str | None:
+    """The items of a dict of str keys and values of exactly str, int, float, bool or None,
+    as the indented encoder writes them: what the standard library's C encoder writes with
+    `inner` between items (it is used without an indent; for these types the two encoders
+    write the same text). None for any other dict."""
+    if any(type(k) is not str for k in o) or not set(map(type, o.values())) <= _PLAIN:
+        return None
+    enc = _ENCODERS.get(inner)
+    if enc is None:
+        enc = _ENCODERS[inner] = JSONEncoder(separators=("," + inner, ": ")).encode
+    return enc(o)[1:-1]
 
 
 def dumps(obj: Any) -> str:
@@ -121,6 +140,11 @@ def _dict(o: dict, level: int, put: Callable[[str], Any], seen: set[int]) -> Non
         return
     _enter(o, seen)
     inner = "\n" + "  " * (level + 1)
+    flat = _flat_dict(o, inner)
+    if flat is not None:
+        put("{" + inner + flat + "\n" + "  " * level + "}")
+        seen.discard(id(o))
+        return
     put("{" + inner)
     first = True
     for k, v in o.items():
@@ -137,3 +161,42 @@ def _enter(o: Any, seen: set[int]) -> None:
     if id(o) in seen:
         raise ValueError("Circular reference detected")
     seen.add(id(o))
+
+
+
+_SCALARS = {str, int, bool, type(None)}
+
+
+def exact(obj: Any) -> bool:
+    """Whether json.loads(json.dumps(obj)) == obj is sure without encoding: obj is built of
+    dicts with str keys, lists, and str, int, float (no NaN: unequal to itself), bool and
+    None alone, each of exactly that type (a tuple comes back a list, a key 1 comes back
+    "1"; a subclass, equal or not, is refused: nothing is stored then), without a cycle.
+    result_cache checked this by encoding and loading the text back, at several times the
+    cost (tests/unit/test_result_cache_json.py holds the two to each other)."""
+    return _exact(obj, set())
+
+
+def _exact(o: Any, active: set[int]) -> bool:
+    t = type(o)
+    if t is float:
+        return o == o
+    if t in _SCALARS:
+        return True
+    if t is not dict and t is not list:
+        return False
+    if id(o) in active:                 # a cycle: json refuses it
+        return False
+    if t is dict and any(type(k) is not str for k in o):
+        return False
+    items = list(o.values()) if t is dict else o
+    kinds = set(map(type, items))
+    if kinds <= _SCALARS:
+        return True
+    if float in kinds and kinds <= _SCALARS | {float}:
+        return not any(map(_isnan, [x for x in items if type(x) is float]))
+    active.add(id(o))
+    try:
+        return all(_exact(x, active) for x in items)
+    finally:
+        active.discard(id(o))

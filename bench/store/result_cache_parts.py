@@ -90,7 +90,9 @@ def compute_parts(store: Store, where: dict, cell_ids: set[int] | None = None) -
 
 
 def _parts(store: Store, where: dict) -> list[list]:
-    """The parts at the current generation: stored, brought up to date, or computed."""
+    """The parts at the current generation: stored, brought up to date, or computed. Stored
+    as a JSON array of one compact part a line: the lines of the parts a write left as they
+    were are stored again as read, not encoded anew."""
     if where["workload"] is not None or not result_cache.ENABLED:
         return compute_parts(store, where)
     key = result_cache.cache_key("matrix_parts", where)
@@ -98,24 +100,32 @@ def _parts(store: Store, where: dict) -> list[list]:
     if data is not None and stored_gen == gen:
         return json.loads(data)
     if data is not None and dirty is not None and 0 not in dirty:
-        kept, fresh = _kept(store, json.loads(data), dirty), compute_parts(store, where, dirty)
+        old, lines = json.loads(data), data.split("\n")[1:-1]
+        if len(lines) != len(old):
+            lines = [""] * len(old)
+        kept, texts = _kept(store, old, lines, dirty)
+        fresh = compute_parts(store, where, dirty)
     else:
-        kept, fresh = [], compute_parts(store, where)
+        kept, texts, fresh = [], [], compute_parts(store, where)
     if not _round_trips(fresh):
         return kept + fresh
     parts = kept + fresh
     if gen is not None:
-        blob = json.dumps(parts, separators=(",", ":"))
+        texts += [json.dumps(p, separators=(",", ":")) for p in fresh]
+        blob = "[\n" + ",\n".join(t.removesuffix(",") or json.dumps(p, separators=(",", ":"))
+                                   for t, p in zip(texts, parts)) + "\n]"
         if len(blob) <= result_cache.MAX_BYTES:
             result_cache.put(store, key, gen, blob)
     return parts
 
 
-def _kept(store: Store, old: list[list], dirty: set[int]) -> list[list]:
-    """The `old` parts of cells that are not `dirty`."""
+def _kept(store: Store, old: list[list], lines: list[str], dirty: set[int]
+          ) -> tuple[list[list], list[str]]:
+    """The `old` parts of cells that are not `dirty`, and their stored lines."""
     with store.engine.connect() as conn:
         names = {n for i, n in conn.execute(text("SELECT id, name FROM cells")) if i in dirty}
-    return [p for p in old if p[4] not in names]
+    keep = [i for i, p in enumerate(old) if p[4] not in names]
+    return [old[i] for i in keep], [lines[i] for i in keep]
 
 
 def _stored(store: Store, key: str) -> tuple[int | None, int | None, str | None,
@@ -134,7 +144,8 @@ def _stored(store: Store, key: str) -> tuple[int | None, int | None, str | None,
 def _round_trips(parts: list[list]) -> bool:
     """Whether loading the JSON of `parts` gives them back exactly (result_cache._round_trip:
     then parts read back from the store are the ones computed)."""
+    from bench.store.result_cache_json import exact
     try:
-        return json.loads(json.dumps(parts)) == parts
-    except (TypeError, ValueError):
+        return exact(parts)
+    except RecursionError:
         return False

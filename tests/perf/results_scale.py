@@ -5,8 +5,9 @@ printing min/median/max per N side by side. Goal: results --matrix and --cell un
 Each time is a whole `bench` command in a new process (Python's start and imports included),
 wall and CPU (user+sys of that process). The two results views are timed three ways, three
 times each: cold (nothing stored: computed from every run), warm (served as stored,
-bench.store.result_cache) and right after a write (a new run of the viewed cell, stored as
-ingest stores it: since migration 0008 only that cell's runs are read again).
+bench.store.result_cache; a plain `--json` line by bench.store.result_serve, without typer or
+SQLAlchemy) and right after a write (a new run of the viewed cell, stored as ingest stores
+it: since migration 0008 only that cell's runs are read again).
 
 Rows are inserted in bulk through the store's own models (tests/perf/results_10k.populate:
 runs with their metrics, iterations summary, spec.json, workload identity and current

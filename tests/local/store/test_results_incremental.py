@@ -199,3 +199,26 @@ def test_the_triggers_mark_the_cells_written(filled):
         conn.execute(sa.text("UPDATE hosts SET name = name"))
     with store.engine.connect() as conn:
         assert result_cache.changed_cells(conn, gen) == {0}
+
+
+def _cross_keys(rows) -> set:
+    return {(r["cell"], r["host"], r["workload"]["digest"], r["fingerprint"]["digest"],
+             r["retained"], r["capacity_bytes"], r["mechanism"]) for r in rows}
+
+
+def test_cross_check_reads_what_every_run_gives(filled):
+    """A balloon cell's cross-check reads one row per distinct (cell, host, identity,
+    retained) (queries.cross_check_scope): the same tuples as every balloon, cgroup and
+    memboot run in scope gives, which is all that cross_check_warnings and key_of read;
+    and before and after a run loses its workload identity (read from its spec then)."""
+    store = filled
+    for step in range(2):
+        for kw in FILTERS:
+            every = queries.scope(store, **kw, mechanisms=queries.CROSS_CHECK_MECHANISMS,
+                                  columns=queries.SUMMARY_COLS)
+            distinct = queries.cross_check_scope(store, **kw)
+            assert every and _cross_keys(distinct) == _cross_keys(every), (step, kw)
+            assert len(distinct) < len(every) or step, kw
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET workload_id = NULL WHERE id IN (SELECT min(id) "
+                                 "FROM runs GROUP BY cell_id)"))
