@@ -182,29 +182,43 @@ def snapshot_device_bytes(snap_dir: Path, p: int, dev: str) -> int:
     return (diskstats_sectors_read(dev, end) - diskstats_sectors_read(dev, start)) * SECTOR
 
 
-def reclaimed_pages(snap_dir: Path, p: int) -> int:
-    """Pages the kernel reclaimed (kswapd and direct) during pass p, from the vmstat
-    snapshots; 0 when the pass has none."""
-    def steal(side: str) -> int:
+def _vmstat_delta(snap_dir: Path, p: int, counted) -> int:
+    def total(side: str) -> int:
         f = snap_dir / f"pass{p}-{side}" / "proc_vmstat"
         if not f.exists():
             return 0
         fields = dict(line.split() for line in f.read_text().splitlines() if line.strip())
-        return sum(int(v) for k, v in fields.items() if k.startswith("pgsteal_"))
-    return steal("end") - steal("start")
+        return sum(int(v) for k, v in fields.items() if counted(k))
+    return total("end") - total("start")
+
+
+def reclaimed_pages(snap_dir: Path, p: int) -> int:
+    """Pages the kernel reclaimed (kswapd and direct) during pass p, from the vmstat
+    snapshots; 0 when the pass has none."""
+    return _vmstat_delta(snap_dir, p, lambda k: k.startswith("pgsteal_"))
+
+
+def cache_drops(snap_dir: Path, p: int) -> int:
+    """Writes to /proc/sys/vm/drop_caches during pass p (vmstat's drop_pagecache): on one
+    kernel shared with other work (a netns lab host's runner left finishing a run, another
+    test), a drop by anyone empties the warm pass's cache and counts no pgsteal."""
+    return _vmstat_delta(snap_dir, p, lambda k: k == "drop_pagecache")
 
 
 def skip_if_evicted_from_outside(snap_dir: Path, p: int, warm_bytes: int, slack: int) -> None:
-    """A warm pass that read the device while the kernel was reclaiming: something outside the
-    test took memory (this project's VMs have a virtio balloon and virtio-mem that the
-    hypervisor drives), so cache hits cannot be judged on this machine now. Without reclaim,
-    a warm pass that reads the device stays a failure."""
-    n = reclaimed_pages(snap_dir, p)
-    if warm_bytes > slack and n > 0:
+    """A warm pass that read the device while the kernel was reclaiming, or while someone
+    dropped the page cache: something outside the test took memory (this project's VMs have a
+    virtio balloon and virtio-mem that the hypervisor drives) or emptied the cache, so cache
+    hits cannot be judged on this machine now. Without either, a warm pass that reads the
+    device stays a failure."""
+    n, drops = reclaimed_pages(snap_dir, p), cache_drops(snap_dir, p)
+    if warm_bytes > slack and (n > 0 or drops > 0):
         import pytest
-        pytest.skip(f"the machine reclaimed {n} pages during the warm pass (memory taken from "
-                    f"outside the test, e.g. by the hypervisor's balloon): warm reads "
-                    f"({warm_bytes} bytes) cannot be judged on this machine now")
+        pytest.skip(f"the machine reclaimed {n} pages and dropped its page cache {drops} "
+                    f"time(s) during the warm pass (memory taken or the cache emptied from "
+                    f"outside the test, e.g. by the hypervisor's balloon or another "
+                    f"process's drop_caches): warm reads ({warm_bytes} bytes) cannot be "
+                    f"judged on this machine now")
 
 
 @contextlib.contextmanager
