@@ -55,6 +55,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from bench.errors import BenchError, InputError
 from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
+from bench.store.result_serve import PG_SCHEMA_LOCK_KEY, SQLITE_BUSY_S
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -213,8 +214,8 @@ def quick_head() -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
-# pg_advisory_xact_lock key of bench's schema (b"benchmig" as a big-endian bigint)
-PG_SCHEMA_LOCK_KEY = int.from_bytes(b"benchmig", "big")
+# pg_advisory_xact_lock key of bench's schema (b"benchmig" as a big-endian bigint); defined in
+# result_serve (standard library only), whose lean reader takes the same lock
 
 
 def sqlite_path(engine: Engine) -> Path | None:
@@ -324,8 +325,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 # busy database is waited for up to SQLITE_BUSY_S: a transaction that reads and then writes
 # (a state transition, an ingest) would otherwise fail at once with `database is locked`
 # whenever another connection wrote in between (WAL cannot upgrade a stale read snapshot,
-# and no busy handler is run for it): a campaign of 64 hosts lost runs to it.
-SQLITE_BUSY_S = 60.0
+# and no busy handler is run for it): a campaign of 64 hosts lost runs to it. (The value lives
+# in result_serve, whose lean reader waits as long.)
 
 
 def _own_transactions(dbapi_conn, _record) -> None:

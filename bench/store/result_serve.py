@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 FORMAT = 1                        # of the key and the stored JSON (result_cache.FORMAT)
-PG_SCHEMA_LOCK_KEY = int.from_bytes(b"benchmig", "big")     # bench.store.db's
-SQLITE_BUSY_S = 60.0                                          # bench.store.db's
+PG_SCHEMA_LOCK_KEY = int.from_bytes(b"benchmig", "big")     # bench.store.db's schema lock
+SQLITE_BUSY_S = 60.0                                          # bench.store.db's busy wait
 _PLAIN = re.compile(r"[A-Za-z0-9._-]*\Z")
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._/-]*\Z")
 _READ = ("SELECT c.data FROM results_cache c, results_generation g "
