@@ -182,43 +182,68 @@ def snapshot_device_bytes(snap_dir: Path, p: int, dev: str) -> int:
     return (diskstats_sectors_read(dev, end) - diskstats_sectors_read(dev, start)) * SECTOR
 
 
-def _vmstat_delta(snap_dir: Path, p: int, counted) -> int:
-    def total(side: str) -> int:
-        f = snap_dir / f"pass{p}-{side}" / "proc_vmstat"
+def _vmstat_delta(snap_dir: Path, first: int, last: int, counted) -> int:
+    """The change of the /proc/vmstat counters `counted` names from pass `first`'s start to
+    pass `last`'s end snapshot; 0 when the snapshots hold no vmstat."""
+    def total(d: str) -> int:
+        f = snap_dir / d / "proc_vmstat"
         if not f.exists():
             return 0
         fields = dict(line.split() for line in f.read_text().splitlines() if line.strip())
         return sum(int(v) for k, v in fields.items() if counted(k))
-    return total("end") - total("start")
+    return total(f"pass{last}-end") - total(f"pass{first}-start")
 
 
-def reclaimed_pages(snap_dir: Path, p: int) -> int:
-    """Pages the kernel reclaimed (kswapd and direct) during pass p, from the vmstat
-    snapshots; 0 when the pass has none."""
-    return _vmstat_delta(snap_dir, p, lambda k: k.startswith("pgsteal_"))
+def reclaimed_pages(snap_dir: Path, p: int, since: int | None = None) -> int:
+    """Pages the kernel reclaimed (every pgsteal_ source: kswapd, direct, and those only the
+    file/anon totals count, such as DAMON's pageout) during pass p, or from pass `since` to
+    the end of pass p; 0 without vmstat snapshots."""
+    return _vmstat_delta(snap_dir, p if since is None else since, p,
+                         lambda k: k.startswith("pgsteal_"))
+
+
+def refaulted_pages(snap_dir: Path, p: int) -> int:
+    """File pages read again during pass p that reclaim had evicted (workingset_refault_file:
+    only reclaim leaves the shadow entry a refault is told by; drop_caches, fadvise DONTNEED
+    and O_DIRECT leave none)."""
+    return _vmstat_delta(snap_dir, p, p, lambda k: k == "workingset_refault_file")
 
 
 def cache_drops(snap_dir: Path, p: int) -> int:
     """Writes to /proc/sys/vm/drop_caches during pass p (vmstat's drop_pagecache): on one
     kernel shared with other work (a netns lab host's runner left finishing a run, another
     test), a drop by anyone empties the warm pass's cache and counts no pgsteal."""
-    return _vmstat_delta(snap_dir, p, lambda k: k == "drop_pagecache")
+    return _vmstat_delta(snap_dir, p, p, lambda k: k == "drop_pagecache")
 
 
 def skip_if_evicted_from_outside(snap_dir: Path, p: int, warm_bytes: int, slack: int) -> None:
-    """A warm pass that read the device while the kernel was reclaiming, or while someone
-    dropped the page cache: something outside the test took memory (this project's VMs have a
-    virtio balloon and virtio-mem that the hypervisor drives) or emptied the cache, so cache
-    hits cannot be judged on this machine now. Without either, a warm pass that reads the
-    device stays a failure."""
-    n, drops = reclaimed_pages(snap_dir, p), cache_drops(snap_dir, p)
-    if warm_bytes > slack and (n > 0 or drops > 0):
+    """A warm pass p that read the device after the kernel reclaimed during the replay (from
+    the cold pass on: a page read cold and reclaimed before the warm pass is read again), that
+    re-read pages reclaim had evicted, or during which someone dropped the page cache:
+    something outside the test took memory (this project's VMs have a virtio balloon,
+    virtio-mem and a DAMON pageout that the hypervisor drives) or emptied the cache, so cache
+    hits cannot be judged on this machine now. Without any of these, a warm pass that reads
+    the device stays a failure: a cache bypass or a drop by the agent leaves no refault."""
+    n, refaults = reclaimed_pages(snap_dir, p, since=0), refaulted_pages(snap_dir, p)
+    drops = cache_drops(snap_dir, p)
+    if warm_bytes > slack and (n > 0 or refaults > 0 or drops > 0):
         import pytest
-        pytest.skip(f"the machine reclaimed {n} pages and dropped its page cache {drops} "
-                    f"time(s) during the warm pass (memory taken or the cache emptied from "
-                    f"outside the test, e.g. by the hypervisor's balloon or another "
-                    f"process's drop_caches): warm reads ({warm_bytes} bytes) cannot be "
-                    f"judged on this machine now")
+        pytest.skip(f"the machine reclaimed {n} pages during the replay, {refaults} of the warm "
+                    f"pass's reads were refaults and the page cache was dropped {drops} "
+                    f"time(s) during it (memory taken or the cache emptied from outside the "
+                    f"test, e.g. by the hypervisor's balloon, DAMON pageout or another "
+                    f"process's drop_caches): warm reads ({warm_bytes} bytes) cannot be judged "
+                    f"on this machine now")
+
+
+def warm_device_bytes(snap_dir: Path, p: int, dev: str, slack: int) -> int:
+    """Device bytes of warm pass p, after skipping when the cache was emptied from outside
+    (skip_if_evicted_from_outside; the snapshots must include /proc/vmstat)."""
+    if not (snap_dir / f"pass{p}-end" / "proc_vmstat").exists():
+        raise AssertionError("the warm-pass guard needs --snapshot-file /proc/vmstat")
+    warm = snapshot_device_bytes(snap_dir, p, dev)
+    skip_if_evicted_from_outside(snap_dir, p, warm, slack)
+    return warm
 
 
 @contextlib.contextmanager
