@@ -33,7 +33,7 @@ from bench.execute.hostrun import (HostSession, Quarantined, now_iso, runner_sta
                                    wait_run)
 from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.deploy import REPO, deploy, source_hash
-from bench.hosts.facts import probe, run_parallel
+from bench.hosts.facts import probe_for_run, run_parallel
 from bench.hosts.inventory import Host
 from bench.hosts.lock import HostLock
 from bench.hosts.ssh import transport_for as ssh_transport_for
@@ -112,11 +112,12 @@ def with_protocol(options: RunOptions, cell: Cell, cgroup_headroom: str | None =
 
 
 def preflight(host: Host, cell: Cell, plan: PlanInfo, run_id: str, options: RunOptions,
-              t: Transport) -> Preflight:
-    """Read-only: probe the host and build its spec (InputError/SafetyError when the cell
-    does not fit it, a balloon that would lock more than options.balloon_max_bytes
-    included)."""
-    pr = probe(t, host)
+              t: Transport, known: dict | None = None) -> Preflight:
+    """Read-only: probe what a run reads of the host (bench.hosts.facts.probe_for_run;
+    `known`: its facts from an earlier preflight, reused within the same boot) and build its
+    spec (InputError/SafetyError when the cell does not fit it, a balloon that would lock
+    more than options.balloon_max_bytes included)."""
+    pr = probe_for_run(t, host, known)
     if pr.error:
         raise pr.exception or HostError(host.name, pr.error["message"])
     facts = pr.facts

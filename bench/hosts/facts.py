@@ -389,6 +389,40 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
     return res
 
 
+# What one run's preflight reads of its host (bench.matrix.runspec.check_cell_on_host: memory,
+# MGLRU, the cgroup backend, the kernel for its messages; bench.execute.single.preflight:
+# boot_id, python3, MemAvailable). The run's bundle records the host as the runner sees it
+# (host.json), and fingerprint_matches holds the run to its campaign, so a run needs no more.
+RUN_FACTS = ("kernel", "boot_id", "memory", "mglru", "cgroup")
+# fixed within a boot, and the costly fact: it starts an interpreter (0.1 s of a 0.16 s probe)
+BOOT_FACTS = ("python3",)
+
+
+def facts_named(names: Sequence[str]) -> tuple[Fact, ...]:
+    return tuple(f for f in FACTS if f.name in names)
+
+
+def probe_for_run(transport, host, known: dict | None = None) -> HostResult:
+    """The facts one run's preflight reads (RUN_FACTS), in one round trip; the boot-fixed
+    facts (BOOT_FACTS) are taken from `known`, this host's facts from an earlier probe in the
+    same boot (same boot_id), else probed too. A host's every other fact (block devices, page
+    cache settings, the agent) is for `bench hosts probe` and the campaign's preflight."""
+    reuse = known is not None and all(known.get(k) for k in BOOT_FACTS + ("boot_id",))
+    res = probe(transport, host, facts_named(RUN_FACTS if reuse else RUN_FACTS + BOOT_FACTS))
+    if not reuse or res.error:
+        return res
+    assert known is not None
+    if res.facts.get("boot_id") == known["boot_id"]:
+        res.facts.update({k: known[k] for k in BOOT_FACTS})
+        return res
+    more = probe(transport, host, facts_named(BOOT_FACTS))     # a new boot: probe them again
+    res.facts.update(more.facts)
+    res.fact_errors.update(more.fact_errors)
+    res.error, res.exception = more.error, more.exception
+    res.seconds += more.seconds
+    return res
+
+
 def check_expectations(host, facts: dict) -> list[str]:
     """Mismatches between the inventory's [expect] table and the probed facts."""
     out = []

@@ -206,3 +206,32 @@ def test_unreachable_hosts_stop_the_campaign_before_it_is_created(lab, lab_inven
     assert took < 5 + 15, took          # the connect timeout and Python's start, not 900 s
     assert not db.exists()
     print(f"unreachable hosts refused in {took:.1f}s")
+
+
+def test_a_run_probe_reads_what_a_run_needs_and_reuses_only_boot_fixed_facts(lab,
+                                                                            lab_inventory):
+    """A campaign run's preflight (bench.hosts.facts.probe_for_run) reads memory, MGLRU, the
+    cgroup backend, the kernel and the boot id of the real host every time; the interpreter
+    (the costly fact) is taken from the previous probe only while the boot id is the same.
+    The previous probe's python3 is marked to tell a reuse from a probe."""
+    from bench.hosts.facts import RUN_FACTS, probe, probe_for_run
+    from bench.hosts.ssh import transport_for
+    h = lab_inventory["lab-netns-1"]
+    t = transport_for(h)
+    try:
+        full = probe(t, h)
+        first = probe_for_run(t, h)
+        assert first.ok, (first.error, first.fact_errors)
+        for k in ("kernel", "boot_id", "mglru", "cgroup", "mem_total_bytes", "python3"):
+            assert first.facts[k] == full.facts[k], k
+        assert first.facts["mem_available_bytes"] > 0
+        assert "pool_device" not in first.facts and "settings" not in first.facts
+        marked = {**first.facts, "python3": "0.0.1"}
+        same = probe_for_run(t, h, marked)
+        assert same.ok and same.facts["python3"] == "0.0.1"
+        assert set(RUN_FACTS) - {"memory"} <= set(same.facts)
+        other_boot = probe_for_run(t, h, {**marked, "boot_id": "0" * 32})
+        assert other_boot.ok and other_boot.facts["python3"] == full.facts["python3"]
+        assert other_boot.facts["boot_id"] == full.facts["boot_id"]
+    finally:
+        t.close()

@@ -108,6 +108,7 @@ class Worker:
         self.rebooted = False
         self.quarantined: str | None = None
         self.ready: tuple | None = None     # (boot_id, plan sha256) once agent/plan/pool checked
+        self.facts: dict | None = None      # the last run preflight's facts (boot-fixed reused)
         self._ingests: dict[str, Future] = {}   # run id -> its ingest (ingest: off the path)
         self._ingest_lock = threading.Lock()
         self._ingest_pool: ThreadPoolExecutor | None = None
@@ -387,9 +388,8 @@ class Worker:
             elif spec is None:
                 assert ex.plan is not None
                 pf = preflight(h, parse_cell(ex.rows[rid].cell), ex.plan_for(ex.rows[rid].cell),
-                               rid,
-                               ex.run_options(rid), t)
-                spec, boot_id = pf.spec, pf.facts.get("boot_id")
+                               rid, ex.run_options(rid), t, known=self.facts)
+                spec, boot_id, self.facts = pf.spec, pf.facts.get("boot_id"), pf.facts
             # checked in this boot: the claim is checked by the start command itself
             claim = self.claim.alive_args() if self.staged(boot_id, engine) else None
             lock = self.host_lock(t, rid) if claim is None else Borrowed(self.claim)
