@@ -173,17 +173,70 @@ def test_ingest_moves_the_generation(store, bundles):
                                    "workloads", "fingerprints", "engine_runs"])
 def test_every_watched_table_has_its_triggers(filled, table):
     """A plain UPDATE of each table results read moves the counter (the triggers of 0007),
-    even one that changes nothing (the counter is conservative)."""
+    even one that changes nothing (the counter is conservative), but for campaigns: only a
+    change of what results read of one (its id, hidden and demo flags; 0009) moves it. The
+    filled database's runs are all ingested."""
     store = filled
     gen = _generation(store)
+    if table == "campaigns":
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE campaigns SET id = id, state = state"))
+        assert _generation(store) == gen
     with store.engine.begin() as conn:
         col = sa.inspect(conn).get_pk_constraint(table)["constrained_columns"][0]
-        conn.execute(sa.text(f"UPDATE {table} SET {col} = {col}"))
+        conn.execute(sa.text(f"UPDATE {table} SET {col} = {col}" if table != "campaigns" else
+                             "UPDATE campaigns SET hidden = NOT hidden"))
         conn.execute(sa.text(f"DELETE FROM {table} WHERE 1 = 0"))
+        if table == "campaigns":
+            conn.execute(sa.text("UPDATE campaigns SET hidden = NOT hidden"))
     # an UPDATE of no row moves nothing; tables with rows move
     with store.engine.connect() as conn:
         rows = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
     assert (_generation(store) > gen) == bool(rows), table
+
+
+def test_a_runs_states_before_its_bundle_move_nothing_and_its_ingest_does(store, bundles):
+    """A campaign's run passes five states before its bundle is stored, and its campaign's
+    row is locked by its controller: results read neither (ingested runs alone), so none
+    moves the generation (0009); storing the bundle, and any later change of the ingested
+    run, does, and marks its cell."""
+    bundle = bundles("r1")
+    spec = json.loads((bundle / "spec.json").read_text())    # ingest holds the run to it
+    for i, rid in enumerate(("r0", "r1")):
+        campaigns.add_run(store, "c1", rid, host="fixture-a", cell="64Mi-cgroup-mglru",
+                          position=i)
+    # the first run of a workload stores its identity: a new workload moves the generation
+    # (a view's --workload prefix may now name two), as 0008 made it
+    gen = _generation(store)
+    for state in ("booting", "boot_verified", "deployed", "running"):
+        campaigns.transition(store, "r0", state, spec=spec if state == "running" else None)
+    assert _generation(store) > gen
+    gen = _generation(store)
+    for state in ("booting", "boot_verified", "deployed", "running", "collected"):
+        campaigns.transition(store, "r1", state, spec=spec if state == "running" else None)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE campaigns SET state = state WHERE id = 'c1'"))
+    assert _generation(store) == gen
+    assert ingest_bundle(store, bundle)["status"] == "ingested"
+    after = _generation(store)
+    assert after > gen
+    with store.engine.connect() as conn:
+        dirty = dict(conn.execute(sa.text("SELECT cell_id, generation FROM results_dirty")).all())
+        cell = conn.execute(sa.text("SELECT cell_id FROM runs WHERE run_id = 'r1'")).scalar()
+    assert dirty[cell] == after
+    campaigns.transition(store, "r1", "validated")
+    assert _generation(store) > after
+    # 0009's downgrade gives back 0008's triggers (every write to runs moves it), and again
+    with store.engine.begin() as conn:
+        command.downgrade(_alembic_config(conn), "0008")
+    gen = _generation(store)
+    campaigns.add_run(store, "c1", "r2", host="fixture-a", cell="64Mi-cgroup-mglru",
+                      position=2)
+    assert _generation(store) > gen
+    upgrade(store.engine)
+    gen = _generation(store)
+    campaigns.transition(store, "r2", "booting")
+    assert _generation(store) == gen
 
 
 def test_a_reader_that_cannot_store_still_answers(filled, db_url, tmp_path):
