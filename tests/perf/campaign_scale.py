@@ -283,12 +283,13 @@ def one_campaign(a, tmp: Path, lab: Lab, names: list[str], db: str, tag: str,
     settings = Settings(threads=a.threads, passes=a.passes, retries=0, data_dir=wdir / "data",
                         db_url=db, hosts_dir=lab.hosts_dir)
     store = open_store(db)
+    reader = open_store(db, write=False)     # as bench.cli.campaign.run_live reads
     samples: list[dict] = []
     try:
         create(store, plan, exp, m, names, settings, str(matrix))
         stats.reset()
         stop = threading.Event()
-        sampler = threading.Thread(target=view_sampler, args=(store, cid, stop, samples),
+        sampler = threading.Thread(target=view_sampler, args=(reader, cid, stop, samples),
                                    daemon=True)
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         b0 = box_cpu()
@@ -304,6 +305,7 @@ def one_campaign(a, tmp: Path, lab: Lab, names: list[str], db: str, tag: str,
         res = co.analyse(store, cid, wdir / "data", t0)
         state = campaign_row(store, cid).state
     finally:
+        reader.close()
         store.close()
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     runs = res["runs"]
@@ -429,7 +431,7 @@ def goal_lines(backend: str, rs: dict[int, dict]) -> None:
     if cpu:
         print(f"{backend}:   the controller's CPU per run at {hi} / at {lo} = {cpu:.2f}x "
               f"({a['cpu_per_run_s']:.3f} s / {b['cpu_per_run_s']:.3f} s)")
-    for n in (lo, hi):
+    for n in sorted({lo, hi}):      # one line when one size was run
         box = rs[n].get("box")
         if box:
             print(f"{backend}:   at {n} hosts the machine was {100 * box['busy_share']:.0f}% "
@@ -471,6 +473,9 @@ def main() -> int:
         return 2
     cfg = SimpleNamespace(runs=a.runs, layers=a.layers, experts=a.experts,
                           expert_bytes=a.expert_bytes, tokens=a.tokens, passes=a.passes)
+    def stop(signum, _frame):     # a SIGTERM (timeout, kill) takes lab and server down too
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
     tmp = Path(tempfile.mkdtemp(prefix="bench-perf-scale-"))
     os.chmod(tmp, 0o755)     # the PostgreSQL server (its own user) keeps its socket below
     lab = Lab(tmp / "lab")
