@@ -101,19 +101,19 @@ def _pg_create(conn, quiet: bool) -> None:
                 f"FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION bench_results_touch()")
 
 
-def upgrade() -> None:
+def _apply(quiet: bool) -> None:
+    """0009's triggers (quiet) or 0008's in their place."""
     conn = op.get_bind()
     if conn.dialect.name == "postgresql":
-        _pg_drop(conn, quiet=False)
-        _pg_create(conn, quiet=True)
+        _pg_drop(conn, quiet=not quiet)
+        _pg_create(conn, quiet=quiet)
     else:
-        _sqlite(conn, quiet=True)
+        _sqlite(conn, quiet=quiet)
+
+
+def upgrade() -> None:
+    _apply(quiet=True)
 
 
 def downgrade() -> None:
-    conn = op.get_bind()
-    if conn.dialect.name == "postgresql":
-        _pg_drop(conn, quiet=True)
-        _pg_create(conn, quiet=False)
-    else:
-        _sqlite(conn, quiet=False)
+    _apply(quiet=False)
