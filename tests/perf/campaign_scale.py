@@ -22,12 +22,14 @@ Per campaign it prints:
 - overhead per run = run wall (journal: leaving `planned` to the verdict) - replay (the
   agent's timed passes), median and [min, max], over all runs and over the steady ones
   (each host's first run in a campaign also checks agent, plan and pool);
-- database: write statements (INSERT/UPDATE/DELETE) and their total time, lock waits
-  (write statements that took over --wait-ms: on these small rows, time spent waiting for
-  the database's write lock: SQLite's busy handler, taken at a transaction's first write
-  under WAL, PostgreSQL's row locks) and lock errors (`database is locked` and the like).
-  Counted with SQLAlchemy engine events on every engine this process makes (ingest opens
-  its own);
+- database: write statements (INSERT/UPDATE/DELETE) and their total time, slow writes
+  (write statements that took over --wait-ms: on these small rows, waits for the database's
+  write lock (SQLite's busy handler, taken at a transaction's first write under WAL,
+  PostgreSQL's row locks) and, on a busy machine, for a CPU: at 64 netns hosts on 2 cores,
+  PostgreSQL's active backends sampled from pg_stat_activity mostly waited on the client
+  (ClientRead: the controller's thread not yet scheduled), rarely on a lock) and lock errors
+  (`database is locked` and the like). Counted with SQLAlchemy engine events on every engine
+  this process makes (ingest opens its own);
 - the live view's refresh cost: every second a sampler thread does what `bench campaign
   run`'s live view does (bench.execute.campaign.watch.progress, then
   bench.results.campaign_views.campaign_renderable rendered to an in-memory terminal):
@@ -372,8 +374,9 @@ ROWS = [
                                             if r.get("ingest_batches") else "-"),
     ("db write statements", lambda r: f"{r['db']['write_statements']} "
                                       f"({r['db']['write_s']:.2f} s)"),
-    ("db lock waits", lambda r: f"{r['db']['lock_waits']} ({r['db']['lock_wait_s']:.2f} s, "
-                                f"max {1000 * r['db']['lock_wait_max_s']:.0f} ms)"),
+    ("db writes over wait-ms", lambda r: f"{r['db']['lock_waits']} "
+                                         f"({r['db']['lock_wait_s']:.2f} s, "
+                                         f"max {1000 * r['db']['lock_wait_max_s']:.0f} ms)"),
     ("db lock errors", lambda r: str(r["db"]["lock_errors"])),
     ("view read+fold ms", lambda r: mr(r["view"]["read_ms"], p=0)),
     ("view render ms", lambda r: mr(r["view"]["render_ms"], p=0)),
@@ -386,7 +389,7 @@ def report(results: list[dict], a) -> None:
           f"{a.expert_bytes} B; {a.tokens} tokens, {a.passes} pass(es), {a.threads} thread(s); "
           f"kernel {os.uname().release}, {os.cpu_count()} CPUs; load average now "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print("medians [min-max] over the campaign's runs; lock wait = a write statement over "
+    print("medians [min-max] over the campaign's runs; slow write = a write statement over "
           f"{a.wait_ms:g} ms")
     heads = [f"{r['backend'][:8]} x{r['hosts']}" for r in results]
     w = max(24, *(len(fn(r)) + 2 for r in results for _, fn in ROWS))
@@ -454,7 +457,7 @@ def main() -> int:
                     help="experts per layer (default 32: the tiny preset's hot set is 24)")
     ap.add_argument("--expert-bytes", type=int, default=64 << 10)
     ap.add_argument("--wait-ms", type=float, default=10.0,
-                    help="a write statement slower than this counts as a lock wait")
+                    help="a write statement slower than this counts as slow (a lock or CPU wait)")
     ap.add_argument("--prefix", default=os.environ.get("BENCH_FLEET_PREFIX", "bsc"))
     ap.add_argument("--subnet", default=os.environ.get("BENCH_FLEET_SUBNET", "10.200.94"))
     ap.add_argument("--json", action="store_true")
