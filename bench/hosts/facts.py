@@ -407,13 +407,12 @@ def probe_for_run(transport, host, known: dict | None = None) -> HostResult:
     facts (BOOT_FACTS) are taken from `known`, this host's facts from an earlier probe in the
     same boot (same boot_id), else probed too. A host's every other fact (block devices, page
     cache settings, the agent) is for `bench hosts probe` and the campaign's preflight."""
-    reuse = known is not None and all(known.get(k) for k in BOOT_FACTS + ("boot_id",))
+    reuse = known if known and all(known.get(k) for k in BOOT_FACTS + ("boot_id",)) else None
     res = probe(transport, host, facts_named(RUN_FACTS if reuse else RUN_FACTS + BOOT_FACTS))
-    if not reuse or res.error:
+    if reuse is None or res.error:
         return res
-    assert known is not None
-    if res.facts.get("boot_id") == known["boot_id"]:
-        res.facts.update({k: known[k] for k in BOOT_FACTS})
+    if res.facts.get("boot_id") == reuse["boot_id"]:
+        res.facts.update({k: reuse[k] for k in BOOT_FACTS})
         return res
     more = probe(transport, host, facts_named(BOOT_FACTS))     # a new boot: probe them again
     res.facts.update(more.facts)

@@ -55,6 +55,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from bench.errors import BenchError, InputError
 from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
+# the schema lock's key (pg_advisory_xact_lock of b"benchmig" as a big-endian bigint) and the
+# SQLite busy wait, defined in result_serve (standard library only), whose lean reader uses both
 from bench.store.result_serve import PG_SCHEMA_LOCK_KEY, SQLITE_BUSY_S
 
 if TYPE_CHECKING:
@@ -212,10 +214,6 @@ def quick_head() -> str | None:
         downs.add(found.get("down_revision"))
     heads = revs - downs
     return heads.pop() if len(heads) == 1 else None
-
-
-# pg_advisory_xact_lock key of bench's schema (b"benchmig" as a big-endian bigint); defined in
-# result_serve (standard library only), whose lean reader takes the same lock
 
 
 def sqlite_path(engine: Engine) -> Path | None:
