@@ -1,6 +1,6 @@
 """Command-line conventions: `bench --version`, global -v/-q, help text that shows every
 `[...]` of its source (no markup eaten), choices shown as choices, shell completion with
-real choices, the README listing every environment variable bench reads, and the lean
+real choices, docs/environment.md listing every environment variable bench reads, and the lean
 install (extras named by the error a command gives without them)."""
 
 from __future__ import annotations
@@ -209,12 +209,12 @@ def _env_reads() -> set[str]:
     return names
 
 
-def test_readme_lists_every_environment_variable():
+def test_docs_list_every_environment_variable():
     reads = _env_reads()
     assert {"BENCH_DB", "BENCH_HOSTS", "BENCH_DATA_DIR", "XDG_DATA_HOME",
             "BENCH_BUNDLE_MAX_FILES"} <= reads
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### Environment variables", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "environment.md").read_text()
+    section = page.split("\n## Environment variables\n", 1)[1].split("\n## ", 1)[0]
     assert [n for n in sorted(reads) if f"`{n}`" not in section] == []
 
 
