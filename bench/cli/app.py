@@ -33,11 +33,12 @@ from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
 AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "campaign",
-         "schema", "rules")
+         "schema", "placement")
 # a top-level command -> the areas it needs (reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
             "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "reboot"),
-            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "rules": ("rules",),
+            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "placement": ("placement",),
+            "rules": ("placement",),     # placement's hidden old name (bench.cli.placement)
             **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
                                          "compare", "sizing", "export", "plot")},
             **{c: ("campaign",) for c in ("matrix", "schedule", "resume", "campaigns",
