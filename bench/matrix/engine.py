@@ -11,7 +11,7 @@ reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
   {policy_args} is replaced by the policy's argument list (else those arguments are appended).
 - `pair_orders(n, seed, salt)`: balanced pair order: pair 0 admit-first, pair 1 nocache-first,
   pairs 2.. a seeded shuffle (same seed, same order).
-- the gates over captured output and the pair statistics are judgement: bench.judge.engine.
+- the gates over captured output and the pair statistics are judgement: bench.judge.engine_gates.
 - `build_spec(...)`: the spec.json of one engine run (docs/bundle.md, `engine` section).
 """
 

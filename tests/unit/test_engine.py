@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bench.cli import main
 from bench.errors import InputError
-from bench.judge import engine as judge_engine
+from bench.judge import engine_gates
 from bench.matrix import engine
 from bench.matrix.cells import engine_cell, parse_cell
 from bench.matrix.expand import BootConfig, Candidate, RunRequest, expand
@@ -140,19 +140,19 @@ OUT = ("loading...\ncold load: 12.5 s\nMoE backend: CUDA MoE backend (grouped ge
 
 def test_gates_find_backend_tokens_and_load():
     rx = table()
-    assert judge_engine.find_backend(OUT, "", "CUDA MoE backend").startswith("MoE backend:")
-    assert judge_engine.find_backend("", "warn\nusing CUDA MoE backend\n", "CUDA MoE backend") \
+    assert engine_gates.find_backend(OUT, "", "CUDA MoE backend").startswith("MoE backend:")
+    assert engine_gates.find_backend("", "warn\nusing CUDA MoE backend\n", "CUDA MoE backend") \
         == "using CUDA MoE backend"
-    assert judge_engine.find_backend(OUT, "", "Metal") is None
-    assert judge_engine.parse_tokens(OUT, "", rx["tokens_regex"]) == [1, 22, 333, -4]
-    assert judge_engine.parse_tokens("x", "output token ids: 7 8", rx["tokens_regex"]) == [7, 8]
-    assert judge_engine.parse_tokens("x", "y", rx["tokens_regex"]) is None
+    assert engine_gates.find_backend(OUT, "", "Metal") is None
+    assert engine_gates.parse_tokens(OUT, "", rx["tokens_regex"]) == [1, 22, 333, -4]
+    assert engine_gates.parse_tokens("x", "output token ids: 7 8", rx["tokens_regex"]) == [7, 8]
+    assert engine_gates.parse_tokens("x", "y", rx["tokens_regex"]) is None
     # a number no vocabulary has (5000 digits would not even convert): not token IDs
-    assert judge_engine.parse_tokens("output token ids: 1, " + "9" * 5000, "",
+    assert engine_gates.parse_tokens("output token ids: 1, " + "9" * 5000, "",
                                      rx["tokens_regex"]) is None
-    assert judge_engine.parse_load(OUT, "", rx["load_regex"]) == 12.5
-    assert judge_engine.parse_load("cold load: fast s", "", r"^cold load: (\S+) s") is None
-    assert judge_engine.output_sha256([1, 22]) == __import__("hashlib").sha256(b"1,22").hexdigest()
+    assert engine_gates.parse_load(OUT, "", rx["load_regex"]) == 12.5
+    assert engine_gates.parse_load("cold load: fast s", "", r"^cold load: (\S+) s") is None
+    assert engine_gates.output_sha256([1, 22]) == __import__("hashlib").sha256(b"1,22").hexdigest()
 
 
 @pytest.mark.parametrize("tokens, min_tokens, needle", [
@@ -164,25 +164,25 @@ def test_gates_find_backend_tokens_and_load():
     (list(range(28)) + [1, 2, 3, 4] * 8, 60, "cycle of 4"),
 ])
 def test_degenerate_outputs(tokens, min_tokens, needle):
-    assert needle in judge_engine.degenerate(tokens, min_tokens)
+    assert needle in engine_gates.degenerate(tokens, min_tokens)
 
 
 @pytest.mark.parametrize("tokens", [list(range(60)), [3, 3] + list(range(58)),
                                     list(range(50)) + [7] * 10, [1], [1, 2, 1, 3],
                                     list(range(40)) + [1, 2, 3, 4] * 5])
 def test_ordinary_outputs_are_not_degenerate(tokens):
-    assert judge_engine.degenerate(tokens, 1) is None
+    assert engine_gates.degenerate(tokens, 1) is None
 
 
 def test_facts_of_one_run():
     spec = {"tokens_regex": table()["tokens_regex"], "load_regex": table()["load_regex"],
             "backend": "CUDA MoE backend", "min_tokens": 2, "prompt": "prose",
             "policy": "admit", "pair": {"index": 1, "order": "nocache-first", "position": 1}}
-    f = judge_engine.facts(spec, OUT, "", {"wall_s": 20.0, "exit_code": 0, "signal": None})
+    f = engine_gates.facts(spec, OUT, "", {"wall_s": 20.0, "exit_code": 0, "signal": None})
     assert (f["wall_s"], f["load_s"], f["steady_s"]) == (20.0, 12.5, 7.5)
     assert f["backend_found"] and f["tokens"] == 4 and f["degenerate"] is None
     assert (f["pair_index"], f["pair_order"], f["pair_position"]) == (1, "nocache-first", 1)
-    assert f["output_sha256"] == judge_engine.output_sha256([1, 22, 333, -4])
+    assert f["output_sha256"] == engine_gates.output_sha256([1, 22, 333, -4])
 
 
 # pair statistics -------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_median_of_pair_ratios_not_the_quotient_of_medians():
     runs = [run("p0", "admit", 10, "a"), run("p0", "nocache", 11, "a"),
             run("p1", "admit", 20, "b"), run("p1", "nocache", 30, "b"),
             run("p2", "admit", 30, "c"), run("p2", "nocache", 31, "c")]
-    st_ = judge_engine.pair_stats("prose", runs)
+    st_ = engine_gates.pair_stats("prose", runs)
     ratios = sorted([11 / 10, 30 / 20, 31 / 30])
     assert st_.pairs == 3 and st_.speedup == pytest.approx(ratios[1])
     assert (st_.speedup_min, st_.speedup_max) == (pytest.approx(ratios[0]),
@@ -209,10 +209,10 @@ def test_mismatched_hashes_and_incomplete_pairs_are_named():
     runs = [run("p0", "admit", 10, "a"), run("p0", "nocache", 11, "b"),
             run("p1", "admit", 10, "c"), run("p2", "nocache", 12, "d"),
             run("p3", "admit", 10, "e"), run("p3", "nocache", None, "e")]
-    st_ = judge_engine.pair_stats("code", runs)
+    st_ = engine_gates.pair_stats("code", runs)
     assert st_.pairs == 1 and st_.hashes_match is False and st_.mismatched == ["p0"]
     assert st_.incomplete == ["p1", "p2", "p3"]
-    assert judge_engine.pair_stats("chat", []).speedup is None
+    assert engine_gates.pair_stats("chat", []).speedup is None
 
 
 # spec ------------------------------------------------------------------------------------------
