@@ -50,11 +50,11 @@ tables `workload`, `protocol`, `estimate`, `order`, `hosts` override what they n
 matrix is validated as a whole, like any other; an absolute capacity without a mapping is an
 error, so a scale never runs a production-sized cell by accident.
 
-End-to-end engine matrices (bench.matrix.engine, docs/engine.md) carry an `[engine]` table instead
-of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and policy
-(e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a prompt
-share one unit (so a pair stays on one host) and each request carries `pair` = (prompt, policy): the
-scheduler keeps the two runs of a pair adjacent, in the balanced order.
+End-to-end engine matrices (bench.matrix.engine_cells, docs/engine.md) carry an `[engine]` table
+instead of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt
+and policy (e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a
+prompt share one unit (so a pair stays on one host) and each request carries `pair` = (prompt,
+policy): the scheduler keeps the two runs of a pair adjacent, in the balanced order.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
-from bench.matrix.engine import EngineConfig, EngineTable, config_of
+from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
 from bench.matrix.schema import AXES
 from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
 from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE

@@ -21,7 +21,7 @@ from bench.cli import schema as schema_cli
 from bench.errors import InventoryError
 from bench.hosts.inventory import RebootSpec, SSHOptions, check_inventory, load_host_file
 from bench.hosts.schema import REBOOT_METHODS, TRANSPORTS, HostFile, RebootTable, SSHTable
-from bench.matrix import engine
+from bench.matrix import engine_cells
 from bench.matrix.cells import MECHANISMS, MODES, POLICY_MODES, RECLAIMS
 from bench.matrix.load import (MatrixError, MatrixFile, apply_scale, load_matrix, parse_matrix,
                                shipped_names)
@@ -277,8 +277,8 @@ def test_an_engine_table_reports_every_problem_at_once():
                      timeout_s=True, speed=1, load_regex="(a)(b)", env={"1X": "a"},
                      policies={"admit": {"argv": []}, "nocache": {}},
                      prompts={"Prose": "/p/prose.txt"}, n_tokens=5, min_tokens=9)
-    with pytest.raises(engine.EngineConfigError) as e:
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError) as e:
+        engine_cells.parse_engine(t, "t.toml")
     assert problems_by_key(e.value) == {
         "engine.command[1]": "'{nope}': unknown placeholder {nope}",
         "engine.env.1X": "'1X' is not an environment variable name",
@@ -299,16 +299,16 @@ def test_an_engine_table_reports_every_problem_at_once():
 def test_engine_rules_are_collected_and_a_missing_command_shows_an_example():
     t = engine_table(policies={"admit": {}, "nocache": {}}, prompts={"a": "rel.txt", "b": "r"})
     del t["command"]
-    with pytest.raises(engine.EngineConfigError) as e:
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError) as e:
+        engine_cells.parse_engine(t, "t.toml")
     assert problems_by_key(e.value) == {
         "engine.command": "missing (required)",
         "engine.prompts.a": "'rel.txt' is relative and no cwd is given",
         "engine.prompts.b": "'r' is relative and no cwd is given"}
     assert 'e.g. command = ["/opt/engine/bin/decode"' in e.value.hint
     t = engine_table(command=["/e"], policies={"admit": {}, "nocache": {}})
-    with pytest.raises(engine.EngineConfigError, match="same arguments"):
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError, match="same arguments"):
+        engine_cells.parse_engine(t, "t.toml")
 
 
 def test_engine_problems_in_a_matrix_are_matrix_problems():
@@ -324,7 +324,7 @@ def test_engine_problems_in_a_matrix_are_matrix_problems():
 
 
 def test_the_policy_table_spells_the_policies_of_the_cells():
-    from bench.matrix.engine import PoliciesTable
+    from bench.matrix.engine_cells import PoliciesTable
     assert tuple(PoliciesTable.model_fields) == tuple(POLICY_MODES)
 
 
@@ -356,7 +356,7 @@ def with_value(doc, path, value):
     (HostFile, {"transport": "ssh", "address": "a"},
      lambda d: __import__("bench.hosts.inventory", fromlist=["x"]).parse_host(d, Path("h.toml"))),
     (MatrixFile, matrix(), lambda d: parse_matrix(d, "m.toml")),
-    (engine.EngineTable, engine_table(), lambda d: engine.parse_engine(d, "t.toml")),
+    (engine_cells.EngineTable, engine_table(), lambda d: engine_cells.parse_engine(d, "t.toml")),
 ])
 def test_any_odd_value_anywhere_gets_bench_wording(model, base, parse):
     seen = 0
