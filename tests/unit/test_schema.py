@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from bench.cli import schema as schema_cli
 from bench.errors import InventoryError
 from bench.hosts.inventory import RebootSpec, SSHOptions, check_inventory, load_host_file
-from bench.hosts.schema import REBOOT_METHODS, TRANSPORTS, HostFile, RebootTable, SSHTable
+from bench.hosts.inventory_schema import REBOOT_METHODS, TRANSPORTS, HostFile, RebootTable, SSHTable
 from bench.matrix import engine_cells
 from bench.matrix.cells import MECHANISMS, MODES, POLICY_MODES, RECLAIMS
 from bench.matrix.load import (MatrixError, MatrixFile, apply_scale, load_matrix, parse_matrix,
@@ -452,8 +452,8 @@ def test_the_json_schema_shows_allowed_values_as_enums_and_describes_every_key()
 
 
 def test_the_models_module_imports_no_io_or_ui_library():
-    code = ("import sys, bench.hosts.schema, bench.matrix.load; print(','.join(m for m in "
-            "('fabric', 'paramiko', 'sqlalchemy', 'rich', 'typer', 'click', 'subprocess', "
+    code = ("import sys, bench.hosts.inventory_schema, bench.matrix.load; "
+            "print(','.join(m for m in ('fabric', 'paramiko', 'sqlalchemy', 'rich', 'typer', 'click', 'subprocess', "
             "'socket', 'matplotlib', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout.strip()
