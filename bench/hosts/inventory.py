@@ -47,7 +47,7 @@ from typing import Any
 from bench.errors import InventoryError
 from bench.hosts.inventory_schema import (  # noqa: F401 - the allowed values, re-exported from their old home
     NAME_RE, REBOOT_METHODS, TRANSPORTS, HostFile, HostFileError)
-from bench.matrix.schema import Problem, SchemaError, collect
+from bench.matrix.matrix_schema import Problem, SchemaError, collect
 from bench.units import format_size
 
 

@@ -4,7 +4,7 @@ reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
 
 - `parse_engine(table, source)`: the matrix's `[engine]` table (the EngineTable model) ->
   EngineConfig, every key validated (regexes compiled, placeholders checked) and every problem
-  reported at once, each naming the file and the dotted key (bench.matrix.schema).
+  reported at once, each naming the file and the dotted key (bench.matrix.matrix_schema).
 - `argv_for` / `env_for`: the engine's argv and environment additions of one run. Placeholders
   ({prompt_file} {prompt} {policy} {n_tokens} {pool_dir} {work_dir} {run_dir} {run_id}) are
   substituted per argv element, never through a shell; an element that is exactly
@@ -29,8 +29,8 @@ from pydantic import AfterValidator
 from bench.errors import InputError
 from bench.matrix.cells import POLICY_MODES, Cell, engine_cell, parse_cell
 from bench.matrix.runspec import check_run_id
-from bench.matrix.schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad, collect,
-                                 doc, matches, no_nul)
+from bench.matrix.matrix_schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad,
+                                        collect, doc, matches, no_nul)
 from bench.version import controller_version as current_controller_version
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache

@@ -26,7 +26,7 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "plan.planinfo",
         "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall", "sim.kernels",
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
-        "matrix.engine_cells", "matrix.schema", "hosts.procfs", "hosts.bootplan",
+        "matrix.engine_cells", "matrix.matrix_schema", "hosts.procfs", "hosts.bootplan",
         "hosts.knownhosts", "hosts.sshconfig", "judge.bundle",
         "judge.bundle_files", "judge.bundle_schema", "judge.bundle_check",
         "judge.bundle_snapshots", "judge.counters", "judge.measured", "judge.retention",

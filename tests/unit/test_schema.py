@@ -1,8 +1,8 @@
-"""One validator for every TOML file bench reads (bench.matrix.schema and the models of the host
-file, the matrix file and the [engine] table): every problem of a file at once, one a line,
-each naming the file, the dotted key and the allowed values, never in pydantic's words; and
-the JSON Schema `bench schema inventory|matrix|engine` prints, from the same models, accepts
-the shipped files and shows the allowed values as enums."""
+"""One validator for every TOML file bench reads (bench.matrix.matrix_schema and the models of the
+host file, the matrix file and the [engine] table): every problem of a file at once, one a line,
+each naming the file, the dotted key and the allowed values, never in pydantic's words; and the JSON
+Schema `bench schema inventory|matrix|engine` prints, from the same models, accepts the shipped
+files and shows the allowed values as enums."""
 
 import copy
 import dataclasses
@@ -25,7 +25,7 @@ from bench.matrix import engine_cells
 from bench.matrix.cells import MECHANISMS, MODES, POLICY_MODES, RECLAIMS
 from bench.matrix.load import (MatrixError, MatrixFile, apply_scale, load_matrix, parse_matrix,
                                shipped_names)
-from bench.matrix.schema import PLACEMENTS, SchemaError, Table
+from bench.matrix.matrix_schema import PLACEMENTS, SchemaError, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRICES = ROOT / "bench" / "data" / "matrices"
