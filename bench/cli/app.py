@@ -32,7 +32,7 @@ from bench.results import views
 from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
-AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "campaign",
+AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "schedule",
          "schema", "placement")
 # a top-level command -> the areas it needs (reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
@@ -41,7 +41,7 @@ COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan"
             "rules": ("placement",),     # placement's hidden old name (bench.cli.placement)
             **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
                                          "compare", "sizing", "export", "plot")},
-            **{c: ("campaign",) for c in ("matrix", "schedule", "resume", "campaigns",
+            **{c: ("schedule",) for c in ("matrix", "schedule", "resume", "campaigns",
                                           "watch")}}
 
 

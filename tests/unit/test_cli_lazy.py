@@ -49,6 +49,6 @@ def test_results_imports_only_its_area():
     mods = set(subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
                               capture_output=True, text=True).stdout.split())
     assert "bench.cli.results" in mods
-    for heavy in ("bench.cli.hosts", "bench.cli.campaign", "bench.cli.lab", "bench.cli.trace",
+    for heavy in ("bench.cli.hosts", "bench.cli.schedule", "bench.cli.lab", "bench.cli.trace",
                   "paramiko", "fabric", "bench.judge.bundle", "numpy", "alembic"):
         assert heavy not in mods, heavy
