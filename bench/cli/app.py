@@ -32,8 +32,8 @@ from bench.results import views
 from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
-AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "schedule",
-         "schema", "placement")
+AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "matrix",
+         "schedule", "campaigns", "schema", "placement")
 # a top-level command -> the areas it needs (reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
             "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "reboot"),
@@ -41,8 +41,8 @@ COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan"
             "rules": ("placement",),     # placement's hidden old name (bench.cli.placement)
             **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
                                          "compare", "sizing", "export", "plot")},
-            **{c: ("schedule",) for c in ("matrix", "schedule", "resume", "campaigns",
-                                          "watch")}}
+            "matrix": ("matrix",), "schedule": ("schedule",), "resume": ("schedule",),
+            "campaigns": ("campaigns",), "watch": ("campaigns",)}
 
 
 def _root() -> typer.Typer:
