@@ -38,7 +38,7 @@ def test_commands_names_every_top_level_command_with_its_areas():
 
 def test_areas_for_a_command_line():
     assert cli_app.areas_for(["results", "--matrix", "reclaim"]) == ("results",)
-    assert cli_app.areas_for(["-q", "hosts", "reboot", "x"]) == ("hosts", "reboot")
+    assert cli_app.areas_for(["-q", "hosts", "reboot", "x"]) == ("hosts", "hosts_reboot")
     for argv in ([], ["--help"], ["--help", "results"], ["resutls"], ["--version"]):
         assert cli_app.areas_for(argv) == cli_app.AREAS, argv
 
