@@ -32,15 +32,16 @@ from bench.results import views
 from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
-AREAS = ("trace", "pool", "demo", "hosts", "hosts_reboot", "lab", "results", "run", "matrix",
-         "schedule", "campaigns", "schema", "placement")
+AREAS = ("trace", "pool", "demo", "hosts", "hosts_reboot", "lab", "db", "retention", "results",
+         "run", "matrix", "schedule", "campaigns", "schema", "placement")
 # a top-level command -> the areas it needs (hosts_reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
             "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "hosts_reboot"),
             "lab": ("lab",), "run": ("run",), "schema": ("schema",), "placement": ("placement",),
             "rules": ("placement",),     # placement's hidden old name (bench.cli.placement)
-            **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
-                                         "compare", "sizing", "export", "plot")},
+            "db": ("db",), "retention": ("retention",),
+            **{c: ("results",) for c in ("ingest", "runs", "results", "compare", "sizing",
+                                         "export", "plot")},
             "matrix": ("matrix",), "schedule": ("schedule",), "resume": ("schedule",),
             "campaigns": ("campaigns",), "watch": ("campaigns",)}
 
