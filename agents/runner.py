@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench host-side cell runner: one measurement cell on this host (Algorithm 1 of DESIGN.md).
+"""bench host-side cell runner: one measurement cell on this host (Algorithm 1 of docs/design.md).
 
 Python 3.8+ standard library only. `bench hosts deploy` ships agents/ (this file and the
 hostrunner/ package next to it) and hosts run this file with their python3; the code is in

@@ -1,4 +1,4 @@
-"""The Run steps of Algorithm 1 (DESIGN.md), executed by the detached runner: host lock,
+"""The Run steps of Algorithm 1 (docs/design.md), executed by the detached runner: host lock,
 cleanup of leftovers, drop_caches and the `pre` snapshot, MGLRU, capacity, the agent (or an
 engine, docs/engine.md) under the supervise loop, collect (`post`, kernel log), teardown, and
 the final status and manifest. Every step records into the bundle as it goes."""

@@ -84,7 +84,7 @@ GiB = 1 << 30
 
 
 def fingerprint(b: Bundle) -> dict:
-    """What must not change inside a campaign on one host (DESIGN.md, identity), from what the
+    """What must not change inside a campaign on one host (docs/design.md, identity), from what the
     runner wrote: `fingerprint_of(host.json, spec.json)`."""
     return fingerprint_of(b.host, b.spec)
 

@@ -1,4 +1,4 @@
-"""Retention rules (DESIGN.md): a run's numbers count only if every rule passes.
+"""Retention rules (docs/design.md): a run's numbers count only if every rule passes.
 
 Each rule is a pure function of a loaded bundle and a context ({"campaign_fingerprint": dict or
 None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever

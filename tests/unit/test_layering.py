@@ -1,4 +1,4 @@
-"""The folder tree is the data flow (DESIGN.md, Layout): one package per stage, and a stage
+"""The folder tree is the data flow (docs/design.md, Layout): one package per stage, and a stage
 imports only the stages before it (plus the root modules and the shipped host agents). Checked
 statically on every import statement of every module, function-level ones included; the I/O
 and UI library rules are checked statically per module and, for pure modules, at run time for
