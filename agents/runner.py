@@ -37,15 +37,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if TYPE_CHECKING:
     # a type checker reads the same modules as this package's hostrunner (agents.hostrunner)
-    from .hostrunner import commands, errors, probes, progress, spec
+    from .hostrunner import commands, errors, probes, progress_file, spec
 else:
     # hostrunner is found through the sys.path entry above
-    from hostrunner import commands, errors, probes, progress, spec
+    from hostrunner import commands, errors, probes, progress_file, spec
 
 main = commands.main
 # what `import runner` users (tests, older controller code) take from this file
 RunFailed, SpecError = errors.RunFailed, errors.SpecError
-cgroup_backend, read_progress = probes.cgroup_backend, progress.read_progress
+cgroup_backend, read_progress = probes.cgroup_backend, progress_file.read_progress
 parse_cell, parse_engine_cell, validate_spec = spec.parse_cell, spec.parse_engine_cell, \
     spec.validate_spec
 

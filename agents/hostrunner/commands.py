@@ -40,7 +40,7 @@ from .files import (PRIVATE_FILE, clear_staging, create_dir_atomic, now_iso, rea
                     read_text, write_json)
 from .locks import lock_path, start_lock, try_lock
 from .waitlock import wait_unlocked
-from .progress import read_progress
+from .progress_file import read_progress
 from .spec import valid_run_id, validate_spec
 from .systemd import DETACH_FORK, DETACH_UNIT, detect, runner_argv, runner_unit
 

@@ -25,7 +25,7 @@ from .files import (exit_fields, last_line, meminfo, now_iso, parse_status, proc
 from .kmsg import KernelLog
 from .locks import host_lock
 from .probes import CG_CURRENT, CG_FILES, LRU_GEN, SYS_FILES, host_fingerprint, lru_gen_mask
-from .progress import progress_path
+from .progress_file import progress_path
 from .supervise import STOPPED, Child, stop, supervise
 from .systemd import cgroup_line_in
 
