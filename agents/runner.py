@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench host-side cell runner: one measurement cell on this host (Algorithm 1 of DESIGN.md).
+"""bench host-side cell runner: one measurement cell on this host (Algorithm 1 of docs/design.md).
 
 Python 3.8+ standard library only. `bench hosts deploy` ships agents/ (this file and the
 hostrunner/ package next to it) and hosts run this file with their python3; the code is in
@@ -37,15 +37,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if TYPE_CHECKING:
     # a type checker reads the same modules as this package's hostrunner (agents.hostrunner)
-    from .hostrunner import commands, errors, probes, progress, spec
+    from .hostrunner import commands, errors, probes, progress_file, spec
 else:
     # hostrunner is found through the sys.path entry above
-    from hostrunner import commands, errors, probes, progress, spec
+    from hostrunner import commands, errors, probes, progress_file, spec
 
 main = commands.main
 # what `import runner` users (tests, older controller code) take from this file
 RunFailed, SpecError = errors.RunFailed, errors.SpecError
-cgroup_backend, read_progress = probes.cgroup_backend, progress.read_progress
+cgroup_backend, read_progress = probes.cgroup_backend, progress_file.read_progress
 parse_cell, parse_engine_cell, validate_spec = spec.parse_cell, spec.parse_engine_cell, \
     spec.validate_spec
 

@@ -40,12 +40,12 @@ from .files import (PRIVATE_FILE, clear_staging, create_dir_atomic, now_iso, rea
                     read_text, write_json)
 from .locks import lock_path, start_lock, try_lock
 from .waitlock import wait_unlocked
-from .progress import read_progress
+from .progress_file import read_progress
 from .spec import valid_run_id, validate_spec
 from .systemd import DETACH_FORK, DETACH_UNIT, detect, runner_argv, runner_unit
 
 DESCRIPTION = ("bench host-side cell runner: one measurement cell on this host "
-               "(Algorithm 1 of DESIGN.md).")
+               "(Algorithm 1 of docs/design.md).")
 TERMINAL = ("done", "failed")
 UNIT_START_S = 60.0         # a runner unit has this long to take its run lock
 NO_UNIT_ENV = "BENCH_RUNNER_NO_UNIT"   # set (non-empty): double-fork even under systemd

@@ -1,4 +1,4 @@
-"""The Run steps of Algorithm 1 (DESIGN.md), executed by the detached runner: host lock,
+"""The Run steps of Algorithm 1 (docs/design.md), executed by the detached runner: host lock,
 cleanup of leftovers, drop_caches and the `pre` snapshot, MGLRU, capacity, the agent (or an
 engine, docs/engine.md) under the supervise loop, collect (`post`, kernel log), teardown, and
 the final status and manifest. Every step records into the bundle as it goes."""
@@ -25,7 +25,7 @@ from .files import (exit_fields, last_line, meminfo, now_iso, parse_status, proc
 from .kmsg import KernelLog
 from .locks import host_lock
 from .probes import CG_CURRENT, CG_FILES, LRU_GEN, SYS_FILES, host_fingerprint, lru_gen_mask
-from .progress import progress_path
+from .progress_file import progress_path
 from .supervise import STOPPED, Child, stop, supervise
 from .systemd import cgroup_line_in
 

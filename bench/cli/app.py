@@ -32,16 +32,18 @@ from bench.results import views
 from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
-AREAS = ("trace", "pool", "demo", "hosts", "reboot", "lab", "results", "run", "campaign",
-         "schema", "rules")
-# a top-level command -> the areas it needs (reboot adds commands to the hosts group)
+AREAS = ("trace", "pool", "demo", "hosts", "hosts_reboot", "lab", "db", "retention", "results",
+         "run", "matrix", "schedule", "campaigns", "schema", "placement")
+# a top-level command -> the areas it needs (hosts_reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
-            "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "reboot"),
-            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "rules": ("rules",),
-            **{c: ("results",) for c in ("db", "retention", "ingest", "runs", "results",
-                                         "compare", "sizing", "export", "plot")},
-            **{c: ("campaign",) for c in ("matrix", "schedule", "resume", "campaigns",
-                                          "watch")}}
+            "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "hosts_reboot"),
+            "lab": ("lab",), "run": ("run",), "schema": ("schema",), "placement": ("placement",),
+            "rules": ("placement",),     # placement's hidden old name (bench.cli.placement)
+            "db": ("db",), "retention": ("retention",),
+            **{c: ("results",) for c in ("ingest", "runs", "results", "compare", "sizing",
+                                         "export", "plot")},
+            "matrix": ("matrix",), "schedule": ("schedule",), "resume": ("schedule",),
+            "campaigns": ("campaigns",), "watch": ("campaigns",)}
 
 
 def _root() -> typer.Typer:

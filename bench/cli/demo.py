@@ -101,7 +101,7 @@ def demo(
 def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed: int,
               step, json_out: bool) -> tuple[dict, DemoCampaign]:
     """The measured part: the demo campaign prepared, run with the live view, its results."""
-    from bench.cli.campaign import run_live
+    from bench.cli.schedule import run_live
     from bench.execute.campaign.executor import Executor
     from bench.execute.demo import demo_results, machine_lock, prepare_campaign
     # one demo measures at a time on this machine: from the MemAvailable read to the last run

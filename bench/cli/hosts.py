@@ -283,5 +283,5 @@ def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the
 
 def register(app: typer.Typer) -> None:
     app.add_typer(hosts_app, name="hosts")
-    from bench.cli import pools     # `bench hosts pools` lives in its own module
-    pools.register(hosts_app)
+    from bench.cli import hosts_pools   # `bench hosts pools` lives in its own module
+    hosts_pools.register(hosts_app)

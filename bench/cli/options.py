@@ -23,6 +23,9 @@ DbOpt = Annotated[Optional[str], typer.Option(
     help="Results database: a SQLite file's path (./bench.db) or a URL (sqlite:////abs/x.db, "
          "postgresql+psycopg://user@host/db). Default $BENCH_DB, else "
          "$XDG_DATA_HOME/bench/bench.db. Commands that only read never create one.")]
+ScaleOpt = Annotated[Optional[str], typer.Option(
+    "--scale", help="Apply the matrix's [scale.NAME] (e.g. lab: the same cells re-sized for "
+                    "the vm lab's small guests).")]
 DataDirOpt = Annotated[Optional[Path], typer.Option(
     "--data-dir", help="Where bundles and plans go (default $BENCH_DATA_DIR, else "
                        "~/.local/share/bench).")]

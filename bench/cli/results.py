@@ -1,4 +1,5 @@
-"""CLI of the results store: db, ingest, runs, retention, results, compare, sizing, export, plot."""
+"""CLI of the results store: ingest, runs, results, compare, sizing, export, plot (the schema
+is `bench db`, bench.cli.db; retention rules `bench retention`, bench.cli.retention)."""
 
 from __future__ import annotations
 
@@ -32,28 +33,6 @@ def _store(db: str | None, *, write: bool = False):
     from bench.store.db import open_store
     return open_store(db, write=write)
 
-
-db_app = typer.Typer(no_args_is_help=True, help="The results database schema.")
-ret_app = typer.Typer(no_args_is_help=True, help="Retention rules.")
-
-@db_app.command("upgrade")
-def db_upgrade(db: DbOpt = None) -> None:
-    """Bring the database to the newest schema (creates it if new)."""
-    from bench.store.db import make_engine, upgrade
-    engine = make_engine(db)
-    before, head = upgrade(engine)
-    views.say(f"{engine.url.render_as_string()}: {before or 'empty'} -> {head}")
-
-@db_app.command("current")
-def db_current(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Show the database's schema revision and the head this bench knows."""
-    from bench.store.db import check, head_revision, make_engine
-    engine = make_engine(db, create=False)
-    cur, head = check(engine), head_revision()
-    if json_out:
-        views.emit_json({"url": engine.url.render_as_string(), "current": cur, "head": head})
-    else:
-        print(f"{cur or 'empty'} (head {head}){'' if cur == head else ' - run bench db upgrade'}")
 
 def _size(text: str | None, what: str) -> int | None:
     from bench.units import parse_size
@@ -123,27 +102,6 @@ def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this c
         views.emit_json(rows)
     else:
         views.print_table(store_views.runs_table(rows))
-
-@ret_app.command("recheck")
-def recheck(db: DbOpt = None, json_out: JsonOpt = False) -> None:
-    """Re-evaluate stored runs under the current rule versions; report what changed."""
-    from bench.store.ingest import recheck as do
-    changes = do(_store(db))
-    if json_out:
-        views.emit_json(changes)
-    else:
-        views.print_table(store_views.recheck_table(changes))
-
-@ret_app.command("rules")
-def rules(json_out: JsonOpt = False) -> None:
-    """List the retention rules with their versions."""
-    from bench.judge.retention import rule_table
-    rows = rule_table()
-    if json_out:
-        views.emit_json(rows)
-    else:
-        for r in rows:
-            print(f"{r['rule']} v{r['version']}: {r['doc']}")
 
 def results(cell: Annotated[Optional[str], typer.Option(
                 "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).")] = None,
@@ -311,8 +269,6 @@ def _plots():
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(db_app, name="db")
-    app.add_typer(ret_app, name="retention")
     app.command("ingest")(ingest)
     app.command("runs")(runs)
     app.command("results")(results)

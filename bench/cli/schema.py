@@ -1,6 +1,6 @@
 """`bench schema inventory|matrix|engine|bundle`: the JSON Schema of each TOML file bench reads,
-made from the models that validate them (bench.hosts.schema.HostFile,
-bench.matrix.load.MatrixFile, bench.matrix.engine.EngineTable), so that editors validate and
+made from the models that validate them (bench.hosts.inventory_schema.HostFile,
+bench.matrix.load.MatrixFile, bench.matrix.engine_cells.EngineTable), so that editors validate and
 complete those files: taplo and Even Better TOML (VS Code) take it through a `#:schema` line or
 .taplo.toml (hosts/README.md). `bundle` is the run bundle's contract (docs/bundle.md): the JSON
 parts the host runner writes and ingest validates (bench.judge.bundle_schema.BundleParts), by
@@ -28,12 +28,12 @@ TITLES = {"inventory": "bench host file (hosts/NAME.toml)",
 
 def _model(kind: str) -> Any:
     if kind == "inventory":
-        from bench.hosts.schema import HostFile
+        from bench.hosts.inventory_schema import HostFile
         return HostFile
     if kind == "matrix":
         from bench.matrix.load import MatrixFile
         return MatrixFile
-    from bench.matrix.engine import EngineTable
+    from bench.matrix.engine_cells import EngineTable
     return EngineTable
 
 

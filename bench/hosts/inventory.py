@@ -5,7 +5,7 @@ examples there (bench.hosts.templates). A missing or empty directory is an empty
 command that needs a host says "no hosts" and how to add them.
 
 Pure except for reading files and looking at the SSH files a host names. Every key is
-checked (the model: bench.hosts.schema.HostFile; `bench schema inventory` prints its JSON
+checked (the model: bench.hosts.inventory_schema.HostFile; `bench schema inventory` prints its JSON
 Schema): a missing required key, a wrong type, a value outside its allowed set or bounds, an
 unknown key or a broken cross-field rule is a problem naming the file, the dotted key and what
 is allowed, and every problem of a file is reported at once (a HostFileError, an
@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.errors import InventoryError
-from bench.hosts.schema import (  # noqa: F401 - the allowed values, re-exported from their old home
+from bench.hosts.inventory_schema import (  # noqa: F401 - the allowed values, re-exported from their old home
     NAME_RE, REBOOT_METHODS, TRANSPORTS, HostFile, HostFileError)
-from bench.matrix.schema import Problem, SchemaError, collect
+from bench.matrix.matrix_schema import Problem, SchemaError, collect
 from bench.units import format_size
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.errors import FormatError, InventoryError
 from bench.hosts.inventory import find_hosts_dir, init_hosts_dir
 from bench.hosts.procfs import parse_meminfo
-from bench.hosts.schema import MAX_MEMORY, MIN_MEMORY
+from bench.hosts.inventory_schema import MAX_MEMORY, MIN_MEMORY
 from bench.units import MB, format_size
 
 LOCAL, EXAMPLE = "local.toml", "gh200.toml.example"

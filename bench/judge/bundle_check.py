@@ -1,6 +1,6 @@
 """A bundle's parts checked against the contract (bench.judge.bundle_schema), in bench's words:
 one line per problem, `BUNDLE: FILE[:LINE]: key 'dotted.key': problem`, the first line complete
-on its own (bench.matrix.schema's style; never pydantic's English). At most MAX_REPORTED
+on its own (bench.matrix.matrix_schema's style; never pydantic's English). At most MAX_REPORTED
 problems are reported; a part stops being read at the first MAX_REPORTED.
 
 - `document(content, rel, where)`: a JSON document (spec.json, status.json ...) parsed by the
@@ -24,9 +24,10 @@ from pydantic_core import ErrorDetails
 from bench.judge.bundle_files import (BundleError, DupKeys, NonFinite, json_problem, lines, loads,
                                       utf8)
 from bench.judge.bundle_schema import DOCUMENTS, MAX_LIST, Record, Summary, TimelineRow
-from bench.matrix.schema import Problem, collect
-from bench.matrix.schema import _got as got  # the one way a value is shown
-from bench.matrix.schema import _translate as translate  # the one translation of pydantic errors
+from bench.matrix.matrix_schema import Problem, collect
+from bench.matrix.matrix_schema import _got as got  # the one way a value is shown
+# the one translation of pydantic errors
+from bench.matrix.matrix_schema import _translate as translate
 
 MAX_REPORTED = 10
 CHUNK = 4096                # lines validated together (bounds the error list)

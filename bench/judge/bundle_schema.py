@@ -29,10 +29,10 @@ from pydantic import AfterValidator, ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
 
 from bench.errors import BenchError
-from bench.hosts.schema import NAME_RE
+from bench.hosts.inventory_schema import NAME_RE
 from bench.matrix.cells import DELIVERIES, MECHANISMS, MODES, ENGINE_RECLAIM, RECLAIMS, parse_cell
 from bench.matrix.runspec import NOCACHE
-from bench.matrix.schema import Documented, Problem, Table, View, bad, doc, matches
+from bench.matrix.matrix_schema import Documented, Problem, Table, View, bad, doc, matches
 
 MAX_BYTES = 1 << 56
 INT32 = (1 << 31) - 1

@@ -1,4 +1,4 @@
-"""What a result is (DESIGN.md, "What a result is (identity)"): the one definition of a result
+"""What a result is (docs/design.md, "What a result is (identity)"): the one definition of a result
 group. Pure: stored run rows in, groups and their differences out.
 
 Runs are pooled only when they share the group key

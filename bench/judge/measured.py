@@ -15,8 +15,8 @@ Per-run metrics (definitions the results rely on):
 - MGLRU: main bit of lru_gen/enabled at loop entry and at post (None when the file is absent).
 
 Engine runs (docs/engine.md) have no replay passes: `engine_facts` holds what they measured
-(bench.judge.engine.facts: wall, cold load and steady-decode seconds, backend line, tokens, output
-hash, pair) plus the pool device's bytes read over the whole run (pre -> post); their
+(bench.judge.engine_gates.facts: wall, cold load and steady-decode seconds, backend line,
+tokens, output hash, pair) plus the pool device's bytes read over the whole run (pre -> post); their
 `engine_metrics` fill the per-run metric columns that apply (MemTotal, MGLRU at pre and post).
 """
 
@@ -27,7 +27,7 @@ import json
 import re
 
 from bench.hosts.procfs import cmdline_param, mglru_on, parse_cmdline, parse_lru_gen
-from bench.judge import engine
+from bench.judge import engine_gates
 from bench.judge.bundle import Bundle
 from bench.judge.counters import counters, deltas, device_bytes
 from bench.judge.stats import median
@@ -84,7 +84,7 @@ GiB = 1 << 30
 
 
 def fingerprint(b: Bundle) -> dict:
-    """What must not change inside a campaign on one host (DESIGN.md, identity), from what the
+    """What must not change inside a campaign on one host (docs/design.md, identity), from what the
     runner wrote: `fingerprint_of(host.json, spec.json)`."""
     return fingerprint_of(b.host, b.spec)
 
@@ -247,7 +247,7 @@ def engine_facts(b: Bundle) -> dict | None:
     if not b.is_engine:
         return None
     if "_engine_facts" not in b.__dict__:
-        f = engine.facts(b.spec["engine"], b.text("engine.stdout"), b.text("engine.stderr"),
+        f = engine_gates.facts(b.spec["engine"], b.text("engine.stdout"), b.text("engine.stderr"),
                          b.engine)
         f["device_bytes"] = device_bytes(snap(b, "pre"), snap(b, "post"), devices(b))
         b.__dict__["_engine_facts"] = f

@@ -1,4 +1,4 @@
-"""Retention rules (DESIGN.md): a run's numbers count only if every rule passes.
+"""Retention rules (docs/design.md): a run's numbers count only if every rule passes.
 
 Each rule is a pure function of a loaded bundle and a context ({"campaign_fingerprint": dict or
 None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever
@@ -541,7 +541,7 @@ def engine_backend(b, ctx):
 @rule("engine_output_nondegenerate", 1, kinds=("engine",))
 def engine_output_nondegenerate(b, ctx):
     """Engine runs: output token IDs found, at least min_tokens of them, not ending in a
-    cycle of period <= 4 over half the output (bench.judge.engine.degenerate); the hash is
+    cycle of period <= 4 over half the output (bench.judge.engine_gates.degenerate); the hash is
     recorded."""
     f = _engine_facts(b)
     if f["degenerate"]:

@@ -1,4 +1,4 @@
-"""Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]` (DESIGN.md).
+"""Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]` (docs/design.md).
 
 The mode is omitted when it is `pagecache`, the prefetch when it is `none`. C is a size in the
 paper's decimal units with binary `Ki`/`Mi`/`Gi`/`Ti` where the capacity is binary (bench.units):
@@ -15,7 +15,7 @@ Names stored before capacities were decimal were all lower case and read K/M/G/T
 (`64g-...` was 64 GiB); migration 0004 renamed them (`64Gi-...`). `legacy_cell` reads such
 a name the old way, for bundles written before then.
 
-End-to-end engine cells (bench.matrix.engine, docs/engine.md) are a second kind:
+End-to-end engine cells (bench.matrix.engine_cells, docs/engine.md) are a second kind:
 `e2e-{prompt}-{policy}` with policy `admit` (page-cache admission: mode pagecache) or `nocache`
 (mode nocache), e.g. e2e-prose-admit (lower case; read case-insensitively too). They run at
 ample capacity with no capacity mechanism and leave reclaim as the host runs it:

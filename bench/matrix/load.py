@@ -6,7 +6,7 @@ NAME.toml: capacity, reclaim, equal-memory, prefetch, admission, smoke) or a pat
 and validates every key: a missing or unknown key, a wrong type, a value outside its allowed set
 or a broken cross-field rule is a problem naming the file, the dotted key and the allowed
 values, and every problem of a file is reported at once (a MatrixFileError, one problem a line;
-the models: MatrixFile here, its tables in bench.matrix.schema; `bench schema matrix` prints
+the models: MatrixFile here, its tables in bench.matrix.matrix_schema; `bench schema matrix` prints
 the JSON Schema editors validate and complete with). bench.matrix.expand turns a matrix, for a
 set of inventory hosts, into run requests for `bench.matrix.schedule.schedule` plus the cells it
 had to skip on some host, each with its reason (never silently dropped).
@@ -50,11 +50,11 @@ tables `workload`, `protocol`, `estimate`, `order`, `hosts` override what they n
 matrix is validated as a whole, like any other; an absolute capacity without a mapping is an
 error, so a scale never runs a production-sized cell by accident.
 
-End-to-end engine matrices (bench.matrix.engine, docs/engine.md) carry an `[engine]` table instead
-of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt and policy
-(e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a prompt
-share one unit (so a pair stays on one host) and each request carries `pair` = (prompt, policy): the
-scheduler keeps the two runs of a pair adjacent, in the balanced order.
+End-to-end engine matrices (bench.matrix.engine_cells, docs/engine.md) carry an `[engine]` table
+instead of `[cells]` (and neither `repetitions` nor a required `[workload]`): one cell per prompt
+and policy (e2e-prose-admit, e2e-prose-nocache, ...), engine.pairs pairs per prompt. Both cells of a
+prompt share one unit (so a pair stays on one host) and each request carries `pair` = (prompt,
+policy): the scheduler keeps the two runs of a pair adjacent, in the balanced order.
 """
 
 from __future__ import annotations
@@ -73,16 +73,17 @@ from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
-from bench.matrix.engine import EngineConfig, EngineTable, config_of
-from bench.matrix.schema import AXES
-from bench.matrix.schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
-from bench.matrix.schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
-from bench.matrix.schema import PLACEMENTS as PLACEMENTS
-from bench.matrix.schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
-from bench.matrix.schema import RELATIVE_CAPACITY as _REL
-from bench.matrix.schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra, HostsTable,
-                                 Order, PosInt, Problem, Protocol, SchemaError, Size, Table, View,
-                                 Workload, bad, collect, doc, matches, parse_capacity)
+from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
+from bench.matrix.matrix_schema import AXES
+from bench.matrix.matrix_schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
+from bench.matrix.matrix_schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
+from bench.matrix.matrix_schema import PLACEMENTS as PLACEMENTS
+from bench.matrix.matrix_schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
+from bench.matrix.matrix_schema import RELATIVE_CAPACITY as _REL
+from bench.matrix.matrix_schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra,
+                                        HostsTable, Order, PosInt, Problem, Protocol, SchemaError,
+                                        Size, Table, View, Workload, bad, collect, doc, matches,
+                                        parse_capacity)
 from bench.units import MB, format_size
 
 

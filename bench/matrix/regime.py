@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.matrix.load import Matrix, workload_pool_bytes
-from bench.matrix.schema import parse_capacity
+from bench.matrix.matrix_schema import parse_capacity
 from bench.plan.planfile import read_plan
 from bench.plan.prepared import workload_plan
 from bench.sim.demand import demand

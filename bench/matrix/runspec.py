@@ -15,7 +15,7 @@ or cannot be honoured by that host):
   memory cgroup backend;
 - a prefetch cell without a hint plan, a plan/hint geometry that differs, fewer than 2 passes.
 
-Choices written down here: pinned mode gets an arena of C, hybrid C/2 (DESIGN.md); nocache uses
+Choices written down here: pinned mode gets an arena of C, hybrid C/2 (docs/design.md); nocache uses
 `direct` unless told; the plan lives on the host at `plans/<sha256>.bin` (content addressed,
 relative to work_dir), hints at `plans/<sha256>.hints.bin`, the agent at `native/bench-agent`;
 the pool at `<pool_dir>/<L>x<E>x<S>-s0` (bench.plan.pool.pool_path: one pool per shape and

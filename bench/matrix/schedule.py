@@ -24,10 +24,10 @@ Algorithm:
    in random order); without it, a cell's repetitions run back to back, cells in random order.
    Each host gets its own random stream (seeded by seed and host name), so cells that run on A and
    B run in different orders there: order effects are counterbalanced across hosts.
-4. Engine pairs (bench.matrix.engine): requests carrying `pair` = (prompt, policy) with the
+4. Engine pairs (bench.matrix.engine_cells): requests carrying `pair` = (prompt, policy) with the
    same unit and repetition are one pair; its two runs stay adjacent (interleaving and shuffling
    move the pair as a block) in the balanced order of
-   `bench.matrix.engine.pair_orders(seed, prompt)`: pair 0 admit-first, pair 1 nocache-first,
+   `bench.matrix.engine_cells.pair_orders(seed, prompt)`: pair 0 admit-first, pair 1 nocache-first,
    later pairs a seeded shuffle. Each run records its pair (prompt, index, order, position in
    the pair, seed).
 Same seed, same plan; the seed is recorded in the plan.
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.errors import InputError, SafetyError
-from bench.matrix.engine import order_label, pair_orders
+from bench.matrix.engine_cells import order_label, pair_orders
 from bench.matrix.expand import (BootConfig, Candidate, RunRequest, booted_lru_gen,
                                   booted_mem)
 

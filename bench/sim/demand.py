@@ -1,4 +1,4 @@
-"""The constant-free demand model (DESIGN.md, the paper's Table 2 "miss" column).
+"""The constant-free demand model (docs/design.md, the paper's Table 2 "miss" column).
 
 Simulate LRU over one global pool of C / S experts (keys (layer, expert)), replay the plan
 twice as the agent does (warm-up, then measured), and multiply the measured pass's misses by

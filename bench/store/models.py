@@ -263,7 +263,7 @@ class Bandwidth(Base):
 
 
 class EngineRun(Base):
-    """What one end-to-end engine run measured (docs/engine.md, bench.judge.engine.facts): one
+    """What one end-to-end engine run measured (docs/engine.md, bench.judge.engine_gates.facts): one
     row per engine run, next to its runs row. Times in seconds on the host's monotonic clock;
     steady = wall - the cold load the engine reported. `pair_index`/`pair_order`/`pair_position`
     place the run in its balanced pair; `output_sha256` is the SHA-256 of the token ID

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import case, select
 
 from bench.errors import InputError
-from bench.judge import engine, identity, stats
+from bench.judge import engine_gates, identity, stats
 from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
@@ -396,7 +396,7 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
         name = prompt if prompts.count(prompt) == 1 else f"{prompt} ({g['id']})"
         kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
                 for r in g["runs"] if r["retained"]]
-        st = engine.pair_stats(prompt, kept).as_dict()
+        st = engine_gates.pair_stats(prompt, kept).as_dict()
         st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
                   fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
                   n_rejected=sum(r["retained"] is False for r in g["runs"]))

@@ -2,7 +2,7 @@
 the executor (bench.execute), the store (every state change goes through
 bench.store.campaigns.transition, which refuses an illegal one) and the views. Pure.
 
-It lives in the store, not in the executor (DESIGN.md puts it with campaigns), because the
+It lives in the store, not in the executor (docs/design.md puts it with campaigns), because the
 store is the one place a state is written: the check runs in the same transaction that reads
 the old state, so two writers cannot both pass it (README, Layout).
 

@@ -2,7 +2,7 @@
 
 Everything downstream (locality analysis, simulators, plans, the batch merge, the demand model)
 reads traces through `parse_trace`, so there is exactly one place that decides what an
-iteration, a token and a read are. The rules are those of DESIGN.md:
+iteration, a token and a read are. The rules are those of docs/design.md:
 
 * A trace is JSONL, one record per router pass of one layer:
   ``{"step": 17, "layer": 3, "experts": [812, 5, ...]}``. An optional first line without

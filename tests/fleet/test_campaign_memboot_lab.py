@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from tests.support.fleet import host_bundles
 
-from bench.cli.campaign import build_plan
+from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create
 from bench.execute.campaign.watch import progress

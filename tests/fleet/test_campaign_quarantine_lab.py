@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from tests.support.fleet import host_bundles, host_status, wait_for
 
-from bench.cli.campaign import build_plan
+from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create
 from bench.execute.campaign.watch import progress

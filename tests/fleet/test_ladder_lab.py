@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli.campaign import build_plan
+from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml

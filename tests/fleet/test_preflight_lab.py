@@ -157,7 +157,7 @@ def test_cgroup_cells_are_skipped_at_planning_on_a_host_without_a_memory_cgroup(
 def test_a_cgroup_run_refused_on_such_a_host_is_not_retried(no_memory_cgroup_on_x, tmp_path):
     """Planned without facts (as a campaign created before the check was), the cgroup run on
     lab-netns-1 reaches the worker's preflight, which refuses it: failed once, not retried."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
     lab = no_memory_cgroup_on_x

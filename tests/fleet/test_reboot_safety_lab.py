@@ -160,7 +160,7 @@ def test_a_campaign_does_not_reboot_a_host_under_another_run(lab_host_up, lab_in
     """A campaign whose run needs a reboot of X while a `bench run` is in progress there:
     its boot step waits for the run up to host_lock_wait_s, then the attempt fails naming the
     run; the other run completes untouched and X never reboots."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
     from bench.store.campaigns import journal_rows, run_rows
@@ -247,7 +247,7 @@ def no_live_run(lab, host) -> list:
 
 def test_a_campaign_owns_its_host_between_runs_and_lets_go_at_its_end(
         clean_pools, lab_host_up, tmp_path):
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
     from bench.store.campaigns import run_rows
@@ -351,7 +351,7 @@ def test_a_campaign_owns_its_host_between_runs_and_lets_go_at_its_end(
 def second_campaign(tmp_path: Path, hosts_dir: Path) -> dict:
     """Another campaign on X while the first one owns it: waits host_lock_wait_s, then
     quarantines X naming the owner."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
     from bench.store.db import open_store

@@ -62,7 +62,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2]))
 
-from bench.cli.campaign import build_plan  # noqa: E402
+from bench.cli.schedule import build_plan  # noqa: E402
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create  # noqa: E402
 from bench.lab.netns import Lab, missing_capabilities  # noqa: E402

@@ -68,7 +68,7 @@ from rich.console import Console  # noqa: E402
 from sqlalchemy import event  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
-from bench.cli.campaign import build_plan  # noqa: E402
+from bench.cli.schedule import build_plan  # noqa: E402
 from bench.execute.campaign.executor import Executor  # noqa: E402
 from bench.execute.campaign.record import Settings, create  # noqa: E402
 from bench.execute.campaign.watch import progress  # noqa: E402
@@ -285,7 +285,7 @@ def one_campaign(a, tmp: Path, lab: Lab, names: list[str], db: str, tag: str,
     settings = Settings(threads=a.threads, passes=a.passes, retries=0, data_dir=wdir / "data",
                         db_url=db, hosts_dir=lab.hosts_dir)
     store = open_store(db)
-    reader = open_store(db, write=False)     # as bench.cli.campaign.run_live reads
+    reader = open_store(db, write=False)     # as bench.cli.schedule.run_live reads
     samples: list[dict] = []
     try:
         create(store, plan, exp, m, names, settings, str(matrix))

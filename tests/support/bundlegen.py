@@ -7,8 +7,8 @@ lru_gen/enabled is written by the generator (this kernel has no MGLRU). `edit(pa
 change any part before the manifest is written, which is how tests inject one fault.
 
 Engine cells (e2e-{prompt}-{admit|nocache}) get an engine bundle instead (docs/engine.md): the
-spec built by bench.matrix.engine.build_spec from ENGINE (a fixture config), the captured pre/post
-snapshots, engine.json with `wall_s`, and engine.stdout in the fixture engine's format with
+spec built by bench.matrix.engine_cells.build_spec from ENGINE (a fixture config), the captured
+pre/post snapshots, engine.json with `wall_s`, and engine.stdout in the fixture engine's format with
 `load_s` and a token sequence derived from the prompt alone (so a pair's hashes match).
 """
 
@@ -88,12 +88,12 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
                      load_s: float = 2.0, seed: int = 0, **_ignored) -> dict:
     from types import SimpleNamespace
 
-    from bench.matrix import engine
+    from bench.matrix import engine_cells
     c = parse_cell(cell)
-    cfg = engine.parse_engine(ENGINE, "bundlegen")
-    first = engine.pair_orders(repetition + 1, seed, c.prompt)[repetition][0]
+    cfg = engine_cells.parse_engine(ENGINE, "bundlegen")
+    first = engine_cells.pair_orders(repetition + 1, seed, c.prompt)[repetition][0]
     h = SimpleNamespace(name=host, pool_dir="/var/tmp/pool", work_dir="/var/lib/bench")
-    spec = engine.build_spec(c, h, cfg, run_id=run_id, pair_index=repetition, first=first,
+    spec = engine_cells.build_spec(c, h, cfg, run_id=run_id, pair_index=repetition, first=first,
                              seed=seed, campaign=campaign, position=position,
                              created="2026-11-29T19:00:00Z", controller_version="0.1.0")
     snaps = _captured_snapshots()

@@ -46,7 +46,7 @@ def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
 def offline_campaign(tmp_path: Path, matrix: Path, cid: str, seed: int = 3) -> str:
     """A campaign of `matrix` on NAMES (addresses in 192.0.2.0/24, never reached) in a fresh
     SQLite database; returns the database URL."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.record import Settings, create
     from bench.hosts.inventory import Host, render_host_toml
     from bench.store.db import open_store

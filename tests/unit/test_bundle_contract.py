@@ -154,7 +154,7 @@ def test_caps_come_from_the_environment_then_the_caller():
     c = Caps.from_env({"BENCH_BUNDLE_MAX_FILE_BYTES": "1Mi", "BENCH_BUNDLE_MAX_FILES": "10"},
                       total_bytes=4096)
     assert (c.file_bytes, c.total_bytes, c.files, c.json_bytes) == (1 << 20, 4096, 10, 1 << 20)
-    # decimal like every size bench reads (DESIGN.md, Vocabulary): 1M is 10^6 bytes
+    # decimal like every size bench reads (docs/design.md, Vocabulary): 1M is 10^6 bytes
     assert Caps.from_env({"BENCH_BUNDLE_MAX_FILE_BYTES": "1M"}).file_bytes == 10 ** 6
     with pytest.raises(InputError, match="BENCH_BUNDLE_MAX_BYTES"):
         Caps.from_env({"BENCH_BUNDLE_MAX_BYTES": "lots"})

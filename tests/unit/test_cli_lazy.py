@@ -38,7 +38,7 @@ def test_commands_names_every_top_level_command_with_its_areas():
 
 def test_areas_for_a_command_line():
     assert cli_app.areas_for(["results", "--matrix", "reclaim"]) == ("results",)
-    assert cli_app.areas_for(["-q", "hosts", "reboot", "x"]) == ("hosts", "reboot")
+    assert cli_app.areas_for(["-q", "hosts", "reboot", "x"]) == ("hosts", "hosts_reboot")
     for argv in ([], ["--help"], ["--help", "results"], ["resutls"], ["--version"]):
         assert cli_app.areas_for(argv) == cli_app.AREAS, argv
 
@@ -49,6 +49,6 @@ def test_results_imports_only_its_area():
     mods = set(subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
                               capture_output=True, text=True).stdout.split())
     assert "bench.cli.results" in mods
-    for heavy in ("bench.cli.hosts", "bench.cli.campaign", "bench.cli.lab", "bench.cli.trace",
+    for heavy in ("bench.cli.hosts", "bench.cli.schedule", "bench.cli.lab", "bench.cli.trace",
                   "paramiko", "fabric", "bench.judge.bundle", "numpy", "alembic"):
         assert heavy not in mods, heavy

@@ -1,6 +1,7 @@
-"""End-to-end engine cells (bench.matrix.engine, docs/engine.md), pure parts: the [engine] table, argv
-substitution without a shell, balanced pair order, the output gates, pair statistics, engine
-cell names, the end-to-end matrix and the scheduler keeping pairs adjacent (properties)."""
+"""End-to-end engine cells (bench.matrix.engine_cells, docs/engine.md), pure parts: the [engine]
+table, argv substitution without a shell, balanced pair order, the output gates
+(bench.judge.engine_gates), pair statistics, engine cell names, the end-to-end matrix and the
+scheduler keeping pairs adjacent (properties)."""
 
 import json
 import os
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 
 from bench.cli import main
 from bench.errors import InputError
-from bench.judge import engine as judge_engine
-from bench.matrix import engine
+from bench.judge import engine_gates
+from bench.matrix import engine_cells
 from bench.matrix.cells import engine_cell, parse_cell
 from bench.matrix.expand import BootConfig, Candidate, RunRequest, expand
 from bench.matrix.load import MatrixError, load_matrix, parse_matrix
@@ -38,7 +39,7 @@ def table(**over):
 
 
 def cfg(**over):
-    return engine.parse_engine(table(**over), "t.toml")
+    return engine_cells.parse_engine(table(**over), "t.toml")
 
 
 # the [engine] table ------------------------------------------------------------------------------
@@ -49,8 +50,8 @@ def test_parse_keeps_everything_and_round_trips():
     assert [x.name for x in c.cells()] == ["e2e-prose-admit", "e2e-prose-nocache",
                                            "e2e-code-admit", "e2e-code-nocache",
                                            "e2e-chat-admit", "e2e-chat-nocache"]
-    assert engine.from_dict(json.loads(json.dumps(c.as_dict()))) == c
-    assert c.digest == engine.from_dict(c.as_dict()).digest != cfg().digest
+    assert engine_cells.from_dict(json.loads(json.dumps(c.as_dict()))) == c
+    assert c.digest == engine_cells.from_dict(c.as_dict()).digest != cfg().digest
 
 
 @pytest.mark.parametrize("over, key, needle", [
@@ -80,7 +81,7 @@ def test_parse_keeps_everything_and_round_trips():
     ({"prompts": {"prose": "p.txt"}}, "engine.prompts.prose", "relative"),
 ])
 def test_bad_tables_name_the_key(over, key, needle):
-    with pytest.raises(engine.EngineConfigError) as ei:
+    with pytest.raises(engine_cells.EngineConfigError) as ei:
         cfg(**over)
     assert f"t.toml: key '{key}'" in ei.value.message and needle in ei.value.message
 
@@ -89,46 +90,46 @@ def test_missing_required_keys():
     for k in ("command", "backend", "tokens_regex", "load_regex", "policies", "prompts"):
         t = table()
         del t[k]
-        with pytest.raises(engine.EngineConfigError, match=f"engine.{k}'"):
-            engine.parse_engine(t, "t.toml")
+        with pytest.raises(engine_cells.EngineConfigError, match=f"engine.{k}'"):
+            engine_cells.parse_engine(t, "t.toml")
 
 
 # argv and environment ---------------------------------------------------------------------------
 
 def test_argv_is_substituted_per_element_never_through_a_shell():
     c = cfg(prompts={"prose": "/p/it's; rm -rf / $(x) {braces}.txt"})
-    v = engine.values_for(c, "prose", "nocache", pool_dir="/pool dir", work_dir="/w",
+    v = engine_cells.values_for(c, "prose", "nocache", pool_dir="/pool dir", work_dir="/w",
                           run_id="r1")
-    argv = engine.argv_for(c, v)
+    argv = engine_cells.argv_for(c, v)
     assert argv == ["/opt/e/decode", "--prompt-file", "/p/it's; rm -rf / $(x) {braces}.txt",
                     "-n", "60", "--reader", "nocache", "--tag=prose-nocache"]
-    assert engine.env_for(c, "nocache") == {"NOCACHE": "1"}
-    assert engine.env_for(c, "admit") == {}
+    assert engine_cells.env_for(c, "nocache") == {"NOCACHE": "1"}
+    assert engine_cells.env_for(c, "admit") == {}
 
 
 def test_policy_args_are_appended_without_the_marker_and_braces_escape():
     c = cfg(command=["/e", "{{literal}}", "{run_dir}"], env={"A": "1", "NOCACHE": "0"})
-    v = engine.values_for(c, "code", "admit", pool_dir="/p", work_dir="/w/", run_id="r9")
-    assert engine.argv_for(c, v) == ["/e", "{literal}", "/w/runs/r9", "--reader", "admit"]
-    assert engine.env_for(c, "nocache") == {"A": "1", "NOCACHE": "1"}     # the policy wins
+    v = engine_cells.values_for(c, "code", "admit", pool_dir="/p", work_dir="/w/", run_id="r9")
+    assert engine_cells.argv_for(c, v) == ["/e", "{literal}", "/w/runs/r9", "--reader", "admit"]
+    assert engine_cells.env_for(c, "nocache") == {"A": "1", "NOCACHE": "1"}     # the policy wins
 
 
 # balanced pair order ----------------------------------------------------------------------------
 
 @given(st.integers(0, 12), st.integers(0, 2**40), st.text(max_size=8))
 def test_pair_orders_are_balanced_and_seeded(n, seed, salt):
-    o = engine.pair_orders(n, seed, salt)
+    o = engine_cells.pair_orders(n, seed, salt)
     assert len(o) == n and all(sorted(p) == ["admit", "nocache"] for p in o)
     if n >= 1:
         assert o[0] == ("admit", "nocache")
     if n >= 2:
         assert o[1] == ("nocache", "admit")
-    assert o == engine.pair_orders(n, seed, salt)                 # same seed, same order
-    assert engine.pair_orders(n + 3, seed, salt)[:n] == o         # later pairs do not re-order
+    assert o == engine_cells.pair_orders(n, seed, salt)                 # same seed, same order
+    assert engine_cells.pair_orders(n + 3, seed, salt)[:n] == o     # later pairs do not re-order
 
 
 def test_shuffled_pairs_depend_on_the_seed():
-    orders = {tuple(engine.pair_orders(10, s, "prose")[2:]) for s in range(20)}
+    orders = {tuple(engine_cells.pair_orders(10, s, "prose")[2:]) for s in range(20)}
     assert len(orders) > 1
 
 
@@ -140,19 +141,19 @@ OUT = ("loading...\ncold load: 12.5 s\nMoE backend: CUDA MoE backend (grouped ge
 
 def test_gates_find_backend_tokens_and_load():
     rx = table()
-    assert judge_engine.find_backend(OUT, "", "CUDA MoE backend").startswith("MoE backend:")
-    assert judge_engine.find_backend("", "warn\nusing CUDA MoE backend\n", "CUDA MoE backend") \
+    assert engine_gates.find_backend(OUT, "", "CUDA MoE backend").startswith("MoE backend:")
+    assert engine_gates.find_backend("", "warn\nusing CUDA MoE backend\n", "CUDA MoE backend") \
         == "using CUDA MoE backend"
-    assert judge_engine.find_backend(OUT, "", "Metal") is None
-    assert judge_engine.parse_tokens(OUT, "", rx["tokens_regex"]) == [1, 22, 333, -4]
-    assert judge_engine.parse_tokens("x", "output token ids: 7 8", rx["tokens_regex"]) == [7, 8]
-    assert judge_engine.parse_tokens("x", "y", rx["tokens_regex"]) is None
+    assert engine_gates.find_backend(OUT, "", "Metal") is None
+    assert engine_gates.parse_tokens(OUT, "", rx["tokens_regex"]) == [1, 22, 333, -4]
+    assert engine_gates.parse_tokens("x", "output token ids: 7 8", rx["tokens_regex"]) == [7, 8]
+    assert engine_gates.parse_tokens("x", "y", rx["tokens_regex"]) is None
     # a number no vocabulary has (5000 digits would not even convert): not token IDs
-    assert judge_engine.parse_tokens("output token ids: 1, " + "9" * 5000, "",
+    assert engine_gates.parse_tokens("output token ids: 1, " + "9" * 5000, "",
                                      rx["tokens_regex"]) is None
-    assert judge_engine.parse_load(OUT, "", rx["load_regex"]) == 12.5
-    assert judge_engine.parse_load("cold load: fast s", "", r"^cold load: (\S+) s") is None
-    assert judge_engine.output_sha256([1, 22]) == __import__("hashlib").sha256(b"1,22").hexdigest()
+    assert engine_gates.parse_load(OUT, "", rx["load_regex"]) == 12.5
+    assert engine_gates.parse_load("cold load: fast s", "", r"^cold load: (\S+) s") is None
+    assert engine_gates.output_sha256([1, 22]) == __import__("hashlib").sha256(b"1,22").hexdigest()
 
 
 @pytest.mark.parametrize("tokens, min_tokens, needle", [
@@ -164,25 +165,25 @@ def test_gates_find_backend_tokens_and_load():
     (list(range(28)) + [1, 2, 3, 4] * 8, 60, "cycle of 4"),
 ])
 def test_degenerate_outputs(tokens, min_tokens, needle):
-    assert needle in judge_engine.degenerate(tokens, min_tokens)
+    assert needle in engine_gates.degenerate(tokens, min_tokens)
 
 
 @pytest.mark.parametrize("tokens", [list(range(60)), [3, 3] + list(range(58)),
                                     list(range(50)) + [7] * 10, [1], [1, 2, 1, 3],
                                     list(range(40)) + [1, 2, 3, 4] * 5])
 def test_ordinary_outputs_are_not_degenerate(tokens):
-    assert judge_engine.degenerate(tokens, 1) is None
+    assert engine_gates.degenerate(tokens, 1) is None
 
 
 def test_facts_of_one_run():
     spec = {"tokens_regex": table()["tokens_regex"], "load_regex": table()["load_regex"],
             "backend": "CUDA MoE backend", "min_tokens": 2, "prompt": "prose",
             "policy": "admit", "pair": {"index": 1, "order": "nocache-first", "position": 1}}
-    f = judge_engine.facts(spec, OUT, "", {"wall_s": 20.0, "exit_code": 0, "signal": None})
+    f = engine_gates.facts(spec, OUT, "", {"wall_s": 20.0, "exit_code": 0, "signal": None})
     assert (f["wall_s"], f["load_s"], f["steady_s"]) == (20.0, 12.5, 7.5)
     assert f["backend_found"] and f["tokens"] == 4 and f["degenerate"] is None
     assert (f["pair_index"], f["pair_order"], f["pair_position"]) == (1, "nocache-first", 1)
-    assert f["output_sha256"] == judge_engine.output_sha256([1, 22, 333, -4])
+    assert f["output_sha256"] == engine_gates.output_sha256([1, 22, 333, -4])
 
 
 # pair statistics -------------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_median_of_pair_ratios_not_the_quotient_of_medians():
     runs = [run("p0", "admit", 10, "a"), run("p0", "nocache", 11, "a"),
             run("p1", "admit", 20, "b"), run("p1", "nocache", 30, "b"),
             run("p2", "admit", 30, "c"), run("p2", "nocache", 31, "c")]
-    st_ = judge_engine.pair_stats("prose", runs)
+    st_ = engine_gates.pair_stats("prose", runs)
     ratios = sorted([11 / 10, 30 / 20, 31 / 30])
     assert st_.pairs == 3 and st_.speedup == pytest.approx(ratios[1])
     assert (st_.speedup_min, st_.speedup_max) == (pytest.approx(ratios[0]),
@@ -209,17 +210,17 @@ def test_mismatched_hashes_and_incomplete_pairs_are_named():
     runs = [run("p0", "admit", 10, "a"), run("p0", "nocache", 11, "b"),
             run("p1", "admit", 10, "c"), run("p2", "nocache", 12, "d"),
             run("p3", "admit", 10, "e"), run("p3", "nocache", None, "e")]
-    st_ = judge_engine.pair_stats("code", runs)
+    st_ = engine_gates.pair_stats("code", runs)
     assert st_.pairs == 1 and st_.hashes_match is False and st_.mismatched == ["p0"]
     assert st_.incomplete == ["p1", "p2", "p3"]
-    assert judge_engine.pair_stats("chat", []).speedup is None
+    assert engine_gates.pair_stats("chat", []).speedup is None
 
 
 # spec ------------------------------------------------------------------------------------------
 
 def test_build_spec():
     h = SimpleNamespace(name="gh200-b", pool_dir="/data/pool", work_dir="/var/lib/bench")
-    s = engine.build_spec("e2e-code-nocache", h, cfg(), run_id="c-gh200-b-004", pair_index=2,
+    s = engine_cells.build_spec("e2e-code-nocache", h, cfg(), run_id="c-gh200-b-004", pair_index=2,
                           first="nocache", seed=7, campaign="c", position=4)
     assert (s["cell"], s["capacity_bytes"], s["mechanism"], s["reclaim"], s["mode"]) == (
         "e2e-code-nocache", 0, "none", "host", "nocache")
@@ -229,7 +230,7 @@ def test_build_spec():
     assert e["env"] == {"NOCACHE": "1"} and e["config_sha256"] == cfg().digest
     assert s["repetition"] == 2 and s["pool"] == "/data/pool"
     with pytest.raises(InputError, match="not an engine cell"):
-        engine.build_spec("64g-none-mglru", h, cfg(), run_id="x", pair_index=0,
+        engine_cells.build_spec("64g-none-mglru", h, cfg(), run_id="x", pair_index=0,
                           first="admit", seed=0)
 
 
@@ -357,7 +358,7 @@ def test_pairs_stay_adjacent_in_the_balanced_order(fleet, seed, randomize, inter
             first = parse_cell(a.cell).policy
             assert a.pair["order"] == b.pair["order"] == f"{first}-first"
             assert (a.pair["position"], b.pair["position"]) == (0, 1)
-            assert first == engine.pair_orders(rep + 1, seed, prompt)[rep][0]
+            assert first == engine_cells.pair_orders(rep + 1, seed, prompt)[rep][0]
             if rep == 0:
                 assert first == "admit"                 # pair 0 admit-first
             if rep == 1:

@@ -1,6 +1,6 @@
 """Result identity (bench.judge.identity): the workload of a stored spec, the group key,
 what tells groups apart, the --workload prefix and the pairing of compared runs. Specs are the
-ones the real builders make (bench.matrix.runspec, bench.matrix.engine)."""
+ones the real builders make (bench.matrix.runspec, bench.matrix.engine_cells)."""
 
 from types import SimpleNamespace
 
@@ -8,7 +8,7 @@ import pytest
 
 from bench.errors import InputError
 from bench.judge import identity
-from bench.matrix import engine
+from bench.matrix import engine_cells
 from bench.matrix.runspec import RunOptions, build_spec
 from bench.plan.planinfo import PlanInfo
 from tests.support.bundlegen import ENGINE
@@ -54,11 +54,11 @@ def test_workload_digest_is_stable_and_separates_what_it_must():
 
 
 def test_engine_workload_is_config_and_prompt():
-    cfg = engine.parse_engine(ENGINE, "bundlegen")
+    cfg = engine_cells.parse_engine(ENGINE, "bundlegen")
 
     def w(cell):
-        return identity.workload_of(engine.build_spec(cell, HOST, cfg, run_id="r", pair_index=0,
-                                                      first="admit", seed=0))
+        return identity.workload_of(engine_cells.build_spec(cell, HOST, cfg, run_id="r",
+                                                            pair_index=0, first="admit", seed=0))
     a, b, c = w("e2e-prose-admit"), w("e2e-prose-nocache"), w("e2e-code-admit")
     assert a["kind"] == "engine" and a["config_sha256"] == cfg.digest and a["prompt"] == "prose"
     assert a["digest"] == b["digest"] != c["digest"]

@@ -16,7 +16,7 @@ from bench.cli import main
 from bench.errors import InventoryError
 from bench.hosts.inventory import (MAX_HOST_FILE, MAX_PROBLEMS, check_inventory, load_host_file,
                                    load_inventory, parse_host)
-from bench.hosts.schema import MAX_SECONDS
+from bench.hosts.inventory_schema import MAX_SECONDS
 
 SSH = """
 name = "h1"

@@ -1,4 +1,4 @@
-"""The folder tree is the data flow (DESIGN.md, Layout): one package per stage, and a stage
+"""The folder tree is the data flow (docs/design.md, Layout): one package per stage, and a stage
 imports only the stages before it (plus the root modules and the shipped host agents). Checked
 statically on every import statement of every module, function-level ones included; the I/O
 and UI library rules are checked statically per module and, for pure modules, at run time for
@@ -26,11 +26,11 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "plan.planinfo",
         "sim.stackdist", "sim.policies", "sim.simulate", "sim.demand", "sim.recall", "sim.kernels",
         "matrix.cells", "matrix.load", "matrix.expand", "matrix.schedule", "matrix.runspec",
-        "matrix.engine", "matrix.schema", "hosts.procfs", "hosts.bootplan", "hosts.knownhosts",
-        "hosts.sshconfig", "judge.bundle",
+        "matrix.engine_cells", "matrix.matrix_schema", "hosts.procfs", "hosts.bootplan",
+        "hosts.knownhosts", "hosts.sshconfig", "judge.bundle",
         "judge.bundle_files", "judge.bundle_schema", "judge.bundle_check",
         "judge.bundle_snapshots", "judge.counters", "judge.measured", "judge.retention",
-        "judge.stats", "judge.engine", "judge.identity", "judge.judgement", "execute.progress",
+        "judge.stats", "judge.engine_gates", "judge.identity", "judge.judgement", "execute.progress",
         "errors", "units", "version"]
 
 

@@ -1,8 +1,8 @@
-"""One validator for every TOML file bench reads (bench.matrix.schema and the models of the host
-file, the matrix file and the [engine] table): every problem of a file at once, one a line,
-each naming the file, the dotted key and the allowed values, never in pydantic's words; and
-the JSON Schema `bench schema inventory|matrix|engine` prints, from the same models, accepts
-the shipped files and shows the allowed values as enums."""
+"""One validator for every TOML file bench reads (bench.matrix.matrix_schema and the models of the
+host file, the matrix file and the [engine] table): every problem of a file at once, one a line,
+each naming the file, the dotted key and the allowed values, never in pydantic's words; and the JSON
+Schema `bench schema inventory|matrix|engine` prints, from the same models, accepts the shipped
+files and shows the allowed values as enums."""
 
 import copy
 import dataclasses
@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 from bench.cli import schema as schema_cli
 from bench.errors import InventoryError
 from bench.hosts.inventory import RebootSpec, SSHOptions, check_inventory, load_host_file
-from bench.hosts.schema import REBOOT_METHODS, TRANSPORTS, HostFile, RebootTable, SSHTable
-from bench.matrix import engine
+from bench.hosts.inventory_schema import REBOOT_METHODS, TRANSPORTS, HostFile, RebootTable, SSHTable
+from bench.matrix import engine_cells
 from bench.matrix.cells import MECHANISMS, MODES, POLICY_MODES, RECLAIMS
 from bench.matrix.load import (MatrixError, MatrixFile, apply_scale, load_matrix, parse_matrix,
                                shipped_names)
-from bench.matrix.schema import PLACEMENTS, SchemaError, Table
+from bench.matrix.matrix_schema import PLACEMENTS, SchemaError, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRICES = ROOT / "bench" / "data" / "matrices"
@@ -277,8 +277,8 @@ def test_an_engine_table_reports_every_problem_at_once():
                      timeout_s=True, speed=1, load_regex="(a)(b)", env={"1X": "a"},
                      policies={"admit": {"argv": []}, "nocache": {}},
                      prompts={"Prose": "/p/prose.txt"}, n_tokens=5, min_tokens=9)
-    with pytest.raises(engine.EngineConfigError) as e:
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError) as e:
+        engine_cells.parse_engine(t, "t.toml")
     assert problems_by_key(e.value) == {
         "engine.command[1]": "'{nope}': unknown placeholder {nope}",
         "engine.env.1X": "'1X' is not an environment variable name",
@@ -299,16 +299,16 @@ def test_an_engine_table_reports_every_problem_at_once():
 def test_engine_rules_are_collected_and_a_missing_command_shows_an_example():
     t = engine_table(policies={"admit": {}, "nocache": {}}, prompts={"a": "rel.txt", "b": "r"})
     del t["command"]
-    with pytest.raises(engine.EngineConfigError) as e:
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError) as e:
+        engine_cells.parse_engine(t, "t.toml")
     assert problems_by_key(e.value) == {
         "engine.command": "missing (required)",
         "engine.prompts.a": "'rel.txt' is relative and no cwd is given",
         "engine.prompts.b": "'r' is relative and no cwd is given"}
     assert 'e.g. command = ["/opt/engine/bin/decode"' in e.value.hint
     t = engine_table(command=["/e"], policies={"admit": {}, "nocache": {}})
-    with pytest.raises(engine.EngineConfigError, match="same arguments"):
-        engine.parse_engine(t, "t.toml")
+    with pytest.raises(engine_cells.EngineConfigError, match="same arguments"):
+        engine_cells.parse_engine(t, "t.toml")
 
 
 def test_engine_problems_in_a_matrix_are_matrix_problems():
@@ -324,7 +324,7 @@ def test_engine_problems_in_a_matrix_are_matrix_problems():
 
 
 def test_the_policy_table_spells_the_policies_of_the_cells():
-    from bench.matrix.engine import PoliciesTable
+    from bench.matrix.engine_cells import PoliciesTable
     assert tuple(PoliciesTable.model_fields) == tuple(POLICY_MODES)
 
 
@@ -356,7 +356,7 @@ def with_value(doc, path, value):
     (HostFile, {"transport": "ssh", "address": "a"},
      lambda d: __import__("bench.hosts.inventory", fromlist=["x"]).parse_host(d, Path("h.toml"))),
     (MatrixFile, matrix(), lambda d: parse_matrix(d, "m.toml")),
-    (engine.EngineTable, engine_table(), lambda d: engine.parse_engine(d, "t.toml")),
+    (engine_cells.EngineTable, engine_table(), lambda d: engine_cells.parse_engine(d, "t.toml")),
 ])
 def test_any_odd_value_anywhere_gets_bench_wording(model, base, parse):
     seen = 0
@@ -452,8 +452,8 @@ def test_the_json_schema_shows_allowed_values_as_enums_and_describes_every_key()
 
 
 def test_the_models_module_imports_no_io_or_ui_library():
-    code = ("import sys, bench.hosts.schema, bench.matrix.load; print(','.join(m for m in "
-            "('fabric', 'paramiko', 'sqlalchemy', 'rich', 'typer', 'click', 'subprocess', "
+    code = ("import sys, bench.hosts.inventory_schema, bench.matrix.load; "
+            "print(','.join(m for m in ('fabric', 'paramiko', 'sqlalchemy', 'rich', 'typer', 'click', 'subprocess', "
             "'socket', 'matplotlib', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout.strip()

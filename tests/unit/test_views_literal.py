@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Group
 
-from bench.cli import campaign as cli_campaign
+from bench.cli import schedule as cli_schedule
 from bench.cli.run import _table as run_table
 from bench.execute.progress import HostProgress, Progress
 from bench.execute.single import HostRunResult
@@ -156,7 +156,7 @@ def _trace_views(s: str) -> dict:
 
 
 def _plan_views(s: str) -> dict:
-    plan, exp, m = cli_campaign.build_plan("smoke", ["local"], REPO / "hosts", 3, "c")
+    plan, exp, m = cli_schedule.build_plan("smoke", ["local"], REPO / "hosts", 3, "c")
     md, pd, ed = m.as_dict(), plan.as_dict(), exp.as_dict()
     md.update(name=s, description=s, source=s, reference=s)
     pd["campaign"] = s

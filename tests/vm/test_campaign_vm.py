@@ -131,7 +131,7 @@ def test_results_cell_shows_retained_runs_with_amplification_and_scan_steal(camp
                 "n_retained", "median_s", "device_gb_per_iteration",
                 "nominal_miss_gb_per_iteration", "amplification", "scan_steal",
                 "locked_fraction", "mglru")}))
-    # one result group per guest (DESIGN.md, identity): never one number across hosts
+    # one result group per guest (docs/design.md, identity): never one number across hosts
     assert sorted(g["host"] for g in groups) == HOSTS
     for res in groups:
         assert res["n_retained"] == 1 and res["mglru"] == "on"

@@ -11,7 +11,7 @@ import time
 
 from bench.errors import InputError
 from bench.hosts.inventory import Host
-from bench.matrix import engine
+from bench.matrix import engine_cells as engine   # only the import changed with the rename
 
 
 def spec_for(rec: dict, rid: str, cell: str, host: Host, *, created: str | None = None) -> dict:

@@ -8,7 +8,7 @@ from bench.execute.campaign.record import Settings
 def test_run_options_take_the_matrixs_protocol_unless_settings_override(tmp_path):
     """The cgroup headroom and balloon cap travel matrix -> campaign record -> run options (a
     lab-scale wall of C + 16M, not C + 6G); explicit settings win."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import create
     from bench.hosts.inventory import load_inventory

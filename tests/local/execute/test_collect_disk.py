@@ -125,7 +125,7 @@ def test_a_campaign_whose_data_disk_fills_stops_naming_it_and_resumes(tmp_path):
     running; once there is room, resume collects it without running it again."""
     import shutil as _sh
 
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Event, Executor
     from bench.execute.campaign.record import create
     from bench.store.campaigns import journal_rows, run_rows

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli.campaign import build_plan
+from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Event, Executor
 from bench.execute.campaign.record import Settings, create
 from bench.store.campaigns import journal_rows, run_rows, transition

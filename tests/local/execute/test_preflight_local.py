@@ -70,7 +70,7 @@ def test_a_deterministic_input_error_is_not_retried(tmp_path):
     """A campaign planned without facts (as before this check, or a host that changed since)
     holds a cell this machine cannot run: its preflight refuses it once, the run is failed at
     once with the reason, without the retries' pauses, and `bench resume` leaves it."""
-    from bench.cli.campaign import build_plan
+    from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
     from bench.store.campaigns import campaign_row, journal_rows, run_rows

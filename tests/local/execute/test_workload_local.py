@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli.campaign import build_plan
+from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import create
 from bench.plan.planfile import read_plan

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.matrix import engine
+from bench.matrix import engine_cells
 from tests.support import paths
 from tests.support.bundlegen import ensure_campaigns
 from tests.support.runner import (RUNNER, assert_private, contract, read_json, start, verify_manifest,
@@ -71,8 +71,8 @@ def host_of(d: Path, work_dir: Path):
 
 
 def spec(d, work_dir, run_id, cell, *extra, pair=0, first="admit", **over):
-    cfg = engine.parse_engine(table(d, *extra, **over), "test")
-    return engine.build_spec(cell, host_of(d, work_dir), cfg, run_id=run_id, pair_index=pair,
+    cfg = engine_cells.parse_engine(table(d, *extra, **over), "test")
+    return engine_cells.build_spec(cell, host_of(d, work_dir), cfg, run_id=run_id, pair_index=pair,
                              first=first, seed=0, campaign="e2e-test", timeline_interval_ms=50,
                              host_lock_timeout_s=120)
 

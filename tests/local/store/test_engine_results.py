@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bench.cli import main
-from bench.matrix import engine
+from bench.matrix import engine_cells
 from bench.results import store_views
 from bench.store import queries
 from bench.store.db import open_store
@@ -33,7 +33,7 @@ def populate(store, bundles, mismatch=True):
     ensure_campaigns(store, "c1", "c2")
     pos = 0
     for (prompt, pair), walls in sorted(WALLS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        first = engine.pair_orders(pair + 1, 0, prompt)[pair][0]
+        first = engine_cells.pair_orders(pair + 1, 0, prompt)[pair][0]
         order = ["admit", "nocache"] if first == "admit" else ["nocache", "admit"]
         for policy in order:
             wall = walls[0] if policy == "admit" else walls[1]

@@ -1,4 +1,4 @@
-"""Result identity over a real store (DESIGN.md, "What a result is"): bundles from the real
+"""Result identity over a real store (docs/design.md, "What a result is"): bundles from the real
 captures (tests/support/bundlegen.py) made to differ in host, in workload (trace sha256, pool)
 and in fingerprint (kernel) land in separate groups of `bench results --cell`, are pooled only
 with --pool (saying what differs), are filtered by --host/--campaign/--workload, and

@@ -1,10 +1,10 @@
-"""The TOML documents bench reads, as pydantic models, and how their problems are reported.
-Here: the shared machinery and the tables of a matrix file; the root MatrixFile is in
-bench.matrix.load (next to the Matrix it builds), the [engine] table in bench.matrix.engine, the
-inventory's host file in bench.hosts.schema. Every key is spelled once, in a model: the JSON
-Schema (`bench schema inventory|matrix|engine`) and the "unknown key" messages come from the
-models, the allowed values from the tuples of bench.matrix.cells and bench.hosts.schema (as
-Literal types, so the JSON Schema shows enums).
+"""The TOML documents bench reads, as pydantic models, and how their problems are reported. Here:
+the shared machinery and the tables of a matrix file; the root MatrixFile is in bench.matrix.load
+(next to the Matrix it builds), the [engine] table in bench.matrix.engine_cells, the inventory's
+host file in bench.hosts.inventory_schema. Every key is spelled once, in a model: the JSON Schema
+(`bench schema inventory|matrix|engine`) and the "unknown key" messages come from the models, the
+allowed values from the tuples of bench.matrix.cells and bench.hosts.inventory_schema (as Literal
+types, so the JSON Schema shows enums).
 
 Validation reports every problem of a document at once:
 - pydantic checks the shape, the types (strict: a TOML string is never an integer), the allowed

@@ -1,4 +1,4 @@
-"""The paper's §8 placement arithmetic (`bench rules`): rules 2 and 3 from the GPU-side
+"""The paper's §8 placement arithmetic (`bench placement`): rules 2 and 3 from the GPU-side
 bandwidths a user measured on one serving node, and the worked sizing example from the
 capacity response stored in the results database.
 
@@ -65,7 +65,7 @@ _CTRL = re.compile(r"[\x00-\x1f\x7f]")
 def _bad(source: str, key: str, what: str) -> InputError:
     return InputError(f"{source}: key {key}: {what}",
                       hint="see the example bench/data/bandwidths/paper-gh200.toml "
-                           "(`bench rules --help`)")
+                           "(`bench placement --help`)")
 
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "data" / "bandwidths"
@@ -279,9 +279,9 @@ def sizing_example(m: dict, target_s: float | None, *,
             "status": "ok" if curves else "no_data", "warnings": warnings}
 
 
-def rules_report(bw: dict, capacity: dict | None = None, target_s: float | None = None
-                 ) -> dict[str, Any]:
-    """Everything `bench rules` shows: the file's measurement, rules 2 and 3, and with a
+def placement_report(bw: dict, capacity: dict | None = None, target_s: float | None = None
+                     ) -> dict[str, Any]:
+    """Everything `bench placement` shows: the file's measurement, rules 2 and 3, and with a
     capacity matrix the worked sizing example."""
     return {"bandwidths": bw, "rule2": rule2(bw["gb_per_s"]), "rule3": rule3(bw["gb_per_s"]),
             "sizing": None if capacity is None else
@@ -316,7 +316,7 @@ def _answer_text(a: dict) -> str:
 
 
 def report_lines(rep: dict) -> list[str]:
-    """`rules_report` as plain text lines (what `bench rules` prints without --json)."""
+    """`placement_report` as plain text lines (what `bench placement` prints without --json)."""
     bw, m = rep["bandwidths"], rep["bandwidths"]["measured"]
     where = ", ".join(f"{k} {m[k]}" for k in ("kernel", "boot_id", "date") if m.get(k))
     out = [f"bandwidths: {bw['source']}, measured on {m['host']}"

@@ -1,13 +1,14 @@
-"""`bench matrix list|show` and `bench schedule --dry-run`: matrices and the campaign plan.
+"""`bench schedule [--dry-run]` and `bench resume`: a matrix planned on hosts, then run as a
+campaign. The matrices themselves are `bench matrix list|show` (bench.cli.matrix).
 
-Both probe every named host first (read-only, in parallel; bench.execute.campaign.preflight:
-facts younger than --facts-max-age are reused, `--facts FILE` hands them in for a dry run) and
-plan with those facts as data: the cells a host cannot run are skipped with the reason, a plan
-with no run is an error (exit 2), an unreachable host stops the command before anything is
-written. `--dry-run` writes nothing (but the facts cache); the plan comes from the inventory
-files, the facts, the matrix and the seed. Without it the campaign is created in the store and
-run by the executor (bench.execute.campaign); `bench resume`, `bench campaigns` and `bench
-watch` continue, list and follow campaigns (watch reads the database only)."""
+`bench schedule` probes every named host first (read-only, in parallel;
+bench.execute.campaign.preflight: facts younger than --facts-max-age are reused, `--facts FILE`
+hands them in for a dry run) and plans with those facts as data: the cells a host cannot run are
+skipped with the reason, a plan with no run is an error (exit 2), an unreachable host stops the
+command before anything is written. `--dry-run` writes nothing (but the facts cache); the plan comes
+from the inventory files, the facts, the matrix and the seed. Without it the campaign is created in
+the store and run by the executor (bench.execute.campaign); `bench resume`, `bench campaigns` and
+`bench watch` continue, list and follow campaigns (watch reads the database only)."""
 
 from __future__ import annotations
 
@@ -20,54 +21,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli import campaigns
-from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt
+from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt, ScaleOpt
 from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
 
-matrix_app = typer.Typer(no_args_is_help=True, help="Matrices: named sets of cells with "
-                                                    "repetitions, ordering and host constraints.")
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Agent threads per run.")]
 RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retries per run "
                                                            "(rejections are never retried).")]
 ReconnectOpt = Annotated[Optional[float], typer.Option(
     "--reconnect-timeout", help="Longest a host may stay unreachable before it is quarantined "
                                 "(default: its reboot.up_timeout).")]
-MatrixArg = Annotated[str, typer.Argument(help="A shipped matrix name (bench matrix list) or a "
-                                               "path to a matrix TOML file.")]
-ScaleOpt = Annotated[Optional[str], typer.Option(
-    "--scale", help="Apply the matrix's [scale.NAME] (e.g. lab: the same cells re-sized for "
-                    "the vm lab's small guests).")]
-
-
-@matrix_app.command("list")
-def matrix_list(json_out: JsonOpt = False) -> None:
-    """List the shipped matrices."""
-    from bench.matrix.load import list_matrices
-    rows = list_matrices()
-    if json_out:
-        views.emit_json(rows)
-    else:
-        views.print_table(plan_views.matrix_list_table(rows))
-
-
-@matrix_app.command("show")
-def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
-    """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
-    ordering, hosts, cells; with --scale, whether each capacity keeps the paper's regime (the
-    demand model's miss fraction at the paper's C and at the scale's)."""
-    from bench.matrix.load import load_matrix
-    from bench.matrix.regime import regime, regime_lines
-    from bench.paths import default_data_dir
-    loaded = load_matrix(matrix, scale)
-    points = regime(loaded, default_data_dir()) if scale else []
-    m = loaded.as_dict()
-    if json_out:
-        views.emit_json(m | ({"regime": [p.as_dict() for p in points]} if scale else {}))
-    else:
-        print(plan_views.matrix_text(m), end="")
-        for line in regime_lines(points):
-            print(views.visible(line))
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
@@ -290,7 +253,5 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(matrix_app, name="matrix")
     app.command("schedule")(schedule_cmd)
     app.command("resume")(resume_cmd)
-    campaigns.register(app)             # `bench campaigns ...` and `bench watch`

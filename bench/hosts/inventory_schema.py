@@ -1,6 +1,6 @@
 """The inventory's host file (hosts/NAME.toml, see hosts/README.md) as a pydantic model: each key
 spelled once, here; `bench schema inventory` prints its JSON Schema. Validation and the wording
-of problems are bench.matrix.schema's: every problem of a file at once, each naming the file,
+of problems are bench.matrix.matrix_schema's: every problem of a file at once, each naming the file,
 the dotted key and the allowed values. bench.hosts.inventory turns a valid file into a Host.
 Pure: no I/O.
 """
@@ -15,7 +15,8 @@ import annotated_types as at
 from pydantic import AfterValidator
 
 from bench.errors import InventoryError
-from bench.matrix.schema import AbsPath, Problem, SchemaError, Size, Table, View, bad, doc, matches
+from bench.matrix.matrix_schema import (AbsPath, Problem, SchemaError, Size, Table, View, bad,
+                                        doc, matches)
 
 Transport = Literal["ssh", "local"]
 RebootMethod = Literal["grub-reboot", "kexec", "command", "none"]

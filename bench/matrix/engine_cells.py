@@ -4,14 +4,14 @@ reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
 
 - `parse_engine(table, source)`: the matrix's `[engine]` table (the EngineTable model) ->
   EngineConfig, every key validated (regexes compiled, placeholders checked) and every problem
-  reported at once, each naming the file and the dotted key (bench.matrix.schema).
+  reported at once, each naming the file and the dotted key (bench.matrix.matrix_schema).
 - `argv_for` / `env_for`: the engine's argv and environment additions of one run. Placeholders
   ({prompt_file} {prompt} {policy} {n_tokens} {pool_dir} {work_dir} {run_dir} {run_id}) are
   substituted per argv element, never through a shell; an element that is exactly
   {policy_args} is replaced by the policy's argument list (else those arguments are appended).
 - `pair_orders(n, seed, salt)`: balanced pair order: pair 0 admit-first, pair 1 nocache-first,
   pairs 2.. a seeded shuffle (same seed, same order).
-- the gates over captured output and the pair statistics are judgement: bench.judge.engine.
+- the gates over captured output and the pair statistics are judgement: bench.judge.engine_gates.
 - `build_spec(...)`: the spec.json of one engine run (docs/bundle.md, `engine` section).
 """
 
@@ -29,8 +29,8 @@ from pydantic import AfterValidator
 from bench.errors import InputError
 from bench.matrix.cells import POLICY_MODES, Cell, engine_cell, parse_cell
 from bench.matrix.runspec import check_run_id
-from bench.matrix.schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad, collect,
-                                 doc, matches, no_nul)
+from bench.matrix.matrix_schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad,
+                                        collect, doc, matches, no_nul)
 from bench.version import controller_version as current_controller_version
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache

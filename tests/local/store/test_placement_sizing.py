@@ -1,4 +1,4 @@
-"""`bench rules` over a real database (built by the migrations) filled with ingested bundles
+"""`bench placement` over a real database (built by the migrations) filled with ingested bundles
 (tests/support/bundlegen, as the plots' tests do): the worked sizing example answers from the
 stored capacity curve, the same rows `bench results --matrix capacity` shows (median,
 n, device GB per iteration), one curve per result group, never interpolated across hosts, and
@@ -75,7 +75,7 @@ def test_sizing_from_ingested_runs(sweep, db_url, capsys):
     assert lo["median_s"] > mid["median_s"] > hi["median_s"]
     assert lo["device_gb_per_iteration"] > mid["device_gb_per_iteration"]
     target = (lo["median_s"] + mid["median_s"]) / 2
-    rep = _json(capsys, ["rules", "--bandwidths", EXAMPLE, "--db", db_url,
+    rep = _json(capsys, ["placement", "--bandwidths", EXAMPLE, "--db", db_url,
                          "--target-seconds", str(target), "--json"])
     assert round(rep["rule2"]["breakeven_reuse"], 2) == 1.06
     s = rep["sizing"]
@@ -107,7 +107,7 @@ def test_sizing_from_ingested_runs(sweep, db_url, capsys):
 
 
 def test_sizing_text_and_the_filters(sweep, db_url, capsys):
-    assert main(["rules", "--bandwidths", EXAMPLE, "--db", db_url, "--target-seconds", "100",
+    assert main(["placement", "--bandwidths", EXAMPLE, "--db", db_url, "--target-seconds", "100",
                  "--host", "fixture-b"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[2].startswith("rule 2: ") and "r* = 1.06" in out[2]

@@ -1,4 +1,4 @@
-"""The §8 arithmetic (bench.results.rules), with data: rules 2 and 3 from the shipped example
+"""The §8 arithmetic (bench.results.placement), with data: rules 2 and 3 from the shipped example
 bandwidth file (the paper's 1.06 comes out of the computation, its 5.6% within the rounding
 of the printed rates), the file's checks (one
 line naming file and key), and the worked sizing example over capacity rows shaped as
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.errors import InputError
-from bench.results import rules
+from bench.results import placement
 from tests.support.paths import REPO
 
 EXAMPLE = REPO / "bench" / "data" / "bandwidths" / "paper-gh200.toml"
@@ -24,8 +24,8 @@ streaming = 346
 
 
 def test_the_example_file_gives_the_papers_rule_numbers():
-    bw = rules.read_bandwidths(EXAMPLE)
-    rep = rules.rules_report(bw)
+    bw = placement.read_bandwidths(EXAMPLE)
+    rep = placement.placement_report(bw)
     r2, r3 = rep["rule2"], rep["rule3"]
     rates = bw["gb_per_s"]
     assert (rates["hbm"], rates["host_read"], rates["streaming"]) == (2938, 327, 346)
@@ -34,28 +34,28 @@ def test_the_example_file_gives_the_papers_rule_numbers():
     # "within 5.6% ... computed on unrounded rates": the printed rates give 5.5%, and every pair
     # of rates that rounds to the printed 327 and 346 gives a gap that holds the paper's 5.6%
     assert round(r3["gap"] * 100, 1) == 5.5 and "5.5%" in r3["text"]
-    lo = rules.rule3({**rates, "host_read": 327.5, "streaming": 345.5})["gap"]
-    hi = rules.rule3({**rates, "host_read": 326.5, "streaming": 346.5})["gap"]
+    lo = placement.rule3({**rates, "host_read": 327.5, "streaming": 345.5})["gap"]
+    hi = placement.rule3({**rates, "host_read": 326.5, "streaming": 346.5})["gap"]
     assert lo < 0.056 < hi
-    assert rules.report_lines(rep)[0].startswith(f"bandwidths: {EXAMPLE}, measured on ")
+    assert placement.report_lines(rep)[0].startswith(f"bandwidths: {EXAMPLE}, measured on ")
 
 
 def test_rule2_is_the_papers_formula_and_rule3_the_gap_to_streaming():
-    bw = rules.parse_bandwidths(GOOD, "f.toml")
-    r2 = rules.rule2(bw["gb_per_s"])
+    bw = placement.parse_bandwidths(GOOD, "f.toml")
+    r2 = placement.rule2(bw["gb_per_s"])
     assert r2["transfer_s_per_gb"] == pytest.approx(1 / 346)
     assert r2["saving_s_per_gb_per_use"] == pytest.approx(1 / 327 - 1 / 2938)
     assert r2["breakeven_reuse"] == pytest.approx((1 / 346) / (1 / 327 - 1 / 2938))
-    r3 = rules.rule3(bw["gb_per_s"])
+    r3 = placement.rule3(bw["gb_per_s"])
     assert r3["gap"] == pytest.approx(1 - 327 / 346)
     assert bw["measured"]["host"] == "gh200-b" and bw["gb_per_s"]["link_ceiling"] is None
 
 
 def test_host_reads_as_fast_as_hbm_never_repay_and_faster_direct_reads_say_so():
     rates = {"hbm": 300.0, "host_read": 300.0, "streaming": 200.0}
-    assert rules.rule2(rates)["breakeven_reuse"] is None
-    assert "never repays" in rules.rule2(rates)["text"]
-    r3 = rules.rule3(rates)
+    assert placement.rule2(rates)["breakeven_reuse"] is None
+    assert "never repays" in placement.rule2(rates)["text"]
+    r3 = placement.rule3(rates)
     assert r3["gap"] == pytest.approx(-0.5) and "50.0% faster" in r3["text"]
 
 
@@ -81,7 +81,7 @@ def test_host_reads_as_fast_as_hbm_never_repay_and_faster_direct_reads_say_so():
 ])
 def test_every_key_is_checked_with_one_line_naming_file_and_key(text, key):
     with pytest.raises(InputError) as e:
-        rules.parse_bandwidths(text, "bw.toml")
+        placement.parse_bandwidths(text, "bw.toml")
     msg = e.value.message
     assert msg.startswith(f"bw.toml: key {key}: ") and "\n" not in msg
     assert e.value.exit_code == 2
@@ -89,7 +89,7 @@ def test_every_key_is_checked_with_one_line_naming_file_and_key(text, key):
 
 def test_files_that_are_not_bandwidth_files_are_refused(tmp_path):
     big = tmp_path / "big.toml"
-    big.write_text(GOOD + "#" * rules.MAX_FILE_BYTES)
+    big.write_text(GOOD + "#" * placement.MAX_FILE_BYTES)
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b"[measured]\nhost = \"\xff\"\n")
     bad = tmp_path / "bad.toml"
@@ -97,7 +97,7 @@ def test_files_that_are_not_bandwidth_files_are_refused(tmp_path):
     for path, what in ((big, "larger than 64 KiB"), (binary, ":2: not UTF-8"),
                        (bad, "not valid TOML"), (tmp_path / "none.toml", "cannot read")):
         with pytest.raises(InputError, match=what) as e:
-            rules.read_bandwidths(path)
+            placement.read_bandwidths(path)
         assert str(path) in e.value.message
 
 
@@ -121,7 +121,7 @@ def _rows(gid, mechanism="balloon", points=TABLE2, n=3):
 
 def test_sizing_on_the_papers_table2_rows():
     m = {"rows": _rows("g1"), "groups": [_group("g1", "machine-a", tpi=299 / 285)]}
-    s = rules.sizing_example(m, 2.0)
+    s = placement.sizing_example(m, 2.0)
     (c,) = s["curves"]
     a = c["answer"]
     frac = (1.95 - 2.0) / (1.95 - 2.76)           # 2 s lies between 128 GB and 64 GB
@@ -134,7 +134,7 @@ def test_sizing_on_the_papers_table2_rows():
     assert round(top["iterations_per_s"], 2) == 1.01 and top["n"] == 3
     assert top["seconds_per_accepted_token"] == pytest.approx(0.99 * 285 / 299)
     assert s["warnings"] == [] and s["not_interpolated_across"] == {}
-    lines = rules.report_lines({"bandwidths": rules.parse_bandwidths(GOOD, "f"),
+    lines = placement.report_lines({"bandwidths": placement.parse_bandwidths(GOOD, "f"),
                                 "rule2": {"text": "x"}, "rule3": {"text": "y"}, "sizing": s})
     assert any("upper bound" in x and "interpolated between 64 GB and 128 GB" in x
                for x in lines)
@@ -142,12 +142,12 @@ def test_sizing_on_the_papers_table2_rows():
 
 def test_a_measured_point_a_fast_curve_and_an_unreachable_target():
     m = {"rows": _rows("g1"), "groups": [_group("g1", "a")]}
-    at = rules.sizing_example(m, 1.37)["curves"][0]["answer"]
+    at = placement.sizing_example(m, 1.37)["curves"][0]["answer"]
     assert at["status"] == "measured" and at["capacity_bytes"] == 256 * 10 ** 9
     assert at["device_gb_per_iteration"] == 9.8
-    assert rules.sizing_example(m, 5.0)["curves"][0]["answer"]["status"] == "below_range"
-    assert rules.sizing_example(m, 0.5)["curves"][0]["answer"]["status"] == "unreachable"
-    none = rules.sizing_example(m, None)["curves"][0]
+    assert placement.sizing_example(m, 5.0)["curves"][0]["answer"]["status"] == "below_range"
+    assert placement.sizing_example(m, 0.5)["curves"][0]["answer"]["status"] == "unreachable"
+    none = placement.sizing_example(m, None)["curves"][0]
     assert none["answer"]["status"] == "no_target" and none["largest"]["iterations_per_s"]
     assert none["largest"]["seconds_per_accepted_token"] is None     # no tokens recorded
 
@@ -158,7 +158,7 @@ def test_groups_and_mechanisms_are_never_interpolated_across():
     rows = _rows("g1", points=TABLE2[:2]) + _rows("g2", points=TABLE2[3:]) + \
         _rows("g1", mechanism="none", points=[(448, 0.95, 5.0)])
     m = {"rows": rows, "groups": [_group("g1", "machine-a"), _group("g2", "machine-b")]}
-    s = rules.sizing_example(m, 2.0, bandwidth_host="machine-b")
+    s = placement.sizing_example(m, 2.0, bandwidth_host="machine-b")
     got = {(c["group"], c["mechanism"]): c["answer"]["status"] for c in s["curves"]}
     assert got == {("g1", "balloon"): "below_range", ("g1", "none"): "below_range",
                    ("g2", "balloon"): "unreachable"}
@@ -171,16 +171,36 @@ def test_groups_and_mechanisms_are_never_interpolated_across():
 
 
 def test_no_capacity_rows_is_no_data():
-    s = rules.sizing_example({"rows": [], "groups": []}, 2.0)
+    s = placement.sizing_example({"rows": [], "groups": []}, 2.0)
     assert s["status"] == "no_data" and s["curves"] == []
 
 
 def test_a_shipped_file_is_named_by_its_stem_and_a_missing_one_is_refused(tmp_path):
-    assert rules.resolve_bandwidths("paper-gh200") == rules.shipped_bandwidths()["paper-gh200"]
-    assert rules.read_bandwidths(rules.resolve_bandwidths("paper-gh200"))["gb_per_s"]["hbm"] \
-        == 2938
+    shipped = placement.resolve_bandwidths("paper-gh200")
+    assert shipped == placement.shipped_bandwidths()["paper-gh200"]
+    assert placement.read_bandwidths(shipped)["gb_per_s"]["hbm"] == 2938
     own = tmp_path / "mine.toml"
-    assert rules.resolve_bandwidths(str(own)) == own        # a path is a path, found or not
+    assert placement.resolve_bandwidths(str(own)) == own        # a path is a path, found or not
     with pytest.raises(InputError) as exc:
-        rules.resolve_bandwidths("paper-h100")
+        placement.resolve_bandwidths("paper-h100")
     assert "no such bandwidth file" in exc.value.message and "paper-gh200" in exc.value.hint
+
+
+def test_bench_rules_is_placement_under_its_old_name_with_one_warning(capsys):
+    """`bench rules` (the name before `bench placement`) stays one release: hidden from the
+    help, the same output and exit code, and one line on stderr naming the new command."""
+    from bench.cli import main
+    assert main(["placement", "--bandwidths", str(EXAMPLE), "--json"]) == 0
+    new = capsys.readouterr()
+    assert main(["rules", "--bandwidths", str(EXAMPLE), "--json"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out and new.err == ""
+    assert old.err.splitlines() == ["warning: `bench rules` is deprecated and will be removed "
+                                    "in the next release; use `bench placement`"]
+    assert main(["rules", "--bandwidths", str(REPO / "no-such.toml")]) == \
+        main(["placement", "--bandwidths", str(REPO / "no-such.toml")]) == 2
+    capsys.readouterr()
+    assert main(["--help"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.split("Commands:")[1]
+              .splitlines() if line.strip()]
+    assert "placement" in listed and "rules" not in listed
