@@ -166,12 +166,9 @@ def _write_inventory(g: dict, hosts_dir: Path) -> Path:
                                down_timeout=300.0, up_timeout=900.0,
                                power_cycle=tuple(ipmitool_argv(g, "chassis", "power",
                                                                "cycle"))),
-             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
-    expect = ["[expect]"] + [f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}"
-                             for k, v in EXPECT.items()]
+             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench", expect=dict(EXPECT))
     text = ("# written by bench.lab.twin (qemu TCG aarch64 guest, UEFI + GRUB, simulated BMC);"
-            " the pool is on vdb, mounted at /srv/bench\n" + render_host_toml(h)
-            + "\n".join(expect) + "\n")
+            " the pool is on vdb, mounted at /srv/bench\n" + render_host_toml(h))
     hosts_dir.mkdir(parents=True, exist_ok=True)
     p = hosts_dir / f"{h.name}.toml"
     p.write_text(text)
