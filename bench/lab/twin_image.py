@@ -12,7 +12,6 @@ twin-image-KEY, KEY a hash of everything that goes into it; the mmdebstrap tree 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -22,7 +21,8 @@ from pathlib import Path
 
 from bench.errors import BenchError
 from bench.lab.vm_image import GUEST_DIR as X86_GUEST_DIR
-from bench.lab.vm_image import cache_dir, collect_old_images, lab_key, mirror, run_cmd, say
+from bench.lab.vm_image import (cache_dir, cached_image, install_guest_keys, lab_key, mirror,
+                                publish_image, run_cmd, say)
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest_twin"
 SUITE = "bookworm"
@@ -166,11 +166,7 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
     build seconds, whether it came from the cache)."""
     cache = cache_dir()
     d = image_dir(cache)
-    man = d / "manifest.json"
-    if man.exists() and not force:
-        m = json.loads(man.read_text())
-        m["cached"] = True
-        say(log, f"twin image cached in {d}")
+    if not force and (m := cached_image(d, log, "twin image")) is not None:
         return m
     why = missing_capabilities(build=True)
     if why:
@@ -197,12 +193,8 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
                     "build_seconds": round(time.monotonic() - t0, 1),
                     "tree_seconds": round(t_tree, 1), "tree_bytes": used,
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if d.exists():
-            shutil.rmtree(d)
-        out.rename(d)
-        collect_old_images(cache, "twin-image-*", d, "disk.img")
-        say(log, f"twin image built in {manifest['build_seconds']}s: {d}")
+        publish_image(out, manifest, d, cache=cache, pattern="twin-image-*", disk="disk.img",
+                      log=log, what="twin image")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     manifest["cached"] = False
@@ -239,15 +231,7 @@ def _configure_tree(root: Path, pubkey: str, release: str) -> None:
     _install(g / "default-grub", etc / "default/grub")
     for d in ("srv/bench", "var/lib/bench"):
         (root / d).mkdir(parents=True, exist_ok=True)
-    for key in (etc / "ssh").glob("ssh_host_*"):
-        key.unlink()
-    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-twin-guest",
-             "-f", str(etc / "ssh/ssh_host_ed25519_key")])
-    ssh = root / "root/.ssh"
-    ssh.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh, 0o700)
-    (ssh / "authorized_keys").write_text(pubkey)
-    os.chmod(ssh / "authorized_keys", 0o600)
+    install_guest_keys(root, pubkey, "bench-twin-guest")
     (etc / "hostname").write_text("bench-twin\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n")
     (etc / "machine-id").write_text("")

@@ -242,6 +242,43 @@ _SLIM_MODULES = ["drivers/gpu", "drivers/net/wireless", "drivers/media", "driver
                  "net/mac80211", "drivers/net/ethernet"]
 
 
+def cached_image(d: Path, log: Callable[[str], None] | None, what: str) -> dict | None:
+    """The manifest of the image cached in `d`, marked cached; None when none is there."""
+    man = d / "manifest.json"
+    if not man.exists():
+        return None
+    m = json.loads(man.read_text())
+    m["cached"] = True
+    say(log, f"{what} cached in {d}")
+    return m
+
+
+def publish_image(out: Path, manifest: dict, d: Path, *, cache: Path, pattern: str, disk: str,
+                  log: Callable[[str], None] | None, what: str) -> None:
+    """Write the manifest beside the image built in `out`, move it to its place `d` (over an
+    older build of the same key) and collect the cache's older images."""
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if d.exists():
+        shutil.rmtree(d)
+    out.rename(d)
+    collect_old_images(cache, pattern, d, disk)
+    say(log, f"{what} built in {manifest['build_seconds']}s: {d}")
+
+
+def install_guest_keys(root: Path, pubkey: str, comment: str) -> None:
+    """A fresh ed25519 host key in the tree (the lab's known_hosts records its public half)
+    and the lab key as root's authorized key."""
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
+             "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    ssh = root / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(ssh, 0o700)
+    (ssh / "authorized_keys").write_text(pubkey)
+    os.chmod(ssh / "authorized_keys", 0o600)
+
+
 def tree_key() -> str:
     return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
 
@@ -272,11 +309,7 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
     build seconds, whether it came from the cache)."""
     cache = cache_dir()
     d = _image_dir(cache)
-    man = d / "manifest.json"
-    if man.exists() and not force:
-        m = json.loads(man.read_text())
-        m["cached"] = True
-        say(log, f"image cached in {d}")
+    if not force and (m := cached_image(d, log, "image")) is not None:
         return m
     why = missing_capabilities(build=True)
     if why:
@@ -300,12 +333,8 @@ def build_image(log: Callable[[str], None] | None = None, force: bool = False) -
                     "packages": PACKAGES, "build_seconds": round(time.monotonic() - t0, 1),
                     "debootstrap_seconds": round(t_ds, 1), "tree_bytes": used,
                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if d.exists():
-            shutil.rmtree(d)
-        out.rename(d)
-        collect_old_images(cache, "image-*", d, "base.img")
-        say(log, f"image built in {manifest['build_seconds']}s: {d}")
+        publish_image(out, manifest, d, cache=cache, pattern="image-*", disk="base.img",
+                      log=log, what="image")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     manifest["cached"] = False
@@ -359,15 +388,7 @@ def _configure_tree(root: Path, pubkey: str) -> None:
         if p.exists() or p.is_symlink():
             p.unlink()
         p.symlink_to("/bin/busybox")
-    for key in (root / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
-          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
-    ssh = root / "root/.ssh"
-    ssh.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh, 0o700)
-    (ssh / "authorized_keys").write_text(pubkey)
-    os.chmod(ssh / "authorized_keys", 0o600)
+    install_guest_keys(root, pubkey, "bench-lab-guest")
     (root / "etc/hostname").write_text("bench-guest\n")
     (root / "etc/hosts").write_text("127.0.0.1 localhost\n")
     (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime 0 1\n")

@@ -40,3 +40,39 @@ def test_an_image_without_a_manifest_is_left_alone(tmp_path):
     half.mkdir()
     assert collect_old_images(tmp_path, "image-*", keep, "base.img") == []
     assert half.exists()
+
+
+def test_a_published_image_replaces_its_old_build_and_is_found_cached(tmp_path):
+    """publish_image (both labs' last build step) puts the built image at its key, over an
+    older build of the same key, and collects the older recipes; cached_image then finds it."""
+    from bench.lab.vm_image import cached_image, publish_image
+    d = tmp_path / "image-k"
+    assert cached_image(d, None, "image") is None
+    old = _image(tmp_path, "image-k", 0)                 # an earlier build of the same key
+    (old / "stale").write_text("")
+    other = _image(tmp_path, "image-older-recipe", OLD_IMAGE_SECONDS + 60)
+    out = tmp_path / "build" / "out"
+    out.mkdir(parents=True)
+    (out / "base.img").write_bytes(b"\1" * 512)
+    heard: list[str] = []
+    publish_image(out, {"key": "k", "build_seconds": 1.5}, d, cache=tmp_path,
+                  pattern="image-*", disk="base.img", log=heard.append, what="image")
+    assert not out.exists() and not (d / "stale").exists() and not other.exists()
+    assert (d / "base.img").read_bytes() == b"\1" * 512
+    assert len(heard) == 1 and heard[0].endswith(f"lab: image built in 1.5s: {d}")
+    assert cached_image(d, heard.append, "image") == {"key": "k", "build_seconds": 1.5,
+                                                      "cached": True}
+
+
+def test_guest_keys_are_fresh_and_root_logs_in_with_the_lab_key(tmp_path):
+    from bench.lab.vm_image import install_guest_keys
+    ssh_dir = tmp_path / "etc/ssh"
+    ssh_dir.mkdir(parents=True)
+    (ssh_dir / "ssh_host_rsa_key").write_text("the debootstrap tree's key")
+    install_guest_keys(tmp_path, "ssh-ed25519 AAAAlab bench\n", "bench-lab-guest")
+    assert sorted(p.name for p in ssh_dir.iterdir()) == ["ssh_host_ed25519_key",
+                                                         "ssh_host_ed25519_key.pub"]
+    assert (ssh_dir / "ssh_host_ed25519_key.pub").read_text().strip().endswith("bench-lab-guest")
+    keys = tmp_path / "root/.ssh/authorized_keys"
+    assert keys.read_text() == "ssh-ed25519 AAAAlab bench\n"
+    assert (os.stat(keys).st_mode & 0o777, os.stat(keys.parent).st_mode & 0o777) == (0o600, 0o700)
