@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bench.execute.demo import matrix_text
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
-from bench.hosts.schema import MAX_MEMORY, MIN_MEMORY
+from bench.hosts import templates
 from bench.hosts.templates import LOCAL, render_templates
 from bench.lab import twin as lab_twin
 from bench.units import MB, parse_size
@@ -88,12 +88,13 @@ def test_the_demo_matrix_reads_back_whatever_the_trace_path_holds(odd):
     assert data["cells"]["capacities"] == ["21G"]
 
 
-@given(st.none() | st.integers(0, 1 << 52) | st.integers(MIN_MEMORY, MIN_MEMORY + (1 << 40)))
+@given(st.none() | st.integers(0, 1 << 52)
+       | st.integers(templates.MIN_MEMORY, templates.MIN_MEMORY + (1 << 40)))   # in bounds
 @settings(max_examples=100, deadline=None)
 def test_the_local_template_reads_back_its_memory_total(mem_total):
     data = tomllib.loads(render_templates(mem_total)[LOCAL])
     total = data.get("memory", {}).get("total")
-    if mem_total is None or not MIN_MEMORY <= mem_total <= MAX_MEMORY:
+    if mem_total is None or not templates.MIN_MEMORY <= mem_total <= templates.MAX_MEMORY:
         assert total is None        # unknown or out of bounds: the line stays commented out
     else:
         assert parse_size(total) == mem_total // MB * MB
