@@ -60,6 +60,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomli_w
+
 from bench.execute.campaign.record import Settings, create
 from bench.hosts.facts import probe
 from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
@@ -161,45 +163,14 @@ DEMO_POOL = (DEMO_TRACE["layers"] * DEMO_TRACE["experts_per_layer"]
 CGROUP_HEADROOM = 16 * MIB
 HOST = "local"
 
-MATRIX_TEMPLATE = """\
+MATRIX_HEADER = """\
 # Written by `bench demo` for this machine (MemAvailable {avail} at {when}).
 # A balloon at C = {balloon}, first so that it runs seconds after MemAvailable was read (it
 # locks MemAvailable - C, about {lock} now, within --max-lock {max_lock}); cgroup walls at 1/4
 # and 1/2 of the {pool} pool, `none`, balloons at those capacities (each locks MemAvailable - C:
 # skipped above --max-lock), and a memboot and an MGLRU cell that this host may not be able to
 # run (then listed as skipped with the reason). Sizes: 1M = 10^6 bytes, 1Mi = 2^20.
-name = "demo"
-description = "bench demo: cgroup walls, balloon and none on a 256 MiB pool, local host"
-reference = "bench demo"
-repetitions = 1
-
-[workload]
-trace = "{trace}"
-batch = 1
-pool = "{pool}"
-passes = 2
-
-[order]
-randomize = false
-interleave_reps = true
-
-[hosts]
-tags = "any"
-placement = "each"
-
-[estimate]
-run_seconds = 20
-reboot_seconds = 120
-
-[protocol]
-cgroup_headroom = "{headroom}"
-balloon_max = "{max_lock}"
-
-[cells]
-capacities = ["{balloon}"]
-mechanisms = ["balloon"]
-reclaims = ["classic"]
-{extras}"""
+"""
 
 # the demo's other cells, in run order after the balloon: (capacity, mechanism, reclaim)
 EXTRA_CELLS = (("0.25pool", "cgroup", "classic"), ("0.5pool", "cgroup", "classic"),
@@ -328,14 +299,28 @@ def balloon_capacity(avail: int, max_lock: int, previous: Iterable[int] = ()) ->
 
 
 def matrix_text(trace: Path, avail: int, max_lock: int, balloon: int) -> str:
-    extras = "".join(f'\n[[cells.extra]]\ncapacity = "{c}"\nmechanism = "{m}"\n'
-                     f'reclaim = "{r}"\n' for c, m, r in EXTRA_CELLS)
-    return MATRIX_TEMPLATE.format(
+    """The demo's matrix: the explaining header, then the matrix as tomli_w writes it (the
+    trace's path escaped whatever it holds)."""
+    header = MATRIX_HEADER.format(
         avail=format_size(avail // MB * MB), when=time.strftime("%Y-%m-%d %H:%M:%S"),
         pool=format_size(DEMO_POOL), max_lock=format_size(max_lock),
-        lock=format_size(max(MB, (avail - balloon) // MB * MB)),
-        headroom=format_size(CGROUP_HEADROOM), trace=str(trace.resolve()),
-        balloon=format_size(balloon), extras=extras)
+        lock=format_size(max(MB, (avail - balloon) // MB * MB)), balloon=format_size(balloon))
+    matrix = {
+        "name": "demo",
+        "description": "bench demo: cgroup walls, balloon and none on a 256 MiB pool, local host",
+        "reference": "bench demo", "repetitions": 1,
+        "workload": {"trace": str(trace.resolve()), "batch": 1, "pool": format_size(DEMO_POOL),
+                     "passes": 2},
+        "order": {"randomize": False, "interleave_reps": True},
+        "hosts": {"tags": "any", "placement": "each"},
+        "estimate": {"run_seconds": 20, "reboot_seconds": 120},
+        "protocol": {"cgroup_headroom": format_size(CGROUP_HEADROOM),
+                     "balloon_max": format_size(max_lock)},
+        "cells": {"capacities": [format_size(balloon)], "mechanisms": ["balloon"],
+                  "reclaims": ["classic"],
+                  "extra": [{"capacity": c, "mechanism": m, "reclaim": r}
+                            for c, m, r in EXTRA_CELLS]}}
+    return header + "\n" + tomli_w.dumps(matrix)
 
 
 def host_skip(cand, facts: dict, avail: int, max_lock: int) -> str | None:

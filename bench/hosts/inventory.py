@@ -35,14 +35,14 @@ Schema (see hosts/README.md for a commented example):
 
 from __future__ import annotations
 
-import json
-
 import os
 import stat
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomli_w
 
 from bench.errors import InventoryError
 from bench.hosts.inventory_schema import (  # noqa: F401 - the allowed values, re-exported from their old home
@@ -385,42 +385,20 @@ def select(hosts: dict[str, Host], names: list[str] | None) -> list[Host]:
 
 
 def render_host_toml(h: Host) -> str:
-    """A host as a TOML file (used by the lab to write its inventory)."""
-    def q(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(q(x) for x in v) + "]"
-        # a TOML basic string: JSON's escapes are TOML's (\n, \t, \", \\, \u00XX for the other
-        # controls), and TOML refuses a raw DEL that JSON would leave as is
-        return json.dumps(str(v), ensure_ascii=False).replace("\x7f", "\\u007f")
-    lines = [f"name = {q(h.name)}", f"address = {q(h.address)}"]
-    lines += [f"port = {h.port}"] if h.port is not None else []
-    lines += [f"user = {q(h.user)}"] if h.user is not None else []
-    lines += [f"transport = {q(h.transport)}", ""]
+    """A host as a TOML file (used by the lab, the demo and the tests to write inventories):
+    tomli_w writes it, so every value is escaped as TOML wants; keys left unset are left out."""
+    def given(d: dict) -> dict:
+        return {k: v for k, v in d.items() if v is not None}
+    doc: dict[str, Any] = given({"name": h.name, "address": h.address, "port": h.port,
+                                 "user": h.user, "transport": h.transport})
     if h.tags:
-        lines.append("[tags]")
-        lines += [f"{k} = {q(v)}" for k, v in h.tags.items()] + [""]
-    lines.append("[ssh]")
-    for k, v in asdict(h.ssh).items():
-        if v is not None:
-            lines.append(f"{k} = {q(v)}")
-    lines.append("")
+        doc["tags"] = dict(h.tags)
+    doc["ssh"] = given(asdict(h.ssh))
     if h.mem_total or h.mem_floor:
-        lines.append("[memory]")
-        if h.mem_total:
-            lines.append(f"total = {q(format_size(h.mem_total))}")
-        if h.mem_floor:
-            lines.append(f"floor = {q(format_size(h.mem_floor))}")
-        lines.append("")
-    lines.append("[reboot]")
-    for k, v in asdict(h.reboot).items():
-        if v is not None:
-            lines.append(f"{k} = {q(v)}")
-    lines += ["", "[paths]", f"pool_dir = {q(h.pool_dir)}", f"work_dir = {q(h.work_dir)}", ""]
+        doc["memory"] = given({"total": format_size(h.mem_total) if h.mem_total else None,
+                               "floor": format_size(h.mem_floor) if h.mem_floor else None})
+    doc["reboot"] = given(asdict(h.reboot))
+    doc["paths"] = {"pool_dir": h.pool_dir, "work_dir": h.work_dir}
     if h.expect:
-        lines.append("[expect]")
-        lines += [f"{k} = {q(v)}" for k, v in sorted(h.expect.items())] + [""]
-    return "\n".join(lines)
+        doc["expect"] = dict(sorted(h.expect.items()))
+    return tomli_w.dumps(doc)

@@ -11,6 +11,8 @@ import os
 from importlib import resources
 from pathlib import Path
 
+import tomli_w
+
 from bench.errors import FormatError, InventoryError
 from bench.hosts.inventory import find_hosts_dir, init_hosts_dir
 from bench.hosts.procfs import parse_meminfo
@@ -38,8 +40,9 @@ def render_templates(mem_total: int | None) -> dict[str, str]:
     """{file name: text} of the example inventory; `mem_total` (bytes) fills the local host's
     memory.total, rounded down to whole MB (commented out when None or out of bounds)."""
     if mem_total is not None and _usable(mem_total):
-        memory = (f'total = "{format_size(mem_total // MB * MB)}"    # MemTotal of this '
-                  "machine when `bench hosts init` ran, rounded down to whole MB (10^6 bytes)")
+        total = tomli_w.dumps({"total": format_size(mem_total // MB * MB)}).rstrip("\n")
+        memory = (f"{total}    # MemTotal of this machine when `bench hosts init` ran, "
+                  "rounded down to whole MB (10^6 bytes)")
     else:
         memory = ('# total = "64G"          # this machine\'s memory: capacities like 0.5mem '
                   "are fractions of it")

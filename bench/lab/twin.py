@@ -33,7 +33,9 @@ from bench.errors import BenchError, CommandFailed, HostError, InputError
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, render_host_toml
 from bench.lab import twin_bmc
 from bench.lab.twin_image import FIRMWARE_CODE, FIRMWARE_VARS, build_image, missing_capabilities
-from bench.lab.vm import known_hosts_line, transport_for, wait_for_boot
+from bench.lab.qemu_lab import (keep_consoles, lab_main, load_state, remove_runtime_files,
+                                save_state, shared_commands, ssh_look, write_known_hosts)
+from bench.lab.vm import transport_for, wait_for_boot
 from bench.lab.vm_image import (cache_dir, free_port, is_our_process, lab_key, run_cmd, say,
                                 stop_process)
 
@@ -54,21 +56,12 @@ def state_dir() -> Path:
     return Path(os.environ.get("BENCH_TWIN_DIR", "/run/bench-lab-twin"))
 
 
-def _state_file() -> Path:
-    return state_dir() / "state.json"
-
-
 def _load_state() -> dict:
-    f = _state_file()
-    return json.loads(f.read_text()) if f.exists() else {"guests": {}}
+    return load_state(state_dir())
 
 
 def _save_state(st: dict) -> None:
-    state_dir().mkdir(parents=True, exist_ok=True)
-    tmp = _state_file().with_suffix(".tmp")
-    tmp.touch(mode=0o600)           # the guests' BMC passwords are in it
-    tmp.write_text(json.dumps(st, indent=2) + "\n")
-    tmp.replace(_state_file())
+    save_state(state_dir(), st, private=True)     # the guests' BMC passwords are in it
 
 
 def qemu_argv(g: dict) -> list[str]:
@@ -166,12 +159,9 @@ def _write_inventory(g: dict, hosts_dir: Path) -> Path:
                                down_timeout=300.0, up_timeout=900.0,
                                power_cycle=tuple(ipmitool_argv(g, "chassis", "power",
                                                                "cycle"))),
-             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench")
-    expect = ["[expect]"] + [f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}"
-                             for k, v in EXPECT.items()]
+             pool_dir="/srv/bench/pool", work_dir="/var/lib/bench", expect=dict(EXPECT))
     text = ("# written by bench.lab.twin (qemu TCG aarch64 guest, UEFI + GRUB, simulated BMC);"
-            " the pool is on vdb, mounted at /srv/bench\n" + render_host_toml(h)
-            + "\n".join(expect) + "\n")
+            " the pool is on vdb, mounted at /srv/bench\n" + render_host_toml(h))
     hosts_dir.mkdir(parents=True, exist_ok=True)
     p = hosts_dir / f"{h.name}.toml"
     p.write_text(text)
@@ -228,7 +218,7 @@ def lab_up(*, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float = 900.0,
     kh = sd / "known_hosts"
     guests = {n: _new_guest(n, sd, mem_mib, lab_key(), kh, disk) for n in NAMES}
     host_pub = (cache_dir() / image["key"] / "host_key.pub").read_text()
-    kh.write_text("".join(known_hosts_line(g["port"], host_pub) for g in guests.values()))
+    write_known_hosts(kh, guests.values(), host_pub)
     for g in guests.values():
         g["inventory"] = str(_write_inventory(g, sd / "hosts"))
     st = {"guests": guests, "image": image, "started_at": time.time(),
@@ -237,8 +227,7 @@ def lab_up(*, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float = 900.0,
         _boot_all(st, boot_timeout, log)
     except BaseException:
         _save_state(st)
-        for g in guests.values():   # keep the consoles for the post-mortem
-            shutil.copyfile(g["console"], sd / f"failed-{g['name']}-console.log")
+        keep_consoles(sd, guests.values())
         lab_down(log=log)
         raise
     _save_state(st)
@@ -298,9 +287,7 @@ def lab_down(log: Callable[[str], None] | None = None, keep_files: bool = False)
     for s in stopped:
         say(log, f"stopped {s}")
     if not keep_files:
-        shutil.rmtree(state_dir() / "hosts", ignore_errors=True)
-        for f in ("known_hosts", "state.json"):
-            (state_dir() / f).unlink(missing_ok=True)
+        remove_runtime_files(state_dir())
     return stopped
 
 
@@ -314,13 +301,9 @@ def lab_status(probe: bool = True) -> list[dict]:
                "running": pid is not None, "bmc": "ipmi_sim" in _alive(g),
                "inventory": g.get("inventory"), "console": g["console"]}
         if probe and pid is not None:
-            try:
-                r = transport_for(g).run(["sh", "-c", "cat /proc/sys/kernel/random/boot_id; "
-                                          "getconf PAGESIZE; cat /proc/cmdline"], timeout=30)
-                row["ssh"] = "ok"
-                row["detail"] = " ".join(r.stdout.split())
-            except BenchError as exc:
-                row["ssh"] = f"error: {exc}"
+            row.update(ssh_look(transport_for, g, ["sh", "-c",
+                                                   "cat /proc/sys/kernel/random/boot_id; "
+                                                   "getconf PAGESIZE; cat /proc/cmdline"], 30))
         out.append(row)
     return out
 
@@ -340,34 +323,14 @@ def power_cycle(name: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.lab.twin")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for c in ("up", "down", "status", "build"):
-        sub.add_parser(c)
-    pc = sub.add_parser("power-cycle")
-    pc.add_argument("name")
-    a = ap.parse_args(argv)
-
-    def tell(m: str) -> None:
-        print(m, file=sys.stderr)
-    try:
-        if a.cmd == "up":
-            st = lab_up(log=tell)
-            print(json.dumps({n: {k: g.get(k) for k in ("port", "bmc_port", "qemu_pid",
-                                                        "boot_seconds", "inventory")}
-                              for n, g in st["guests"].items()}, indent=2))
-        elif a.cmd == "down":
-            print(json.dumps(lab_down(log=tell)))
-        elif a.cmd == "status":
-            print(json.dumps(lab_status(), indent=2))
-        elif a.cmd == "build":
-            print(json.dumps(build_image(log=tell), indent=2))
-        elif a.cmd == "power-cycle":
-            print(f"{power_cycle(a.name):.2f}")
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    def up(a: argparse.Namespace, tell: Callable[[str], None]) -> str:
+        st = lab_up(log=tell)
+        return json.dumps({n: {k: g.get(k) for k in ("port", "bmc_port", "qemu_pid",
+                                                     "boot_seconds", "inventory")}
+                           for n, g in st["guests"].items()}, indent=2)
+    return lab_main("python3 -m bench.lab.twin", argv, {
+        "up": up, **shared_commands(lab_down, lab_status, build_image),
+        "power-cycle": lambda a, tell: f"{power_cycle(a.name):.2f}"})
 
 
 if __name__ == "__main__":

@@ -12,17 +12,15 @@ twin-image-KEY, KEY a hash of everything that goes into it; the mmdebstrap tree 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.errors import BenchError
 from bench.lab.vm_image import GUEST_DIR as X86_GUEST_DIR
-from bench.lab.vm_image import cache_dir, collect_old_images, lab_key, mirror, run_cmd, say
+from bench.lab.vm_image import (Recipe, build_in_cache, cache_dir, install_guest_keys, lab_key,
+                                mirror, run_cmd, say)
 
 GUEST_DIR = Path(__file__).resolve().parent / "guest_twin"
 SUITE = "bookworm"
@@ -129,9 +127,10 @@ def cached_image_ok() -> bool:
         return False
 
 
-def _mmdebstrap_tree(cache: Path, url: str, log) -> Path:
+def _mmdebstrap_tree(cache: Path, url: str | None, log) -> Path:
     """The pristine arm64 tree with every package and the kernel (its initramfs built by the
     kernel's postinst under qemu-user), cached apart from the image."""
+    assert url is not None          # missing_capabilities checked it
     tree = cache / f"twin-tree-{tree_key()}"
     if (tree / "etc/debian_version").exists():
         return tree
@@ -164,49 +163,19 @@ def _sh_quote(s: str) -> str:
 def build_image(log: Callable[[str], None] | None = None, force: bool = False) -> dict:
     """Build (or find cached) the twin image. Returns its manifest (paths, kernel release,
     build seconds, whether it came from the cache)."""
-    cache = cache_dir()
-    d = image_dir(cache)
-    man = d / "manifest.json"
-    if man.exists() and not force:
-        m = json.loads(man.read_text())
-        m["cached"] = True
-        say(log, f"twin image cached in {d}")
-        return m
-    why = missing_capabilities(build=True)
-    if why:
-        raise BenchError("cannot build the twin image: " + "; ".join(why))
-    t0 = time.monotonic()
-    url = mirror()
-    assert url is not None          # missing_capabilities checked it
-    cache.mkdir(parents=True, exist_ok=True)
-    tree = _mmdebstrap_tree(cache, url, log)
-    t_tree = time.monotonic() - t0
-    work = Path(tempfile.mkdtemp(prefix="twin-build-", dir=cache))
-    root = work / "root"
-    try:
-        run_cmd(["cp", "-a", str(tree), str(root)], timeout=900)
-        say(log, f"tree ready after {t_tree:.0f}s; configuring")
-        release = _kernel_release(root)
-        _configure_tree(root, lab_key(cache).with_suffix(".pub").read_text(), release)
-        out = work / "out"
-        out.mkdir()
-        used = _write_disk(root, out, log)
-        shutil.copy2(root / "etc/ssh/ssh_host_ed25519_key.pub", out / "host_key.pub")
-        manifest = {"key": d.name, "kernel": release, "suite": SUITE, "mirror": url,
-                    "packages": PACKAGES + [KERNEL_PACKAGE],
-                    "build_seconds": round(time.monotonic() - t0, 1),
-                    "tree_seconds": round(t_tree, 1), "tree_bytes": used,
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if d.exists():
-            shutil.rmtree(d)
-        out.rename(d)
-        collect_old_images(cache, "twin-image-*", d, "disk.img")
-        say(log, f"twin image built in {manifest['build_seconds']}s: {d}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    manifest["cached"] = False
-    return manifest
+    recipe = Recipe("twin image", "twin", "twin-image-*", "disk.img", SUITE,
+                    PACKAGES + [KERNEL_PACKAGE], "tree_seconds",
+                    lambda: missing_capabilities(build=True), _mmdebstrap_tree, _make_image)
+    return build_in_cache(image_dir(cache_dir()), recipe, log, force)
+
+
+def _make_image(root: Path, out: Path, pubkey: str, log: Callable[[str], None] | None
+                ) -> tuple[str, int]:
+    release = _kernel_release(root)
+    _configure_tree(root, pubkey, release)
+    used = _write_disk(root, out, log)
+    shutil.copy2(root / "etc/ssh/ssh_host_ed25519_key.pub", out / "host_key.pub")
+    return release, used
 
 
 def _kernel_release(root: Path) -> str:
@@ -239,15 +208,7 @@ def _configure_tree(root: Path, pubkey: str, release: str) -> None:
     _install(g / "default-grub", etc / "default/grub")
     for d in ("srv/bench", "var/lib/bench"):
         (root / d).mkdir(parents=True, exist_ok=True)
-    for key in (etc / "ssh").glob("ssh_host_*"):
-        key.unlink()
-    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-twin-guest",
-             "-f", str(etc / "ssh/ssh_host_ed25519_key")])
-    ssh = root / "root/.ssh"
-    ssh.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh, 0o700)
-    (ssh / "authorized_keys").write_text(pubkey)
-    os.chmod(ssh / "authorized_keys", 0o600)
+    install_guest_keys(root, pubkey, "bench-twin-guest")
     (etc / "hostname").write_text("bench-twin\n")
     (etc / "hosts").write_text("127.0.0.1 localhost\n")
     (etc / "machine-id").write_text("")

@@ -28,9 +28,11 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.errors import AuthError, BenchError, CommandTimeout, HostError, HostKeyError, InputError
+from bench.errors import AuthError, CommandTimeout, HostError, HostKeyError, InputError
 from bench.hosts.inventory import Host, RebootSpec, SSHOptions, load_host_file, render_host_toml
 from bench.hosts.ssh import transport_for as ssh_transport_for
+from bench.lab.qemu_lab import (keep_consoles, lab_main, load_state, remove_runtime_files,
+                                save_state, shared_commands, ssh_look, write_known_hosts)
 from bench.lab.vm_image import (build_image, cache_dir, free_port, is_our_process, lab_key,
                                 run_cmd, say, stop_process)
 
@@ -118,25 +120,12 @@ def wait_for_boot(t, old_boot_id: str | None, timeout: float,
                          f"console log: {console}")
 
 
-def _state_file() -> Path:
-    return state_dir() / "state.json"
-
-
 def _load_state() -> dict:
-    f = _state_file()
-    return json.loads(f.read_text()) if f.exists() else {"guests": {}}
+    return load_state(state_dir())
 
 
 def _save_state(st: dict) -> None:
-    state_dir().mkdir(parents=True, exist_ok=True)
-    tmp = _state_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps(st, indent=2) + "\n")
-    tmp.replace(_state_file())
-
-
-def known_hosts_line(port: int, host_pub: str) -> str:
-    kind, key = host_pub.split()[:2]
-    return f"[127.0.0.1]:{port} {kind} {key}\n"
+    save_state(state_dir(), st)
 
 
 def _write_inventory(g: dict, hosts_dir: Path) -> Path:
@@ -186,7 +175,7 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
     for i in range(count):
         g = _new_guest(f"lab-{NAMES[i]}", sd, mem_mib, key, kh, img["base"])
         guests[g["name"]] = g
-    kh.write_text("".join(known_hosts_line(g["port"], host_pub) for g in guests.values()))
+    write_known_hosts(kh, guests.values(), host_pub)
     hosts_dir = sd / "hosts"
     for g in guests.values():  # written first: the boot wait connects through it
         g["inventory"] = str(_write_inventory(g, hosts_dir))
@@ -208,8 +197,7 @@ def lab_up(count: int = 2, *, mem_mib: int = GUEST_MEM_MIB, boot_timeout: float 
             list(ex.map(wait, guests.values()))
     except BaseException:
         _save_state(st)
-        for g in guests.values():   # keep the consoles for the post-mortem
-            shutil.copyfile(g["console"], sd / f"failed-{g['name']}-console.log")
+        keep_consoles(sd, guests.values())
         lab_down(log=log)
         raise
     for g in guests.values():
@@ -255,9 +243,7 @@ def lab_down(log: Callable[[str], None] | None = None, keep_disks: bool = False)
         if not keep_disks:
             shutil.rmtree(g["dir"], ignore_errors=True)
     if not keep_disks:
-        shutil.rmtree(state_dir() / "hosts", ignore_errors=True)
-        for f in ("known_hosts", "state.json"):
-            (state_dir() / f).unlink(missing_ok=True)
+        remove_runtime_files(state_dir())
     return stopped
 
 
@@ -271,13 +257,9 @@ def lab_status(probe: bool = True) -> list[dict]:
                "running": _is_our_qemu(g.get("pid", 0), g["overlay"]),
                "inventory": g.get("inventory"), "console": g["console"]}
         if probe and row["running"]:
-            try:
-                r = transport_for(g).run(["head", "-n", "1", "/proc/sys/kernel/random/boot_id",
-                                          "/proc/cmdline"], timeout=20)
-                row["ssh"] = "ok"
-                row["detail"] = " ".join(r.stdout.split())
-            except BenchError as exc:
-                row["ssh"] = f"error: {exc}"
+            row.update(ssh_look(transport_for, g, ["head", "-n", "1",
+                                                   "/proc/sys/kernel/random/boot_id",
+                                                   "/proc/cmdline"], 20))
         out.append(row)
     return out
 
@@ -299,37 +281,17 @@ def power_cycle(name: str, append: str | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m bench.lab.vm")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up")
-    up.add_argument("--count", type=int, default=2)
-    sub.add_parser("down")
-    sub.add_parser("status")
-    sub.add_parser("build")
-    pc = sub.add_parser("power-cycle")
-    pc.add_argument("name")
-    pc.add_argument("--append")
-    a = ap.parse_args(argv)
+    def options(parsers: dict[str, argparse.ArgumentParser]) -> None:
+        parsers["up"].add_argument("--count", type=int, default=2)
+        parsers["power-cycle"].add_argument("--append")
 
-    def tell(m: str) -> None:
-        print(m, file=sys.stderr)
-    try:
-        if a.cmd == "up":
-            st = lab_up(a.count, log=tell)
-            print(json.dumps({n: {k: g[k] for k in ("port", "pid", "boot_seconds", "inventory")}
-                              for n, g in st["guests"].items()}, indent=2))
-        elif a.cmd == "down":
-            print(json.dumps(lab_down(log=tell)))
-        elif a.cmd == "status":
-            print(json.dumps(lab_status(), indent=2))
-        elif a.cmd == "build":
-            print(json.dumps(build_image(log=tell), indent=2))
-        elif a.cmd == "power-cycle":
-            print(power_cycle(a.name, a.append))
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
+    def up(a: argparse.Namespace, tell: Callable[[str], None]) -> str:
+        st = lab_up(a.count, log=tell)
+        return json.dumps({n: {k: g[k] for k in ("port", "pid", "boot_seconds", "inventory")}
+                           for n, g in st["guests"].items()}, indent=2)
+    return lab_main("python3 -m bench.lab.vm", argv, {
+        "up": up, **shared_commands(lab_down, lab_status, build_image),
+        "power-cycle": lambda a, tell: power_cycle(a.name, a.append)}, options)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.errors import BenchError, CommandFailed, CommandTimeout
@@ -242,6 +243,100 @@ _SLIM_MODULES = ["drivers/gpu", "drivers/net/wireless", "drivers/media", "driver
                  "net/mac80211", "drivers/net/ethernet"]
 
 
+Log = Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a lab's image is made, for build_in_cache: its names, how its package tree comes
+    about (cached apart) and how a copy of that tree becomes the image."""
+    what: str                       # the log's name for it: "image", "twin image"
+    lab: str                        # the error's: "lab", "twin"
+    pattern: str                    # this lab's images in the cache (older recipes collected)
+    disk: str                       # the image's disk file (an image a qemu holds open stays)
+    suite: str
+    packages: list[str]
+    tree_seconds_key: str           # the manifest's name for the seconds the tree took
+    missing: Callable[[], list[str]]
+    make_tree: Callable[[Path, str | None, Log], Path]
+    # (copy of the tree, the image's folder, lab public key, log) -> (kernel release, tree bytes)
+    make_image: Callable[[Path, Path, str, Log], tuple[str, int]]
+
+
+def build_in_cache(d: Path, recipe: Recipe, log: Log, force: bool) -> dict:
+    """The image `d` (a folder of the cache) as `recipe` makes it: the cached one unless
+    `force`, else built in a work folder beside it and published. Returns its manifest (paths,
+    kernel release, build seconds, whether it came from the cache)."""
+    if not force and (m := cached_image(d, log, recipe.what)) is not None:
+        return m
+    why = recipe.missing()
+    if why:
+        raise BenchError(f"cannot build the {recipe.lab} image: " + "; ".join(why))
+    cache = d.parent
+    t0 = time.monotonic()
+    url = mirror()
+    cache.mkdir(parents=True, exist_ok=True)
+    tree = recipe.make_tree(cache, url, log)
+    t_tree = time.monotonic() - t0
+    # beside the images: build-* for image-*, twin-build-* for twin-image-*
+    work = Path(tempfile.mkdtemp(prefix=recipe.pattern.replace("image-*", "build-"), dir=cache))
+    root = work / "root"
+    try:
+        run_cmd(["cp", "-a", str(tree), str(root)], timeout=900)
+        say(log, f"tree ready after {t_tree:.0f}s; configuring")
+        out = work / "out"
+        out.mkdir()
+        release, used = recipe.make_image(root, out, lab_key(cache).with_suffix(".pub")
+                                          .read_text(), log)
+        manifest = {"key": d.name, "kernel": release, "suite": recipe.suite, "mirror": url,
+                    "packages": recipe.packages, "build_seconds": round(time.monotonic() - t0, 1),
+                    recipe.tree_seconds_key: round(t_tree, 1), "tree_bytes": used,
+                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        publish_image(out, manifest, d, cache=cache, pattern=recipe.pattern, disk=recipe.disk,
+                      log=log, what=recipe.what)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    manifest["cached"] = False
+    return manifest
+
+
+def cached_image(d: Path, log: Callable[[str], None] | None, what: str) -> dict | None:
+    """The manifest of the image cached in `d`, marked cached; None when none is there."""
+    man = d / "manifest.json"
+    if not man.exists():
+        return None
+    m = json.loads(man.read_text())
+    m["cached"] = True
+    say(log, f"{what} cached in {d}")
+    return m
+
+
+def publish_image(out: Path, manifest: dict, d: Path, *, cache: Path, pattern: str, disk: str,
+                  log: Callable[[str], None] | None, what: str) -> None:
+    """Write the manifest beside the image built in `out`, move it to its place `d` (over an
+    older build of the same key) and collect the cache's older images."""
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    if d.exists():
+        shutil.rmtree(d)
+    out.rename(d)
+    collect_old_images(cache, pattern, d, disk)
+    say(log, f"{what} built in {manifest['build_seconds']}s: {d}")
+
+
+def install_guest_keys(root: Path, pubkey: str, comment: str) -> None:
+    """A fresh ed25519 host key in the tree (the lab's known_hosts records its public half)
+    and the lab key as root's authorized key."""
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment,
+             "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
+    ssh = root / "root/.ssh"
+    ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(ssh, 0o700)
+    (ssh / "authorized_keys").write_text(pubkey)
+    os.chmod(ssh / "authorized_keys", 0o600)
+
+
 def tree_key() -> str:
     return hashlib.sha256(f"{SUITE} {' '.join(PACKAGES)}".encode()).hexdigest()[:16]
 
@@ -270,46 +365,13 @@ def _debootstrap_tree(cache: Path, url: str | None, log) -> Path:
 def build_image(log: Callable[[str], None] | None = None, force: bool = False) -> dict:
     """Build (or find cached) the guest image. Returns its manifest (paths, kernel release,
     build seconds, whether it came from the cache)."""
-    cache = cache_dir()
-    d = _image_dir(cache)
-    man = d / "manifest.json"
-    if man.exists() and not force:
-        m = json.loads(man.read_text())
-        m["cached"] = True
-        say(log, f"image cached in {d}")
-        return m
-    why = missing_capabilities(build=True)
-    if why:
-        raise BenchError("cannot build the lab image: " + "; ".join(why))
-    t0 = time.monotonic()
-    url = mirror()
-    cache.mkdir(parents=True, exist_ok=True)
-    tree = _debootstrap_tree(cache, url, log)
-    t_ds = time.monotonic() - t0
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
-    root = work / "root"
-    try:
-        run_cmd(["cp", "-a", str(tree), str(root)], timeout=900)
-        say(log, f"tree ready after {t_ds:.0f}s; configuring")
-        _configure_tree(root, lab_key(cache).with_suffix(".pub").read_text())
-        release = _kernel_and_slim(root)
-        out = work / "out"
-        out.mkdir()
-        used = _write_image(root, release, out, log)
-        manifest = {"key": d.name, "kernel": release, "suite": SUITE, "mirror": url,
-                    "packages": PACKAGES, "build_seconds": round(time.monotonic() - t0, 1),
-                    "debootstrap_seconds": round(t_ds, 1), "tree_bytes": used,
-                    "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        if d.exists():
-            shutil.rmtree(d)
-        out.rename(d)
-        collect_old_images(cache, "image-*", d, "base.img")
-        say(log, f"image built in {manifest['build_seconds']}s: {d}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    manifest["cached"] = False
-    return manifest
+    return build_in_cache(_image_dir(cache_dir()), _RECIPE, log, force)
+
+
+def _make_image(root: Path, out: Path, pubkey: str, log: Log) -> tuple[str, int]:
+    _configure_tree(root, pubkey)
+    release = _kernel_and_slim(root)
+    return release, _write_image(root, release, out, log)
 
 
 def _kernel_and_slim(root: Path) -> str:
@@ -359,15 +421,11 @@ def _configure_tree(root: Path, pubkey: str) -> None:
         if p.exists() or p.is_symlink():
             p.unlink()
         p.symlink_to("/bin/busybox")
-    for key in (root / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    run_cmd(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-lab-guest",
-          "-f", str(root / "etc/ssh/ssh_host_ed25519_key")])
-    ssh = root / "root/.ssh"
-    ssh.mkdir(parents=True, exist_ok=True)
-    os.chmod(ssh, 0o700)
-    (ssh / "authorized_keys").write_text(pubkey)
-    os.chmod(ssh / "authorized_keys", 0o600)
+    install_guest_keys(root, pubkey, "bench-lab-guest")
     (root / "etc/hostname").write_text("bench-guest\n")
     (root / "etc/hosts").write_text("127.0.0.1 localhost\n")
     (root / "etc/fstab").write_text("/dev/vda / ext4 rw,noatime 0 1\n")
+
+
+_RECIPE = Recipe("image", "lab", "image-*", "base.img", SUITE, PACKAGES, "debootstrap_seconds",
+                 missing_capabilities, _debootstrap_tree, _make_image)

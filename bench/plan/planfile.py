@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.errors import BenchError, FormatError, InputError, TraceError
-from bench.trace.parse import (BATCH, ITERATION_KINDS, BigInt, Iteration, Pass, Trace,
-                               check_shape, loads_line)
+from bench.trace.parse import (BATCH, ITERATION_KINDS, BigInt, Iteration, Iterations, Pass,
+                               Trace, check_shape, loads_line)
 
 MAGIC = b"BPLN"
 VERSION = 1
@@ -41,21 +41,13 @@ _ITER_KIND_CODE = {k: i for i, k in enumerate(ITERATION_KINDS)}
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(Iterations):
     kind: str
     layers: int
     experts_per_layer: int
     expert_bytes: int
     iterations: tuple[Iteration, ...]
     meta: dict = field(default_factory=dict)
-
-    @property
-    def passes(self) -> int:
-        return sum(len(it.passes) for it in self.iterations)
-
-    @property
-    def reads(self) -> int:
-        return sum(it.reads for it in self.iterations)
 
     @property
     def logical_bytes(self) -> int:

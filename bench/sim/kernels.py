@@ -146,15 +146,21 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-def lru_distances(keys: np.ndarray) -> np.ndarray | None:
+def _per_access(kernel: str, keys: np.ndarray) -> np.ndarray | None:
+    """One int64 per access from the kernel `kernel(keys, n, nkeys, out)`; None without the
+    lib or when the kernel refuses (it returns non-zero)."""
     lib = library()
     if lib is None:
         return None
     k, nkeys = _dense(keys)
-    dist = np.empty(k.shape[0], np.int64)
-    if lib.bench_lru_distances(_ptr(k), k.shape[0], nkeys, _ptr(dist)) != 0:
+    out = np.empty(k.shape[0], np.int64)
+    if getattr(lib, kernel)(_ptr(k), k.shape[0], nkeys, _ptr(out)) != 0:
         return None
-    return dist
+    return out
+
+
+def lru_distances(keys: np.ndarray) -> np.ndarray | None:
+    return _per_access("bench_lru_distances", keys)
 
 
 def lru_hits(dist: np.ndarray, caps: np.ndarray, scored: np.ndarray | None) -> np.ndarray | None:
@@ -177,14 +183,7 @@ def lru_hits(dist: np.ndarray, caps: np.ndarray, scored: np.ndarray | None) -> n
 
 
 def next_use(keys: np.ndarray) -> np.ndarray | None:
-    lib = library()
-    if lib is None:
-        return None
-    k, nkeys = _dense(keys)
-    nxt = np.empty(k.shape[0], np.int64)
-    if lib.bench_next_use(_ptr(k), k.shape[0], nkeys, _ptr(nxt)) != 0:
-        return None
-    return nxt
+    return _per_access("bench_next_use", keys)
 
 
 def lfu_hits(keys: np.ndarray, capacity: int, perfect: bool = False) -> np.ndarray | None:

@@ -33,6 +33,18 @@ from bench.sim import kernels
 from bench.sim.stackdist import next_use
 
 
+def _leave_bucket(buckets: dict, k, f: int, min_f: int) -> int:
+    """Take the hit key k out of the bucket of count f (dropping the bucket when it empties);
+    returns the least count that has cached keys once k counts f + 1."""
+    b = buckets[f]
+    del b[k]
+    if not b:
+        del buckets[f]
+        if min_f == f:
+            return f + 1
+    return min_f
+
+
 def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
     """Hit flag of each access of an LFU cache of `capacity` keys (libCacheSim's LFU)."""
     n = len(keys)
@@ -51,12 +63,7 @@ def lfu_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
         f = freq.get(k)
         if f is not None:
             out[t] = 1
-            b = buckets[f]
-            del b[k]
-            if not b:
-                del buckets[f]
-                if min_f == f:
-                    min_f = f + 1
+            min_f = _leave_bucket(buckets, k, f, min_f)
             f += 1
             freq[k] = f
             nb = buckets.get(f)
@@ -104,12 +111,7 @@ def lfu_perfect_hits(keys: np.ndarray, capacity: int) -> np.ndarray:
         f = count.get(k, 0)
         if k in cached:
             out[t] = 1
-            b = buckets[f]
-            del b[k]
-            if not b:
-                del buckets[f]
-                if min_f == f:
-                    min_f = f + 1
+            min_f = _leave_bucket(buckets, k, f, min_f)
         elif len(cached) >= capacity:
             b = buckets[min_f]
             victim = next(iter(b))

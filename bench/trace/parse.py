@@ -106,8 +106,22 @@ class Iteration:
         return sum(len(p.experts) for p in self.passes)
 
 
+class Iterations:
+    """What a trace and the plan made from it both count over their iterations."""
+    __slots__ = ()
+    iterations: tuple[Iteration, ...]
+
+    @property
+    def passes(self) -> int:
+        return sum(len(it.passes) for it in self.iterations)
+
+    @property
+    def reads(self) -> int:
+        return sum(it.reads for it in self.iterations)
+
+
 @dataclass(frozen=True)
-class Trace:
+class Trace(Iterations):
     source: str
     model: Model
     iterations: tuple[Iteration, ...]
@@ -117,14 +131,6 @@ class Trace:
     @property
     def accepted_tokens(self) -> int:
         return sum(it.tokens for it in self.iterations)
-
-    @property
-    def passes(self) -> int:
-        return sum(len(it.passes) for it in self.iterations)
-
-    @property
-    def reads(self) -> int:
-        return sum(it.reads for it in self.iterations)
 
     def count(self, kind: str) -> int:
         return sum(1 for it in self.iterations if it.kind == kind)

@@ -1,6 +1,6 @@
 """The compiled simulator kernels (native/sim/simkern.c via bench.sim.kernels) against the
 numpy/Python fallbacks (BENCH_SIM_NATIVE=0): identical distances and hit flags, access by
-access, on many random streams, and identical simulate() rows in both regimes."""
+access, on many random streams, and identical simulate() rows in both regimes on random traces."""
 
 from __future__ import annotations
 
@@ -80,11 +80,23 @@ def synth(seed, k=3, experts=24, layers=3, iterations=60):
     return parse_lines(lines, f"s{seed}")
 
 
-@pytest.mark.parametrize("regime", ["per-layer", "global"])
-@pytest.mark.parametrize("seed", range(4))
-def test_simulate_rows_identical_with_and_without_kernels(monkeypatch, regime, seed):
-    tr = synth(seed)
-    a, b = both(monkeypatch, lambda: simulate(tr, regime=regime, budgets=(1, 2, 4, 7)))
+@st.composite
+def traces(draw, k=3, experts=24, layers=3):
+    """A random routing trace: each (token, layer) routes k distinct experts of `experts`."""
+    iterations = draw(st.integers(20, 60))     # enough that a budget of 7 must hit
+    chosen = st.lists(st.integers(0, experts - 1), min_size=k, max_size=k, unique=True)
+    lines = [json.dumps({"model": "s", "k": k, "experts_per_layer": experts, "layers": layers})]
+    for step in range(iterations):
+        for layer in range(layers):
+            lines.append(json.dumps({"step": step, "layer": layer, "experts": draw(chosen)}))
+    return parse_lines(lines, "s")
+
+
+@given(tr=traces(), regime=st.sampled_from(["per-layer", "global"]))
+@settings(max_examples=40, deadline=None)
+def test_simulate_rows_identical_with_and_without_kernels(tr, regime):
+    with pytest.MonkeyPatch.context() as mp:
+        a, b = both(mp, lambda: simulate(tr, regime=regime, budgets=(1, 2, 4, 7)))
     assert a == b
     assert any(r["hits"] for r in a)
 
