@@ -90,7 +90,7 @@ def test_bad_engine_specs_refused_before_touching_anything(pool_and_prompts, tmp
         (lambda s: s["engine"].update(cwd=str(d / "nope")), "engine.cwd"),
         (lambda s: s["engine"].update(prompt_file=str(d / "nope.txt")), "does not exist"),
         (lambda s: s["engine"].update(timeout_s=0), "timeout_s"),
-        (lambda s: s.update(cell="e2e-prose"), "bad engine cell name"),
+        (lambda s: s.update(cell="e2e-prose"), "an engine cell is e2e-{prompt}-{policy}"),
     ]
     for change, why in cases:
         s = json.loads(json.dumps(ok))
