@@ -28,6 +28,11 @@ def span(xs: Sequence[float]) -> tuple[float, float] | None:
     return (min(xs), max(xs)) if xs else None
 
 
+def largest_magnitude(xs: Iterable[float]) -> float | None:
+    """max |x| over xs; None for no values."""
+    return max((abs(x) for x in xs), default=None)
+
+
 def spread(xs: Sequence[float]) -> float | None:
     """(max - min) / median; None for no values or a zero median."""
     if not xs:

@@ -36,6 +36,12 @@ def test_span_is_min_and_max(xs):
     assert stats.span(xs) == ((min(xs), max(xs)) if xs else None)
 
 
+@given(st.lists(st.floats(-1e6, 1e6), max_size=20))
+def test_largest_magnitude_is_the_largest_absolute_value(xs):
+    m = stats.largest_magnitude(xs)
+    assert m is None if not xs else (m in [abs(x) for x in xs] and all(abs(x) <= m for x in xs))
+
+
 @given(st.lists(pos, min_size=1, max_size=30), st.floats(min_value=0.01, max_value=100))
 def test_spread_is_scale_free_and_nonnegative(xs, k):
     s = stats.spread(xs)
