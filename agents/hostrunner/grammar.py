@@ -1,4 +1,4 @@
-"""Sizes and cell names: bench's one grammar (DESIGN.md, Vocabulary; docs/bundle.md). The host
+"""Sizes and cell names: bench's one grammar (docs/design.md, Vocabulary). The host
 runner reads run specs with it (spec.py); the controller imports this same file as
 bench.agents.hostrunner.grammar (bench.units, bench.matrix.cells). Standard library only,
 Python 3.8. A refusal is a GrammarError, a ValueError with a message and a hint that lists the

@@ -6,7 +6,7 @@ source and recall on the trace replayed (its provenance record; one value, or th
 the runs differ), and the agent's delivery counters of the measured pass (median submitted,
 overwritten, completed, left per run).
 
-Counters of the measured pass: warm-up and measured pass run in one agent process (DESIGN.md,
+Counters of the measured pass: warm-up and measured pass run in one agent process (docs/design.md,
 the run protocol), so the agent's summary `hints` totals both passes; agents that record each
 pass's own counters (`pass_hints_*` in the summary) let the view take the last pass, the
 measured one (`measured_hints`). Bundles of older agents carry only the total: their counters

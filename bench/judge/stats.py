@@ -1,4 +1,4 @@
-"""Statistics over runs (DESIGN.md "Statistics"). Pure; inputs are plain numbers and dicts.
+"""Statistics over runs (docs/design.md "Statistics"). Pure; inputs are plain numbers and dicts.
 
 A cell's iteration time is the true median of its retained runs' per-run medians (even counts
 average the middle two: statistics.median, the one median of bench, re-exported here); min and

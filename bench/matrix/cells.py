@@ -1,4 +1,4 @@
-"""Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]` (DESIGN.md).
+"""Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]` (docs/design.md).
 
 The mode is omitted when it is `pagecache`, the prefetch when it is `none`. C is a size in the
 paper's decimal units with binary `Ki`/`Mi`/`Gi`/`Ti` where the capacity is binary (bench.units):
