@@ -1,5 +1,6 @@
-"""Run specs (docs/bundle.md): cell names, sizes, and the read-only validation that turns a
-spec into the settings a run uses (`cfg`). Every refusal is a SpecError with one clear line."""
+"""Run specs (docs/bundle.md): the read-only validation that turns a spec into the settings a
+run uses (`cfg`), reading cell names and sizes with grammar.py (the grammar the controller
+imports too). Every refusal is a SpecError with one clear line."""
 
 from __future__ import annotations
 
@@ -10,93 +11,58 @@ import shutil
 import subprocess
 from typing import Any
 
+from . import grammar
 from .errors import SpecError
 from .files import meminfo, read_text, sha256_file
 
 RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-MECHANISMS = ("cgroup", "balloon", "memboot", "none")
-RECLAIMS = ("mglru", "classic")
-MODES = ("pagecache", "pinned", "hybrid", "nocache", "random")
-DELIVERIES = ("advice", "block")
 NOCACHE = ("direct", "dontneed", "dontcache")
 DEFAULT_HEADROOM = 6 << 30
 CELL_FIELDS = ("capacity_bytes", "mechanism", "reclaim", "mode", "prefetch", "delivery")
-ENGINE_CELL = re.compile(r"e2e-([a-z0-9_]{1,32})-(admit|nocache)")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# sizes as bench writes them (bench/units.py): K/M/G/T decimal, Ki/Mi/Gi/Ti binary, bytes bare
-_DECIMAL = (("T", 10 ** 12), ("G", 10 ** 9), ("M", 10 ** 6), ("K", 10 ** 3))
-_BINARY = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
-_MULT = {k.lower(): v for k, v in _DECIMAL + _BINARY}
-# sizes as the kernel's memparse reads them (mem=): K/M/G/T binary
-_KERNEL_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def valid_run_id(rid: object) -> bool:
     return isinstance(rid, str) and bool(RUN_ID.fullmatch(rid)) and rid not in (".", "..")
 
 
-def parse_size(text: object) -> int | None:
-    """A whole size as bench writes it ('64G' = 64 x 10^9, '64Gi' = 64 x 2^30, '4096');
-    case-insensitive; None when it is not one."""
-    m = re.fullmatch(r"\s*(\d+)\s*((?:[kmgt]i?)?)\s*", str(text).lower())
-    return int(m.group(1)) * _MULT.get(m.group(2), 1) if m else None
-
-
-def format_size(n: int) -> str:
-    """The canonical text of n bytes (bench.units.format_size): the largest decimal unit that
-    divides exactly, else the largest binary one, else the bytes."""
-    for suffix, unit in _DECIMAL + _BINARY:
-        if n and n % unit == 0:
-            return f"{n // unit}{suffix}"
-    return str(n)
-
-
 def parse_kernel_size(text: object) -> int | None:
-    """A size as the kernel's memparse reads it (mem= on the command line): K/M/G/T binary."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)\s*", str(text).lower())
-    return int(m.group(1)) * _KERNEL_MULT[m.group(2)] if m else None
+    """A size as the kernel's memparse reads it (mem= on the command line): K/M/G/T binary;
+    None when it is not one."""
+    try:
+        return grammar.parse_kernel_size(str(text))
+    except grammar.GrammarError:
+        return None
+
+
+def _cell_fields(name: object) -> dict[str, Any]:
+    """The grammar's fields of a cell name as a spec carries them (`prefetch` the hint plan
+    label or none); a refusal is a SpecError naming the valid choices."""
+    try:
+        f = grammar.parse_cell(name)
+    except grammar.GrammarError as e:
+        raise SpecError(f"{e.message} ({e.hint})" if e.hint else e.message) from None
+    hints = f.pop("hints")
+    return dict(f, prefetch=hints or "none")
 
 
 def parse_cell(name: object) -> dict[str, Any]:
-    """Cell name -> fields; same grammar as bench/matrix/cells.py (kept in step by a test):
-    case-insensitive, the canonical spelling but for case."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,96}", name):
-        raise SpecError(f"bad cell name {name!r}")
-    parts = name.lower().split("-")
-    if len(parts) < 3 or not re.fullmatch(r"[0-9]+(?:[kmgt]i?)?", parts[0]):
-        raise SpecError(f"bad cell name {name!r}: want "
-                        "{C}-{mechanism}-{reclaim}[-mode][-hints-delivery]")
-    cap, mech, reclaim, rest = parse_size(parts[0]), parts[1], parts[2], parts[3:]
-    if not cap:
-        raise SpecError(f"cell {name!r}: capacity must be positive")
-    if mech not in MECHANISMS:
-        raise SpecError(f"cell {name!r}: unknown mechanism {mech!r} "
-                        f"(valid: {', '.join(MECHANISMS)})")
-    if reclaim not in RECLAIMS:
-        raise SpecError(f"cell {name!r}: unknown reclaim {reclaim!r} "
-                        f"(valid: {', '.join(RECLAIMS)})")
-    mode = "pagecache"
-    if rest and rest[0] in MODES[1:]:
-        mode, rest = rest[0], rest[1:]
-    if rest and (len(rest) != 2 or rest[1] not in DELIVERIES
-                 or not re.fullmatch(r"[a-z0-9_]{1,32}", rest[0])):
-        raise SpecError(f"cell {name!r}: bad mode/prefetch part {'-'.join(rest)!r}")
-    canon = "-".join([format_size(cap), mech, reclaim] + ([mode] if mode != "pagecache" else [])
-                     + rest)
-    if canon.lower() != name.lower():
-        raise SpecError(f"cell {name!r} is not in canonical form (write {canon})")
-    return {"capacity_bytes": cap, "mechanism": mech, "reclaim": reclaim, "mode": mode,
-            "prefetch": rest[0] if rest else "none", "delivery": rest[1] if rest else None}
+    """Replay cell name -> fields (grammar.py): case-insensitive, the canonical spelling but
+    for case; an engine cell name is refused."""
+    cell = _cell_fields(name)
+    if cell.pop("prompt") is not None:
+        raise SpecError(f"cell {name!r} is an engine cell; this spec has no engine section")
+    return cell
 
 
 def parse_engine_cell(name: object) -> dict[str, Any]:
-    """Engine cell name -> fields; same grammar as bench/cells.py (kept in step by a test)."""
-    m = ENGINE_CELL.fullmatch(name.lower()) if isinstance(name, str) else None
-    if not m:
+    """Engine cell name -> fields with its prompt and policy (grammar.py); a replay cell name
+    is refused."""
+    cell = _cell_fields(name)
+    if cell["prompt"] is None:
         raise SpecError(f"bad engine cell name {name!r}: want e2e-{{prompt}}-{{admit|nocache}}")
-    return {"capacity_bytes": 0, "mechanism": "none", "reclaim": "host",
-            "mode": "pagecache" if m.group(2) == "admit" else "nocache", "prefetch": "none",
-            "delivery": None, "prompt": m.group(1), "policy": m.group(2)}
+    policy = next(p for p, m in grammar.POLICY_MODES.items() if m == cell["mode"])
+    return dict(cell, policy=policy)
 
 
 def resolve(work_dir: str, path: object) -> str:

@@ -1,31 +1,36 @@
 """Statistics over runs (docs/design.md "Statistics"). Pure; inputs are plain numbers and dicts.
 
 A cell's iteration time is the true median of its retained runs' per-run medians (even counts
-average the middle two); min and max are over the same per-run values; spread =
-(max - min) / median. Device GB per iteration, served and locked fractions are medians over
-retained runs. Amplification = median device bytes per iteration / nominal miss bytes.
+average the middle two: statistics.median, the one median of bench, re-exported here); min and
+max are over the same per-run values; spread = (max - min) / median. Device GB per iteration,
+served and locked fractions are medians over retained runs. Amplification = median device
+bytes per iteration / nominal miss bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from statistics import median as median     # re-exported: bench's one median
 
 GB = 1e9
 SCAN_STEAL_LIMIT = 2.0
 AMPLIFICATION_LIMIT = 1.05   # above nominal, with 5% for counting noise
 
 
-def median(xs: Iterable[float]) -> float:
-    v = sorted(xs)
-    if not v:
-        raise ValueError("median of no values")
-    m = len(v) // 2
-    return v[m] if len(v) % 2 else (v[m - 1] + v[m]) / 2
-
-
-def _median_or_none(xs: Iterable[float | None]) -> float | None:
+def median_or_none(xs: Iterable[float | None]) -> float | None:
+    """The median of xs without its Nones; None when nothing is left."""
     v = [x for x in xs if x is not None]
     return median(v) if v else None
+
+
+def span(xs: Sequence[float]) -> tuple[float, float] | None:
+    """(min, max) of xs; None for no values."""
+    return (min(xs), max(xs)) if xs else None
+
+
+def largest_magnitude(xs: Iterable[float]) -> float | None:
+    """max |x| over xs; None for no values."""
+    return max((abs(x) for x in xs), default=None)
 
 
 def spread(xs: Sequence[float]) -> float | None:
@@ -58,10 +63,10 @@ def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> 
     """One cell's statistics; runs carry `retained` and the per-run metrics of runfacts."""
     kept = [r for r in runs if r.get("retained")]
     times = [r["iteration_median_s"] for r in kept if r.get("iteration_median_s") is not None]
-    dev = _median_or_none(r.get("device_bytes_per_iteration") for r in kept)
+    dev = median_or_none(r.get("device_bytes_per_iteration") for r in kept)
     nominal = nominal_miss_bytes
     if nominal is None:
-        nominal = _median_or_none(r.get("nominal_miss_bytes_per_iteration") for r in kept)
+        nominal = median_or_none(r.get("nominal_miss_bytes_per_iteration") for r in kept)
     return {
         "n_retained": len(kept),
         "n_rejected": sum(1 for r in runs if r.get("retained") is False),
@@ -76,10 +81,10 @@ def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> 
                            if r.get("device_bytes_per_iteration") is not None],
         "nominal_miss_gb_per_iteration": None if nominal is None else nominal / GB,
         "amplification": None if dev is None or not nominal else dev / nominal,
-        "scan_steal": _median_or_none(r.get("scan_steal") for r in kept),
-        "cgroup_scan_steal": _median_or_none(r.get("cgroup_scan_steal") for r in kept),
-        "served_fraction": _median_or_none(r.get("served_fraction") for r in kept),
-        "locked_fraction": _median_or_none(r.get("locked_fraction") for r in kept),
+        "scan_steal": median_or_none(r.get("scan_steal") for r in kept),
+        "cgroup_scan_steal": median_or_none(r.get("cgroup_scan_steal") for r in kept),
+        "served_fraction": median_or_none(r.get("served_fraction") for r in kept),
+        "locked_fraction": median_or_none(r.get("locked_fraction") for r in kept),
         **_throughput(kept),
         "mglru": _mglru(kept),
     }

@@ -9,7 +9,8 @@ lower case. Examples: 64G-balloon-mglru, 93G-memboot-mglru, 256G-cgroup-mglru-pi
 256G-cgroup-mglru-pilot-advice, 64Gi-cgroup-mglru. `parse_cell` and `Cell.name` are exact
 inverses (parse_cell(c.name) == c, and parse_cell(n).name == n for a canonical n); another
 spelling of the same capacity (`64000M`, `64GB`) is refused naming the canonical one; a bad name
-is an InputError listing the valid choices. Pure.
+is an InputError listing the valid choices. Pure. The grammar is the host runner's
+(agents/hostrunner/grammar.py, through bench.units); this module gives it the Cell type.
 
 Names stored before capacities were decimal were all lower case and read K/M/G/T as binary
 (`64g-...` was 64 GiB); migration 0004 renamed them (`64Gi-...`). `legacy_cell` reads such
@@ -25,27 +26,26 @@ label. Replay cells never start with a letter, so the two grammars cannot collid
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from bench.errors import InputError
-from bench.units import format_size, parse_kernel_size, parse_size
+from bench.units import as_input_error, format_size, grammar, parse_kernel_size
 
-# the allowed values, spelled once as Literal types (schemas and the type checker read those)
+# the allowed values as Literal types for schemas and the type checker; the values themselves
+# are the grammar's (a test holds these Literals to grammar.MECHANISMS etc.)
 Mechanism = Literal["cgroup", "balloon", "memboot", "none"]
 Reclaim = Literal["mglru", "classic"]
 Mode = Literal["pagecache", "pinned", "hybrid", "nocache", "random"]
-MECHANISMS: tuple[str, ...] = get_args(Mechanism)
-RECLAIMS: tuple[str, ...] = get_args(Reclaim)
-MODES: tuple[str, ...] = get_args(Mode)
-DELIVERIES = ("advice", "block")
-_CAPACITY = re.compile(r"^[0-9]+(?:[kmgt]i?)?$", re.IGNORECASE)
+MECHANISMS: tuple[str, ...] = grammar.MECHANISMS
+RECLAIMS: tuple[str, ...] = grammar.RECLAIMS
+MODES: tuple[str, ...] = grammar.MODES
+DELIVERIES: tuple[str, ...] = grammar.DELIVERIES
+ENGINE_PREFIX, ENGINE_RECLAIM, POLICY_MODES = (grammar.ENGINE_PREFIX, grammar.ENGINE_RECLAIM,
+                                               grammar.POLICY_MODES)
 _LEGACY_CAPACITY = re.compile(r"^[0-9]+[kmgt]?$")
-_LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
-ENGINE_PREFIX = "e2e"
-ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
-POLICY_MODES = {"admit": "pagecache", "nocache": "nocache"}
 
 
 @dataclass(frozen=True)
@@ -59,36 +59,11 @@ class Cell:
     prompt: str | None = None     # engine cells only: the prompt label
 
     def __post_init__(self):
-        if self.prompt is not None:
-            self._check_engine(self.prompt)
-            return
-        if self.capacity_bytes <= 0:
-            raise InputError(f"cell capacity must be positive, got {self.capacity_bytes}")
-        for value, allowed, what in ((self.mechanism, MECHANISMS, "mechanism"),
-                                     (self.reclaim, RECLAIMS, "reclaim"),
-                                     (self.mode, MODES, "mode")):
-            if value not in allowed:
-                raise InputError(f"unknown {what} {value!r}", hint=f"valid: {', '.join(allowed)}")
-        if (self.hints is None) != (self.delivery is None):
-            raise InputError("prefetch needs both a hint plan label and a delivery",
-                             hint=f"write e.g. -pilot-advice; deliveries: {', '.join(DELIVERIES)}")
-        if self.hints is not None:
-            if not _LABEL.match(self.hints) or self.hints in MODES or self.hints == "none":
-                raise InputError(f"bad hint plan label {self.hints!r}",
-                                 hint="a label is 1-32 of a-z, 0-9 and _ (oracle, pilot, ...)")
-            if self.delivery not in DELIVERIES:
-                raise InputError(f"unknown delivery {self.delivery!r}",
-                                 hint=f"valid: {', '.join(DELIVERIES)}")
+        as_input_error(grammar.check_cell, *self._fields())
 
-    def _check_engine(self, prompt: str) -> None:
-        if not _LABEL.match(prompt):
-            raise InputError(f"bad prompt label {prompt!r}",
-                             hint="a prompt label is 1-32 of a-z, 0-9 and _ (prose, code, chat)")
-        if (self.capacity_bytes, self.mechanism, self.reclaim, self.hints, self.delivery) != (
-                0, "none", ENGINE_RECLAIM, None, None) or self.mode not in POLICY_MODES.values():
-            raise InputError("an engine cell has capacity 0, mechanism none, reclaim "
-                             f"{ENGINE_RECLAIM}, no prefetch and mode pagecache or nocache",
-                             hint="build it with engine_cell(prompt, policy)")
+    def _fields(self) -> tuple:
+        return (self.capacity_bytes, self.mechanism, self.reclaim, self.mode, self.hints,
+                self.delivery, self.prompt)
 
     @property
     def is_engine(self) -> bool:
@@ -107,74 +82,25 @@ class Cell:
 
     @property
     def name(self) -> str:
-        if self.prompt is not None:
-            return f"{ENGINE_PREFIX}-{self.prompt}-{self.policy}"
-        parts = [format_size(self.capacity_bytes), self.mechanism, self.reclaim]
-        if self.mode != "pagecache":
-            parts.append(self.mode)
-        if self.hints is not None:
-            parts.append(self.prefetch)         # {hints}-{delivery}
-        return "-".join(parts)
+        return grammar.cell_name(*self._fields())
 
 
 def engine_cell(prompt: str, policy: str) -> Cell:
     """The engine cell of one prompt under one policy (admit or nocache)."""
-    if policy not in POLICY_MODES:
-        raise InputError(f"unknown engine policy {policy!r}",
-                         hint=f"valid: {', '.join(POLICY_MODES)}")
-    return Cell(0, "none", ENGINE_RECLAIM, POLICY_MODES[policy], prompt=prompt)
-
-
-def _fail(name: str, why: str) -> InputError:
-    return InputError(
-        f"bad cell name {name!r}: {why}",
-        hint="write {C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}] with C like 64G "
-             "(decimal, 64 x 10^9 bytes) or 64Gi (binary); "
-             f"mechanisms: {', '.join(MECHANISMS)}; reclaim: {', '.join(RECLAIMS)}; "
-             f"modes: {', '.join(MODES[1:])} (pagecache is omitted); deliveries: "
-             f"{', '.join(DELIVERIES)}; or an engine cell {ENGINE_PREFIX}-{{prompt}}-"
-             f"{{{'|'.join(POLICY_MODES)}}}")
+    return Cell(**as_input_error(grammar.engine_fields, prompt, policy))
 
 
 def parse_cell(name: str) -> Cell:
     """The cell of a name, read case-insensitively (module doc); refuses a name that is not
     the canonical spelling but for case."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,96}", name):
-        raise _fail(str(name), "only letters, digits, '_' and '-' are allowed")
-    parts = name.split("-")
-    cap = parts[0]
-    parts = [p.lower() for p in parts]
-    if parts[0] == ENGINE_PREFIX:
-        if len(parts) != 3 or not _LABEL.match(parts[1]) or parts[2] not in POLICY_MODES:
-            raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}} with a "
-                              f"prompt label of a-z, 0-9, _ and policy "
-                              f"{' or '.join(POLICY_MODES)}")
-        return engine_cell(parts[1], parts[2])
-    if len(parts) < 3:
-        raise _fail(name, "it needs at least capacity, mechanism and reclaim")
-    mech, reclaim, rest = parts[1], parts[2], parts[3:]
-    if not _CAPACITY.match(cap):
-        raise _fail(name, f"capacity {cap!r} is not a size like 64G, 768M or 64Gi")
-    if mech not in MECHANISMS:
-        raise _fail(name, f"unknown mechanism {mech!r}")
-    if reclaim not in RECLAIMS:
-        raise _fail(name, f"unknown reclaim {reclaim!r}")
-    mode = "pagecache"
-    if rest and rest[0] in MODES:
-        if rest[0] == "pagecache":
-            raise _fail(name, "the pagecache mode is written by omitting it")
-        mode, rest = rest[0], rest[1:]
-    hints = delivery = None
-    if rest:
-        if len(rest) != 2:
-            raise _fail(name, f"unexpected {'-'.join(rest)!r} after the mode")
-        hints, delivery = rest
-        if delivery not in DELIVERIES:
-            raise _fail(name, f"unknown delivery {delivery!r}")
-    cell = Cell(parse_size(cap, "cell capacity"), mech, reclaim, mode, hints, delivery)
-    if cell.name.lower() != name.lower():
-        raise _fail(name, f"not in canonical form (that cell is written {cell.name})")
-    return cell
+    return _parse_cell(name) if isinstance(name, str) else Cell(**as_input_error(
+        grammar.parse_cell, name))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cell(name: str) -> Cell:
+    # cached: a Cell is frozen, and results read the same few names once per run row
+    return Cell(**as_input_error(grammar.parse_cell, name))
 
 
 def legacy_cell(name: str) -> Cell | None:

@@ -22,7 +22,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench.errors import InputError
-from bench.judge.stats import a_over_c
+from bench.judge.stats import a_over_c, span
 from bench.plan.planfile import write_error
 
 RASTER_DPI = 200
@@ -89,10 +89,6 @@ def _series_label(m: dict, gid: str, *parts: str) -> str:
 
 # drawing primitives -----------------------------------------------------------------------
 
-def _span(values: Sequence[float]) -> tuple[float, float] | None:
-    return (min(values), max(values)) if values else None
-
-
 def _errorbar(ax: Axes, xs: list[float], ys: list[float],
               spans: list[tuple[float, float] | None], **kw):
     """Points with min..max error bars (a point without a span gets none)."""
@@ -137,15 +133,15 @@ def _value_span(s: dict, key: str) -> tuple[float, float] | None:
     if key == "median_s":
         return (s["min_s"], s["max_s"]) if s.get("min_s") is not None else None
     if key == "device_gb_per_iteration":
-        return _span(s.get("device_gb_runs") or [])
+        return span(s.get("device_gb_runs") or [])
     if key == "gb_per_s" and s.get("gb_per_s_min") is not None:
         return (s["gb_per_s_min"], s["gb_per_s_max"])
     return None
 
 
 def _top(s: dict, key: str) -> float:
-    span = _value_span(s, key)
-    return span[1] if span else s[key]
+    rng = _value_span(s, key)
+    return rng[1] if rng else s[key]
 
 
 def _size_axis(ax: Axes, caps: Sequence[int]) -> None:
@@ -232,7 +228,7 @@ def _capacity_series(left: Axes, right: Axes, m: dict, key: tuple, rows: list[di
     if dev:
         xs = [r["capacity_bytes"] / 1e9 for r in dev]
         ys = [r["device_gb_per_iteration"] for r in dev]
-        _errorbar(right, xs, ys, [_span(r["device_gb_runs"]) for r in dev], fmt=style,
+        _errorbar(right, xs, ys, [span(r["device_gb_runs"]) for r in dev], fmt=style,
                   color=color, label=f"measured {label}")
         _n_labels(right, xs, [max(r["device_gb_runs"] or [r["device_gb_per_iteration"]])
                               for r in dev], [r["n_retained"] for r in dev])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
+from bench.judge.stats import largest_magnitude
 from bench.results.views import LiteralTable, num, pct, source_name
 
 
@@ -84,8 +85,8 @@ def regimes_table(rows: Sequence[dict]) -> LiteralTable:
         t.add_row(source_name(str(r["trace"])), r["policy"], str(r["budget"]),
                   pct(r["per_layer"]), pct(r["global"]), f"{r['gap_pp']:+.1f}",
                   "yes" if r["same_order"] else "no")
-    if rows:
-        worst = max(abs(r["gap_pp"]) for r in rows)
+    worst = largest_magnitude(r["gap_pp"] for r in rows)
+    if worst is not None:
         t.caption = f"largest gap {worst:.1f} pp over {len(rows)} rows"
     return t
 

@@ -1,4 +1,4 @@
-"""The prefetch results view's numbers (bench.results.prefetch_views.conditions), from run
+"""The prefetch results numbers (bench.judge.prefetch_conditions.conditions), from run
 rows and stored details as the store hands them: n over retained runs only, the change in
 median iteration time against no prefetch, per-pair changes (campaign, repetition), the hint
 source and recall of the plan replayed, and the median delivery counters."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.results.prefetch_views import conditions, delivery_table, measured_hints
+from bench.judge.prefetch_conditions import conditions, measured_hints
+from bench.results.prefetch_views import delivery_table
 
 
 def _run(rid, cell, t, rep, retained=True, campaign="c1"):

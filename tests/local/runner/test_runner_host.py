@@ -79,30 +79,6 @@ def check_common(bundle: Path, st: dict, passes=2):
 
 # --------------------------------------------------------------------------- pure / no kernel
 
-def test_cell_grammar_matches_bench_cells():
-    from bench.errors import InputError
-    from bench.matrix.cells import parse_cell
-    r = _load_runner()
-    good = ["64G-balloon-mglru", "64g-cgroup-classic", "93G-memboot-mglru",
-            "256G-cgroup-mglru-pinned", "256g-cgroup-mglru-pilot-advice", "448G-none-mglru",
-            "768M-cgroup-classic-hybrid-oracle-block", "1536m-none-classic-random",
-            "64Gi-cgroup-mglru", "64gi-BALLOON-mglru", "1000001-none-classic",
-            "1536Mi-none-classic-random"]
-    for name in good:
-        c = parse_cell(name)
-        got = r.parse_cell(name)
-        assert got == {"capacity_bytes": c.capacity_bytes, "mechanism": c.mechanism,
-                       "reclaim": c.reclaim, "mode": c.mode, "prefetch": c.hints or "none",
-                       "delivery": c.delivery}
-    for bad in ["64GB-balloon-mglru", "64g-swap-mglru", "64g-none", "1000m-none-mglru",
-                "1024mi-none-mglru", "64g-none-mglru-pagecache", "64g-none-mglru-pilot",
-                "0-none-mglru", "4096-none-mglru"]:
-        with pytest.raises(InputError):
-            parse_cell(bad)
-        with pytest.raises(r.SpecError):
-            r.parse_cell(bad)
-
-
 def test_bad_specs_refused_before_touching_anything(agent, tmp_path):
     from tests.support.runner import make_plan_file
 

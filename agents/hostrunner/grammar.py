@@ -1,0 +1,232 @@
+"""Sizes and cell names: bench's one grammar (docs/design.md, Vocabulary). The host
+runner reads run specs with it (spec.py); the controller imports this same file as
+bench.agents.hostrunner.grammar (bench.units, bench.matrix.cells). Standard library only,
+Python 3.8. A refusal is a GrammarError, a ValueError with a message and a hint that lists the
+valid choices; each side turns it into its own error (SpecError here, InputError there).
+
+Sizes: `K`, `M`, `G`, `T` are decimal as the paper writes capacities (`64G` = 64 x 10^9 bytes);
+`Ki`, `Mi`, `Gi`, `Ti` binary (`6Gi` = 6 x 2^30); a bare integer is bytes. Input is
+case-insensitive and may carry a trailing `B` or a decimal fraction that lands on whole bytes
+(`1.5G`). `format_size` writes the canonical text, which `parse_size` reads back to the same
+bytes: the largest decimal unit that divides exactly (upper case), else the largest binary unit
+that divides exactly, else the bytes. The kernel's memparse (`mem=`, cgroup files) reads
+K/M/G/T/P/E as BINARY: bench hands it exact bytes (`kernel_size`) and reads what it shows with
+`parse_kernel_size`.
+
+Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]`, the mode omitted when
+it is pagecache, the prefetch when it is none; C a size in the units above (`64G`, `64Gi`).
+Engine cells are `e2e-{prompt}-{admit|nocache}` (capacity 0, mechanism none, reclaim `host`).
+Input is case-insensitive; the canonical name writes C as `format_size` does and the rest in
+lower case; a name that is not the canonical spelling but for case is refused naming the
+canonical one. `parse_cell` and `cell_name` are exact inverses.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any, Dict, Optional, Union
+
+# ----------------------------------------------------------------------------------- sizes
+
+DECIMAL = {"K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
+BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+KERNEL_MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50,
+               "E": 1 << 60}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:([kmgt])(i?))?\s*b?\s*$", re.IGNORECASE)
+_KERNEL = re.compile(r"^\s*([0-9]+)([kmgtpe]?)\s*$", re.IGNORECASE)
+SIZE_HINT = ("write a number with an optional decimal unit K, M, G, T (64G = 64 x 10^9 bytes, "
+             "as the paper writes capacities) or binary unit Ki, Mi, Gi, Ti (6Gi = 6 x 2^30), "
+             "or bytes: 64G, 768M, 6Gi, 4096")
+
+
+class GrammarError(ValueError):
+    """A size or cell name that is not one; `hint` says how to write it."""
+
+    def __init__(self, message: str, hint: Optional[str] = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def size_multiplier(unit: str) -> int:
+    """Bytes of one unit as bench writes it ('', 'K'.. 'T' decimal, 'Ki'.. 'Ti' binary);
+    case-insensitive. KeyError for anything else."""
+    if not unit:
+        return 1
+    u = unit[0].upper() + unit[1:].lower()
+    return BINARY[u] if len(u) == 2 else DECIMAL[u]
+
+
+def parse_size(text: Union[str, int], what: str = "size") -> int:
+    """'64G' -> 64 x 10^9, '64Gi' -> 64 x 2^30, '4096' -> 4096; case-insensitive."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise GrammarError(f"{what} must not be negative, got {text}")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise GrammarError(f"{what} {text!r} is not a size", SIZE_HINT)
+    value = Fraction(m.group(1)) * size_multiplier((m.group(2) or "") + (m.group(3) or ""))
+    if value.denominator != 1:
+        raise GrammarError(f"{what} {text!r} is not a whole number of bytes", SIZE_HINT)
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """The canonical text of n bytes, read back by parse_size exactly: 64000000000 -> '64G',
+    68719476736 -> '64Gi', 768000000 -> '768M', 4097 -> '4097', 0 -> '0'."""
+    if n < 0:
+        raise ValueError(f"a size is not negative: {n}")
+    for table in (DECIMAL, BINARY):
+        for suffix, unit in sorted(table.items(), key=lambda kv: -kv[1]):
+            if n and n % unit == 0:
+                return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def parse_kernel_size(text: Union[str, int], what: str = "kernel size") -> int:
+    """A size as the kernel's memparse reads it: digits with an optional K, M, G, T, P or E,
+    all BINARY ('102G' -> 102 x 2^30). No decimals, no 'iB' (the kernel would misread those)."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    m = _KERNEL.match(str(text))
+    if not m:
+        raise GrammarError(f"{what} {text!r} is not a kernel size",
+                           "the kernel reads digits with an optional binary K, M, G or T")
+    return int(m.group(1)) * KERNEL_MULT[m.group(2).upper()]
+
+
+def kernel_size(n: int) -> str:
+    """The text bench hands the kernel for n bytes: the exact bytes, digits only."""
+    if n < 0:
+        raise ValueError(f"a size is not negative: {n}")
+    return str(int(n))
+
+
+# ------------------------------------------------------------------------------ cell names
+
+MECHANISMS = ("cgroup", "balloon", "memboot", "none")
+RECLAIMS = ("mglru", "classic")
+MODES = ("pagecache", "pinned", "hybrid", "nocache", "random")
+DELIVERIES = ("advice", "block")
+ENGINE_PREFIX = "e2e"
+ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
+POLICY_MODES = {"admit": "pagecache", "nocache": "nocache"}
+LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
+_CAPACITY = re.compile(r"^[0-9]+(?:[kmgt]i?)?$", re.IGNORECASE)
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,96}")
+Fields = Dict[str, Any]
+
+
+def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "pagecache",
+               hints: Optional[str] = None, delivery: Optional[str] = None,
+               prompt: Optional[str] = None) -> None:
+    """Refuse fields that make no cell (a replay cell, or an engine cell when prompt is set)."""
+    if prompt is not None:
+        if not LABEL.match(prompt):
+            raise GrammarError(f"bad prompt label {prompt!r}", "a prompt label is 1-32 of "
+                               "a-z, 0-9 and _ (prose, code, chat)")
+        if (capacity_bytes, mechanism, reclaim, hints, delivery) != (
+                0, "none", ENGINE_RECLAIM, None, None) or mode not in POLICY_MODES.values():
+            raise GrammarError("an engine cell has capacity 0, mechanism none, reclaim "
+                               f"{ENGINE_RECLAIM}, no prefetch and mode pagecache or nocache",
+                               "build it with engine_cell(prompt, policy)")
+        return
+    if capacity_bytes <= 0:
+        raise GrammarError(f"cell capacity must be positive, got {capacity_bytes}")
+    for value, allowed, what in ((mechanism, MECHANISMS, "mechanism"),
+                                 (reclaim, RECLAIMS, "reclaim"), (mode, MODES, "mode")):
+        if value not in allowed:
+            raise GrammarError(f"unknown {what} {value!r}", f"valid: {', '.join(allowed)}")
+    if (hints is None) != (delivery is None):
+        raise GrammarError("prefetch needs both a hint plan label and a delivery",
+                           f"write e.g. -pilot-advice; deliveries: {', '.join(DELIVERIES)}")
+    if hints is not None:
+        if not LABEL.match(hints) or hints in MODES or hints == "none":
+            raise GrammarError(f"bad hint plan label {hints!r}",
+                               "a label is 1-32 of a-z, 0-9 and _ (oracle, pilot, ...)")
+        if delivery not in DELIVERIES:
+            raise GrammarError(f"unknown delivery {delivery!r}",
+                               f"valid: {', '.join(DELIVERIES)}")
+
+
+def engine_fields(prompt: str, policy: str) -> Fields:
+    """The fields of the engine cell of one prompt under one policy (admit or nocache)."""
+    if policy not in POLICY_MODES:
+        raise GrammarError(f"unknown engine policy {policy!r}",
+                           f"valid: {', '.join(POLICY_MODES)}")
+    fields: Fields = {"capacity_bytes": 0, "mechanism": "none", "reclaim": ENGINE_RECLAIM,
+              "mode": POLICY_MODES[policy], "hints": None, "delivery": None, "prompt": prompt}
+    check_cell(**fields)
+    return fields
+
+
+def cell_name(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "pagecache",
+              hints: Optional[str] = None, delivery: Optional[str] = None,
+              prompt: Optional[str] = None) -> str:
+    """The canonical name of checked fields (the inverse of parse_cell)."""
+    if prompt is not None:
+        policy = next(p for p, m in POLICY_MODES.items() if m == mode)
+        return f"{ENGINE_PREFIX}-{prompt}-{policy}"
+    parts = [format_size(capacity_bytes), mechanism, reclaim]
+    if mode != "pagecache":
+        parts.append(mode)
+    if hints is not None:
+        parts += [hints, str(delivery)]
+    return "-".join(parts)
+
+
+def _fail(name: str, why: str) -> GrammarError:
+    return GrammarError(
+        f"bad cell name {name!r}: {why}",
+        "write {C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}] with C like 64G "
+        "(decimal, 64 x 10^9 bytes) or 64Gi (binary); "
+        f"mechanisms: {', '.join(MECHANISMS)}; reclaim: {', '.join(RECLAIMS)}; "
+        f"modes: {', '.join(MODES[1:])} (pagecache is omitted); deliveries: "
+        f"{', '.join(DELIVERIES)}; or an engine cell {ENGINE_PREFIX}-{{prompt}}-"
+        f"{{{'|'.join(POLICY_MODES)}}}")
+
+
+def parse_cell(name: object) -> Fields:
+    """The fields of a cell name (capacity_bytes, mechanism, reclaim, mode, hints, delivery,
+    prompt), read case-insensitively; refuses a name that is not the canonical spelling but
+    for case."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise _fail(str(name), "only letters, digits, '_' and '-' are allowed")
+    cap, parts = name.split("-")[0], name.lower().split("-")
+    if parts[0] == ENGINE_PREFIX:
+        if len(parts) != 3 or not LABEL.match(parts[1]) or parts[2] not in POLICY_MODES:
+            raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}} with a "
+                              f"prompt label of a-z, 0-9, _ and policy "
+                              f"{' or '.join(POLICY_MODES)}")
+        return engine_fields(parts[1], parts[2])
+    if len(parts) < 3:
+        raise _fail(name, "it needs at least capacity, mechanism and reclaim")
+    mech, reclaim, rest = parts[1], parts[2], parts[3:]
+    if not _CAPACITY.match(cap):
+        raise _fail(name, f"capacity {cap!r} is not a size like 64G, 768M or 64Gi")
+    if mech not in MECHANISMS:
+        raise _fail(name, f"unknown mechanism {mech!r}")
+    if reclaim not in RECLAIMS:
+        raise _fail(name, f"unknown reclaim {reclaim!r}")
+    mode = "pagecache"
+    if rest and rest[0] in MODES:
+        if rest[0] == "pagecache":
+            raise _fail(name, "the pagecache mode is written by omitting it")
+        mode, rest = rest[0], rest[1:]
+    hints = delivery = None
+    if rest:
+        if len(rest) != 2:
+            raise _fail(name, f"unexpected {'-'.join(rest)!r} after the mode")
+        hints, delivery = rest
+        if delivery not in DELIVERIES:
+            raise _fail(name, f"unknown delivery {delivery!r}")
+    fields: Fields = {"capacity_bytes": parse_size(cap, "cell capacity"), "mechanism": mech,
+              "reclaim": reclaim, "mode": mode, "hints": hints, "delivery": delivery,
+              "prompt": None}
+    check_cell(**fields)
+    canonical = cell_name(**fields)
+    if canonical.lower() != name.lower():
+        raise _fail(name, f"not in canonical form (that cell is written {canonical})")
+    return fields
