@@ -11,7 +11,7 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions
 from bench.plan.prepared import plan_from_trace_file

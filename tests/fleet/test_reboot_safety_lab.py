@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
 from bench.hosts.procfs import mglru_on, parse_lru_gen
 from bench.matrix.runspec import RunOptions

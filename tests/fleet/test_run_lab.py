@@ -17,7 +17,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import SafetyError
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.judge.bundle import read_dir, verify
 from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions

@@ -24,7 +24,8 @@ def local(tmp_path):
     trace = tmp_path / "tiny.jsonl"
     trace.write_text("\n".join(generate(preset("tiny", tokens=40))) + "\n")
     return ["--host", "local", "--trace", str(trace), "--hosts-dir", str(hosts), "--threads",
-            "2", "--no-ingest", "--data-dir", str(tmp_path / "data"), "--json"]
+            "2", "--no-ingest", "--data-dir", str(tmp_path / "data"), "--db",
+            str(tmp_path / "bench.db"), "--json"]
 
 
 def test_a_cgroup_wall_with_the_headroom_given_on_the_command_line(local, tmp_path, capsys):
