@@ -109,7 +109,7 @@ def run(cell: Annotated[str, typer.Argument(
     Exit 1 if any host failed."""
     from bench.matrix.cells import parse_cell
     from bench.matrix.runspec import RunOptions
-    from bench.hosts.inventory import load_inventory, select
+    from bench.hosts.inventory import find_hosts_dir, load_inventory, select
     from bench.execute.campaign.onerun import host_run_ids, run_hosts, with_protocol
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)
@@ -134,7 +134,8 @@ def run(cell: Annotated[str, typer.Argument(
         plan, _ = prepare_hints(plan, plan_path, c.hints, hints, ddir)
     results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
                         db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
-                        reconnect_timeout_s=reconnect_timeout)
+                        reconnect_timeout_s=reconnect_timeout,
+                        hosts_dir=find_hosts_dir(hosts_dir).path.absolute())
     if json_out:
         views.emit_json([r.as_dict() for r in results])
     else:

@@ -129,10 +129,11 @@ def run_hosts(hosts: Sequence[Host], cell: Cell | str, plan: PlanInfo, plan_path
               run_id: str, *, options: RunOptions | None = None,
               transport_for: TransportFor | None = None,
               reconnect_timeout_s: float | None = None, data_dir: Path | None = None,
-              db_url: str | None = None, do_ingest: bool = True,
+              db_url: str | None = None, do_ingest: bool = True, hosts_dir: Path | None = None,
               timeout_s: float = 6 * 3600.0, chunk_s: float = 20.0) -> list[HostRunResult]:
     """One cell on every host in parallel as a one-run campaign (module doc), results in the
-    hosts' order. `plan` may carry the cell's hint plan (bench.matrix.hintplans)."""
+    hosts' order. `plan` may carry the cell's hint plan (bench.matrix.hintplans); hosts_dir:
+    the inventory the hosts came from, recorded for `bench resume`."""
     t0 = time.time()
     transport_for = transport_for or ssh_transport_for
     options = options or RunOptions()
@@ -147,6 +148,7 @@ def run_hosts(hosts: Sequence[Host], cell: Cell | str, plan: PlanInfo, plan_path
     if live:
         cid = options.campaign or run_id
         s = Settings(retries=0, data_dir=Path(data_dir or default_data_dir()), db_url=db_url,
+                     hosts_dir=hosts_dir,
                      reconnect_timeout_s=reconnect_timeout_s, chunk_s=chunk_s,
                      run_timeout_s=timeout_s, ingest=do_ingest,
                      host_lock_wait_s=0.0)      # a host another controller holds: refused

@@ -43,7 +43,7 @@ class Settings:
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()
-                if k not in ("db_url",)}
+                if k not in ("db_url", "ingest")}     # choices of one invocation, not kept
 
     @classmethod
     def from_record(cls, rec: dict, **over: object) -> "Settings":

@@ -55,3 +55,29 @@ def test_a_balloon_above_the_cap_is_refused_before_the_host_is_touched(local, tm
     assert not (tmp_path / "work" / "runs").exists() and not (tmp_path / "pool").exists()
     rc = main(["run", "32M-none-classic", *local, "--balloon-max", "1G"])
     assert rc == 2 and "--balloon-max applies to balloon cells" in capsys.readouterr().err
+
+
+def test_a_run_is_a_campaign_left_collected_by_no_ingest_and_resume_ingests_it(local, tmp_path,
+                                                                               capsys):
+    """`bench run` writes a campaign of its own (id: the run id, matrix `bench run`) and runs
+    it through the campaign executor; --no-ingest leaves the run collected, so the campaign is
+    incomplete and `bench resume` (no trace, no hosts named: the record has them) ingests it."""
+    db = str(tmp_path / "bench.db")
+    rc = main(["run", "32M-none-classic", *local, "--run-id", "ni1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    (res,) = json.loads(out.out)
+    assert res["campaign"] == "ni1" and res["ok"] and res["stage"] == "collected", res
+    assert res["ingest"] is None and Path(res["bundle"]).is_dir()
+    assert list(res["timings"]) == ["boot_verified", "deployed", "running", "collected"]
+    assert res["deploy"] in ("deployed", "current") and res["pool"]["ok"], res
+    assert main(["campaigns", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["id"] == "ni1" and row["matrix"] == "bench run", row
+    assert row["state"] == "incomplete" and row["states"] == {"collected": 1}, row
+    assert main(["resume", "ni1", "--db", db, "--json"]) == 0, capsys.readouterr().err[-3000:]
+    done = json.loads(capsys.readouterr().out)
+    assert done["outcome"]["validated"] + done["outcome"]["rejected"] == 1, done
+    assert main(["campaigns", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["state"] == "done" and sum(row["states"].values()) == 1, row
