@@ -50,6 +50,10 @@ TransportFor = Callable[[Host], Transport]
 MATRIX = "bench run"        # the matrix name of a campaign `bench run` made
 # reached steps add these (the --json shape shows only what was reached)
 _STEP_KEYS = ("preflight_s", "deploy", "plan", "pool")
+# the run options set for each run when it starts (Executor.run_options, preflight.run_spec),
+# not kept in the record: a resume by a newer controller records itself
+_PER_RUN = ("campaign", "position", "repetition", "controller_version", "created",
+            "source_sha256")
 
 
 @dataclass
@@ -226,7 +230,7 @@ def _create(store: Store, cid: str, cell: Cell, hosts: list[Host], ids: dict[str
                           "placement": "each"} for i, h in enumerate(hosts)}
     rec = {"campaign": cid, "matrix": MATRIX, "hosts": [h.name for h in hosts],
            "workload": {"trace": plans["plan"]["trace"]}, "settings": s.as_dict(),
-           "options": {k: v for k, v in asdict(options).items() if k != "campaign"},
+           "options": {k: v for k, v in asdict(options).items() if k not in _PER_RUN},
            "plans": plans, "runs": runs, "order": list(runs)}
     journal(store, "plan", f"bench run: {cell.name} on {', '.join(rec['hosts'])}",
             campaign_id=cid, data=json.loads(json.dumps(rec, default=str)))

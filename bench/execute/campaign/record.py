@@ -143,7 +143,7 @@ def create(store: Store, schedule: Schedule, expansion: Expansion, matrix: Matri
 def plans_record(plan: PlanInfo, path: Path, hint_plans: Mapping[str, PlanInfo]) -> dict:
     """The plans `bench run` made (its trace, its --hints), kept in its campaign's record so
     that the executor and `bench resume` ship exactly those."""
-    return {"plan": asdict(plan), "path": str(path),
+    return {"plan": asdict(plan), "path": str(Path(path).absolute()),
             "hints": {label: asdict(p) for label, p in hint_plans.items()}}
 
 
