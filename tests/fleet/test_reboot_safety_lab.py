@@ -157,10 +157,10 @@ reclaims = ["classic"]
 
 def test_a_campaign_does_not_reboot_a_host_under_another_run(lab_host_up, lab_inventory,
                                                              tmp_path):
-    """A campaign whose run needs a reboot of X while a `bench run` is in progress there (a
-    one-run campaign holding X): it waits for X up to host_lock_wait_s, then quarantines X
-    naming the run's campaign, its run left pending; the other run completes untouched and X
-    never reboots."""
+    """A campaign whose run needs a reboot of X while a `bench run` is in progress there:
+    a one-run campaign holding X. It waits for X up to host_lock_wait_s, then quarantines
+    X naming the run's campaign and leaving its own run pending, so it never disturbs that
+    run; the other run completes untouched and X never reboots."""
     from bench.cli.campaign import build_plan
     from bench.execute.campaign.executor import Executor
     from bench.execute.campaign.record import Settings, create
