@@ -224,7 +224,7 @@ def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the i
     """Collect a run's bundle from a host (after a quarantine or a lost controller): the
     runner's status, then, if the run ended, the bundle into <data_dir>/bundles/<host>/<run_id>/
     with its manifest verified. Exit 1 while the run is still going."""
-    from bench.execute.single import collect_run
+    from bench.execute.collect import collect_run
     (h,) = _hosts(hosts_dir, [host])
     res = collect_run(h, run_id, data_dir=data_dir)
     if json_out:

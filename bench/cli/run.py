@@ -1,5 +1,6 @@
-"""`bench run CELL --host H[,H...] --trace FILE`: one cell on each host in parallel, end to end
-(plan from the trace, probe, deploy, pool, runner, wait with re-attach, collect, ingest)."""
+"""`bench run CELL --host H[,H...] --trace FILE`: one cell on each host in parallel, end to end,
+as a one-run campaign through the campaign executor (bench.execute.campaign.onerun): plan from
+the trace, probe, deploy, pool, runner, wait with re-attach, collect, ingest."""
 
 from __future__ import annotations
 
@@ -63,14 +64,15 @@ def run(cell: Annotated[str, typer.Argument(
         passes: Annotated[int, typer.Option("--passes", help="Replay passes (warm-up "
                                             "passes + 1 measured).")] = 2,
         run_id: Annotated[Optional[str], typer.Option(
-            "--run-id", help="Run id (default r<UTC time>-<random>); with several hosts "
-            "each host's run id is <ID>-<host>.")] = None,
+            "--run-id", help="Run id, also the id of its campaign (default r<UTC "
+            "time>-<random>); with several hosts each host's run id is <ID>-<host>.")] = None,
         mem: Annotated[Optional[str], typer.Option(
             "--mem", help="memboot cells: the mem= the host booted with, as bench writes "
             "sizes (93G = 93 x 10^9 bytes; bench reboots write mem= as exact bytes).")] = None,
         db: DbOpt = None,
         no_ingest: Annotated[bool, typer.Option("--no-ingest", help="Collect the bundle "
-                                                "but do not ingest it.")] = False,
+                                                "but do not ingest it (the run stays "
+                                                "collected: `bench resume` ingests it).")] = False,
         cgroup_headroom: Annotated[Optional[str], typer.Option(
             "--cgroup-headroom", help="cgroup cells: memory.max = C + this, a bench size "
             "(default 6Gi, Algorithm 1's; 16Mi on a small host), as a matrix's "
@@ -97,7 +99,9 @@ def run(cell: Annotated[str, typer.Argument(
             "the spec, and retention rejects a plan its label contradicts.")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         ) -> None:
-    """Run one cell on each host in parallel, end to end; print the bundle's key figures
+    """Run one cell on each host in parallel, end to end, as a campaign of one run per host
+    (in the database like any campaign, its matrix `bench run`, its id the run id: `bench
+    resume ID` re-attaches to a run a lost host left); print the bundle's key figures
     (median iteration time of the measured pass, pool-device GB per iteration between
     loop entry and pass end, verdicts if ingested). The protocol a matrix sets in its
     protocol table is set here with --cgroup-headroom and --balloon-max (recorded in the
@@ -105,8 +109,8 @@ def run(cell: Annotated[str, typer.Argument(
     Exit 1 if any host failed."""
     from bench.matrix.cells import parse_cell
     from bench.matrix.runspec import RunOptions
-    from bench.hosts.inventory import load_inventory, select
-    from bench.execute.single import run_hosts, with_protocol
+    from bench.hosts.inventory import find_hosts_dir, load_inventory, select
+    from bench.execute.campaign.onerun import host_run_ids, run_hosts, with_protocol
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)
     names = [n.strip() for n in host.split(",") if n.strip()]
@@ -120,7 +124,6 @@ def run(cell: Annotated[str, typer.Argument(
         mem=None if mem is None else kernel_size(parse_size(mem, "--mem"))),
         c, cgroup_headroom, balloon_max)
     ddir = data_dir or default_data_dir()
-    from bench.execute.single import host_run_ids
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
     if hints is not None and c.hints is None:
         raise InputError(f"--hints is given but cell {c.name} has no prefetch",
@@ -131,11 +134,15 @@ def run(cell: Annotated[str, typer.Argument(
         plan, _ = prepare_hints(plan, plan_path, c.hints, hints, ddir)
     results = run_hosts(hosts, c, plan, plan_path, rid, options=options, data_dir=ddir,
                         db_url=db, do_ingest=not no_ingest, timeout_s=timeout,
-                        reconnect_timeout_s=reconnect_timeout)
+                        reconnect_timeout_s=reconnect_timeout,
+                        hosts_dir=find_hosts_dir(hosts_dir).path.absolute())
     if json_out:
         views.emit_json([r.as_dict() for r in results])
     else:
         views.print_table(_table(results))
+        if results and results[0].campaign:
+            views.say(f"campaign {results[0].campaign} (`bench campaigns`, `bench resume "
+                      f"{results[0].campaign}`)")
         for r in results:
             if r.error and r.error.get("hint"):
                 views.say(compose((f"{r.host}:", "bold"), f" fix: {r.error['hint']}"))

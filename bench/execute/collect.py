@@ -22,18 +22,20 @@ import tarfile
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
 from bench.errors import BenchError, CommandFailed, HostError
+from bench.execute.hostrun import runner_status
 from bench.hosts.inventory import Host
+from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, scan_dir
 from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
-from bench.paths import private_dir, private_tree
+from bench.paths import default_data_dir, private_dir, private_tree
 from bench.store.db import Store, open_store, resolve_url, sqlite_path
 from bench.store.ingest import Prepared, prepare_bundle, write_batch
 
@@ -337,3 +339,24 @@ def ingest_store(db_url: str | None) -> tuple[Store, threading.BoundedSemaphore]
 def ingest(db_url: str | None, bundle_dir: Path, plan_path: Path | None) -> dict:
     """Ingest one bundle into the process's shared store for db_url (see GroupWrite)."""
     return ingest_group(db_url).ingest(bundle_dir, plan_path)
+
+
+def collect_run(host: Host, run_id: str, *,
+                transport_for: Callable[[Host], Transport] | None = None,
+                data_dir: Path | None = None) -> dict:
+    """`bench hosts collect`: the runner's status, then the bundle if the run ended."""
+    check_run_id(run_id)
+    t = (transport_for or ssh_transport_for)(host)
+    try:
+        st = runner_status(t, host, run_id)
+        if st is None:
+            raise HostError(host.name, f"no run {run_id} in {host.work_dir}/runs",
+                            "check the run id (`ls runs/` in the host's work_dir)")
+        if st.get("phase") not in ("done", "failed"):
+            return {"host": host.name, "run_id": run_id, "status": st, "bundle": None,
+                    "collected": False, "figures": None}
+        c = collect(t, host, run_id, Path(data_dir or default_data_dir()))
+        return {"host": host.name, "run_id": run_id, "status": st, "bundle": c["bundle"],
+                "collected": True, "figures": figures(Path(c["bundle"]))}
+    finally:
+        t.close()

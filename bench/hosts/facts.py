@@ -390,7 +390,7 @@ def probe(transport, host, facts: Sequence[Fact] = FACTS) -> HostResult:
 
 
 # What one run's preflight reads of its host (bench.matrix.runspec.check_cell_on_host: memory,
-# MGLRU, the cgroup backend, the kernel for its messages; bench.execute.single.preflight:
+# MGLRU, the cgroup backend, the kernel for its messages; bench.execute.campaign.preflight.run_spec:
 # boot_id, python3, MemAvailable). The run's bundle records the host as the runner sees it
 # (host.json), and fingerprint_matches holds the run to its campaign, so a run needs no more.
 RUN_FACTS = ("kernel", "boot_id", "memory", "mglru", "cgroup")

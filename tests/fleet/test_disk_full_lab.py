@@ -12,8 +12,8 @@ import json
 import pytest
 
 from bench.errors import HostError, Unreachable
+from bench.execute.campaign.preflight import run_spec
 from bench.execute.hostrun import last_json, runner_argv, start_run
-from bench.execute.single import preflight
 from bench.execute.staging import ensure_file, ensure_pool
 from bench.hosts.deploy import deploy
 from bench.hosts.ssh import transport_for
@@ -43,8 +43,8 @@ def test_a_full_host_disk_at_start_leaves_nothing_and_the_run_starts_later(
         deploy(t, host)
         ensure_file(t, plan_path, f"{wd}/{plan.remote_path}", plan.sha256)
         ensure_pool(t, host, plan.geometry)
-        spec = preflight(host, parse_cell("1g-none-classic"), plan, "full-1",
-                         RunOptions(threads=1, passes=2), t).spec
+        spec = run_spec(host, parse_cell("1g-none-classic"), plan, "full-1",
+                        RunOptions(threads=1, passes=2), t).spec
         remote = f"{wd}/specs/full-1.json"
         t.run(["mkdir", "-p", f"{wd}/specs"], timeout=30)
         t.run(["tee", remote], stdin=json.dumps(spec), timeout=30)

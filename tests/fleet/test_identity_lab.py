@@ -1,8 +1,8 @@
 """Result identity on the netns lab (real sshd, SSH transport, host runner and agent, a real
 SQLite store): one cell run on two lab hosts with two workloads (two traces) is four result
 groups in `bench results --cell`, never one pooled number; `bench compare` pairs runs within one
-host, campaign and workload. Runs go through the code path of `bench run` (run_hosts); the
-campaign that pairing needs is created in the store first, as the executor does. Needs root."""
+host, campaign and workload. Runs go through the code path of `bench run` (run_hosts), joining
+the campaign that pairing needs, created in the store first. Needs root."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from bench.cli import main
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions
 from bench.plan.prepared import plan_from_trace_file
@@ -59,7 +59,8 @@ def work(tmp_path_factory):
 
 def test_one_cell_two_hosts_two_workloads_is_four_groups(lab, lab_inventory, work, capsys):
     """Each host runs A and B with both traces in one campaign: four groups of A, one pair
-    per group; then `bench run A` itself (no campaign) adds a run to its two groups."""
+    per group; then `bench run A` itself (a campaign of its own) adds a run to its two
+    groups."""
     hosts = [lab_inventory[n] for n in NAMES]
     for cell in (A, B):
         for w, (plan, path) in enumerate(work["plans"]):
@@ -107,8 +108,8 @@ def test_one_cell_two_hosts_two_workloads_is_four_groups(lab, lab_inventory, wor
     one = json.loads(capsys.readouterr().out)
     assert len(one["groups"]) == 1 and one["time_pairs"] == 1
     assert one["time_median_pair_ratio"] == pytest.approx(one["time_ratio_of_medians"])
-    # `bench run` itself (no campaign): its runs join their host's and workload's groups and
-    # pair with nothing (outside a campaign there is no paired design)
+    # `bench run` itself (its one-run campaign, id-adhoc): its runs join their host's and
+    # workload's groups and pair with nothing (its campaign has no B run to pair with)
     assert main(["run", A, "--host", ",".join(NAMES), "--trace", str(work["traces"][0]),
                  "--threads", "2", "--run-id", "id-adhoc", "--db", work["db"],
                  "--data-dir", str(work["data"]), "--hosts-dir", str(lab.hosts_dir),
@@ -117,9 +118,9 @@ def test_one_cell_two_hosts_two_workloads_is_four_groups(lab, lab_inventory, wor
     assert main(["results", "--cell", A, "--db", work["db"], "--workload", w0, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert sorted(g["host"] for g in again) == NAMES
-    assert all(g["n_retained"] + g["n_rejected"] == 2 and g["campaigns"] == [CAMPAIGN]
-               for g in again)
-    assert {r["campaign_id"] for g in again for r in g["runs"]} == {CAMPAIGN, None}
+    assert all(g["n_retained"] + g["n_rejected"] == 2
+               and g["campaigns"] == sorted([CAMPAIGN, "id-adhoc"]) for g in again)
+    assert {r["campaign_id"] for g in again for r in g["runs"]} == {CAMPAIGN, "id-adhoc"}
     assert main(["compare", A, B, "--db", work["db"], "--workload", w0, "--json"]) == 0
     c = json.loads(capsys.readouterr().out)
     assert [g["time_pairs"] for g in c["groups"]] == [1, 1]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
 from bench.hosts.procfs import mglru_on, parse_lru_gen
 from bench.matrix.runspec import RunOptions
@@ -158,7 +158,8 @@ reclaims = ["classic"]
 def test_a_campaign_does_not_reboot_a_host_under_another_run(lab_host_up, lab_inventory,
                                                              tmp_path):
     """A campaign whose run needs a reboot of X while a `bench run` is in progress there:
-    its boot step waits for the run up to host_lock_wait_s, then the attempt fails naming the
+    a one-run campaign holding X. It waits for X up to host_lock_wait_s, then quarantines
+    X naming the run's campaign and leaving its own run pending, so it never disturbs that
     run; the other run completes untouched and X never reboots."""
     from bench.cli.schedule import build_plan
     from bench.execute.campaign.executor import Executor
@@ -204,9 +205,9 @@ def test_a_campaign_does_not_reboot_a_host_under_another_run(lab_host_up, lab_in
             msgs = [j.message for j in journal_rows(store, "cg")]
         finally:
             store.close()
-        assert row.state == "failed", msgs[-6:]
-        assert any(f"{X}: run rbc1 (phase " in x and "in progress: refusing to reboot for "
-                   in x for x in msgs), msgs[-6:]
+        assert row.state == "pending", msgs[-6:]
+        assert any(f"not claimed for campaign cg: {X}: locked by another controller: campaign "
+                   "rbc1 (controller " in x for x in msgs), msgs[-6:]
         assert boot_id(lab) == boot_before and reboot_log(lab) == log_before
         assert phase_of(status).get("phase") not in ("failed",)
     finally:
@@ -283,6 +284,7 @@ def test_a_campaign_owns_its_host_between_runs_and_lets_go_at_its_end(
                 got["run"] = run_hosts([x], "1g-none-classic", plan, plan_path, "clm1",
                                        options=RunOptions(threads=1, passes=2),
                                        data_dir=tmp_path / "data", do_ingest=False,
+                                       db_url=f"sqlite:///{tmp_path / 'clm1.db'}",
                                        reconnect_timeout_s=5.0)[0].as_dict()
                 got["other"] = second_campaign(tmp_path, hosts_dir)
             if len(seen) == 1:
@@ -318,8 +320,10 @@ def test_a_campaign_owns_its_host_between_runs_and_lets_go_at_its_end(
         assert rc == 1 and re.fullmatch(rf"error: {X}: owned by {owner}: refusing to {what}",
                                         line), line
     r = first["run"]
-    assert not r["ok"] and r["stage"] == "lock", r
-    assert re.search(rf"locked by another controller: {owner}", r["error"]["message"]), r
+    # `bench run` (a one-run campaign): refused at once, its host quarantined naming the owner
+    assert not r["ok"] and r["quarantined"] and r["stage"] == "pending", r
+    assert re.search(rf"not claimed for campaign clm1: {X}: locked by another controller: "
+                     rf"{owner}", r["error"]["message"]), r
     other = first["other"]
     assert other["state"] == "incomplete" and re.search(
         rf"not claimed for campaign claim-o: {X}: locked by another controller: {owner}",

@@ -17,7 +17,7 @@ import pytest
 
 from bench.cli import main
 from bench.errors import SafetyError
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.judge.bundle import read_dir, verify
 from bench.lab import netns as lab_netns
 from bench.matrix.runspec import RunOptions
@@ -70,6 +70,8 @@ def test_bad_input_touches_no_host(lab, lab_inventory, work, capsys):
                   db_url=work["db"])
     assert "below the host's floor" in e.value.message and "mem=4G" in e.value.hint
     assert {n: files_under(lab, n) for n in NAMES} == before
+    # nor the store: refused before its campaign is written (the first test of the module)
+    assert not Path(work["db"].removeprefix("sqlite:///")).exists()
 
 
 def test_bench_run_two_hosts_in_parallel_collect_ingest_bandwidth(lab, lab_inventory, work,
@@ -106,6 +108,11 @@ def test_bench_run_two_hosts_in_parallel_collect_ingest_bandwidth(lab, lab_inven
         assert {x["run_id"] for x in list_runs(store)} >= {"par1-lab-netns-1", "par1-lab-netns-2"}
     finally:
         store.close()
+    # a campaign of its own, told apart by its matrix name, done
+    assert main(["campaigns", "--db", work["db"], "--json"]) == 0
+    camp = {c["id"]: c for c in json.loads(capsys.readouterr().out)}["par1"]
+    assert camp["matrix"] == "bench run" and camp["state"] == "done", camp
+    assert sum(camp["states"].values()) == 2 and all(r["campaign"] == "par1" for r in results)
     assert main(["hosts", "collect", NAMES[0], "par1-lab-netns-1", "--json",
                  "--hosts-dir", str(lab.hosts_dir), "--data-dir", str(work["data"])]) == 0
     c = json.loads(capsys.readouterr().out)
@@ -208,3 +215,13 @@ def test_sshd_killed_mid_run_reattaches_and_a_dead_host_is_quarantined(lab_host_
     assert "unreachable" in r2["quarantine_reason"] and "bench hosts collect" in r2["error"]["hint"]
     assert r2["bundle"] is None
     assert time.monotonic() - t_back < 60
+    # its run is kept `pending` with its spec in the campaign: `bench resume fault1` re-attaches
+    from bench.store.campaigns import run_rows
+    from bench.store.db import open_store
+    store = open_store(work["db"])
+    try:
+        rows = {r.run_id: r for r in run_rows(store, "fault1")}
+    finally:
+        store.close()
+    assert rows[r2["run_id"]].state == "pending" and rows[r2["run_id"]].spec, rows
+    assert "bench resume fault1" in r2["error"]["hint"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.judge.bundle import load, read_dir, verify
 from bench.judge.measured import metrics
 from bench.matrix.runspec import RunOptions

@@ -284,7 +284,7 @@ def test_the_final_line_counts_validated_rejected_failed_and_skipped_runs():
 # bench run's protocol options ------------------------------------------------------------
 
 def test_bench_run_takes_the_protocol_of_a_matrix_and_records_it_in_the_spec():
-    from bench.execute.single import with_protocol
+    from bench.execute.campaign.onerun import with_protocol
     from bench.matrix.cells import parse_cell
     from bench.matrix.runspec import RunOptions, build_spec
     from bench.plan.planinfo import PlanInfo

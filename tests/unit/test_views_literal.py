@@ -17,7 +17,7 @@ from rich.console import Group
 from bench.cli import schedule as cli_schedule
 from bench.cli.run import _table as run_table
 from bench.execute.progress import HostProgress, Progress
-from bench.execute.single import HostRunResult
+from bench.execute.campaign.onerun import HostRunResult
 from bench.results import campaign_views, fleet_views, plan_views, store_views, trace_views, views
 from bench.results.views import compose, lit, styled, visible
 from tests.support import hostile

@@ -1,4 +1,4 @@
-"""Tier 3: `bench run` (bench.execute.single.run_hosts, the library behind the command) on a qemu guest
+"""Tier 3: `bench run` (bench.execute.campaign.onerun.run_hosts, the library behind the command) on a qemu guest
 with a real kernel 6.1: a full cgroup v2 memory controller, MGLRU toggled at run time, an
 mlocked balloon, device bytes from the guest's own /proc/diskstats of its pool disk vdb.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.execute.single import run_hosts
+from bench.execute.campaign.onerun import run_hosts
 from bench.hosts.procfs import parse_flat_keyed, parse_status
 from bench.judge.bundle import load, read_dir, verify
 from bench.judge.counters import find

@@ -53,7 +53,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from bench.execute.collect import ControllerDiskError
 from bench.execute.campaign.ladder import clip
 from bench.execute.campaign.record import (FINAL, Settings, attempts_of, deterministic,
                                            ensure_runs, load_record, outcome, outcome_line,
-                                           resume_action)
+                                           recorded_plans, resume_action)
 from bench.execute.campaign.worker import Worker
 from bench.execute.hostrun import Quarantined, SpecRefused
 from bench.hosts.inventory import Host, load_inventory
@@ -116,10 +116,11 @@ class Executor:
     def __init__(self, store: Store, campaign_id: str, settings: Settings | None = None, *,
                  transport_for: Callable[[Host], Transport] | None = None,
                  inventory: dict[str, Host] | None = None,
-                 on_event: Callable[[Event], None] | None = None):
+                 on_event: Callable[[Event], None] | None = None, record: dict | None = None):
         self.store = store
         self.cid = campaign_id
-        self.rec = load_record(store, campaign_id)
+        # record: the one `bench run` just journaled (its runs only; load_record has all)
+        self.rec = record if record is not None else load_record(store, campaign_id)
         self.s = settings or Settings()
         inv = inventory if inventory is not None else load_inventory(self.s.hosts_dir)
         missing = [h for h in self.rec["hosts"] if h not in inv]
@@ -191,6 +192,9 @@ class Executor:
     def run_options(self, rid: str) -> RunOptions:
         """The run options of a run: the campaign's settings over the matrix's protocol."""
         row = self.rows[rid]
+        if self.rec.get("options"):       # `bench run`: the options it was given
+            return replace(RunOptions(**self.rec["options"]), campaign=self.cid,
+                           position=row.position, repetition=row.repetition)
         boot = self.boot_of(rid)
         mem = boot.get("mem_bytes")
         cell = parse_cell(row.cell)
@@ -218,7 +222,8 @@ class Executor:
         try:
             self.set_state(rid, "failed", f"attempt {n}/{1 + self.s.retries}: {msg}"
                            + ("" if last else "; will retry"),
-                           {"attempt": n, "final": last, "error": type(exc).__name__})
+                           {"attempt": n, "final": last, "error": type(exc).__name__,
+                            "hint": getattr(exc, "hint", None)})
         except IllegalTransition as refused:
             self._overruled(host, rid, refused)
             return
@@ -245,7 +250,7 @@ class Executor:
         try:
             self.set_state(rid, "failed", f"not retried (its input is refused): {exc.message}",
                            {"attempt": n, "final": True, "deterministic": True,
-                            "error": type(exc).__name__})
+                            "error": type(exc).__name__, "hint": exc.hint})
         except IllegalTransition as refused:
             self._overruled(host, rid, refused)
 
@@ -297,7 +302,9 @@ class Executor:
             self.rows = {r.run_id: r for r in run_rows(self.store, self.cid)}
             self.attempts = attempts_of(self.store, self.cid)
             self.s.data_dir = self.s.data_dir or default_data_dir()
-            if not self.rec.get("engine"):     # engine runs ship no plan (docs/engine.md)
+            if self.rec.get("plans"):           # `bench run`: the plans it made
+                self.plan, self.plan_path, self.hint_plans = recorded_plans(self.rec["plans"])
+            elif not self.rec.get("engine"):     # engine runs ship no plan (docs/engine.md)
                 self.plan, self.plan_path = workload_plan(self.rec["workload"],
                                                           self.s.data_dir)
                 self.hint_plans = campaign_hint_plans(
@@ -444,6 +451,8 @@ class Executor:
                     continue
                 a = resume_action(r.state, bool(r.spec), self.attempts.get(r.run_id, 0),
                                   self.s.retries)
+                if a == "ingest" and not self.s.ingest:
+                    continue            # `bench run --no-ingest`: left collected
                 if a not in ("skip", "give-up"):       # an ingest under way: last, waited for
                     acts.append((2 if self.workers[host].ingesting(r.run_id) else
                                  0 if a in ("reattach", "ingest") else 1, r.position, r.run_id))

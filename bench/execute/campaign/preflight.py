@@ -17,21 +17,30 @@ A host whose probe fails (unreachable, authentication, host key, a probe that di
 command before anything is written: `HostsUnreachable` names every such host at once. Facts
 files are private (0600 in a 0700 directory, bench.paths) and read size-bounded; a cache file
 that does not parse is ignored (probed again), a `--facts` file that does not parse is an
-InputError naming it."""
+InputError naming it.
+
+`run_spec` is the preflight of one run (every run of a campaign, `bench run` included): the
+host's facts read again (boot-fixed ones reused) and the run's spec built against them."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench.errors import BenchError, InputError
-from bench.hosts.facts import HostResult, probe_hosts
+from bench.errors import BenchError, HostError, InputError
+from bench.execute.hostrun import now_iso
+from bench.hosts.deploy import REPO, source_hash
+from bench.hosts.facts import HostResult, probe_for_run, probe_hosts
 from bench.hosts.inventory import Host
 from bench.hosts.transport import Transport
+from bench.matrix.cells import Cell
+from bench.matrix.expand import balloon_lock_problem
+from bench.matrix.runspec import RunOptions, build_spec
 from bench.paths import private_dir, write_private
+from bench.plan.planinfo import PlanInfo
 
 DEFAULT_MAX_AGE_S = 300.0
 MAX_FACTS_FILE = 16 << 20          # a --facts file (many hosts' settings) is read up to this
@@ -180,3 +189,35 @@ def facts_note(hf: HostFacts) -> str:
         by.setdefault(src, []).append(h)
     parts = [f"{', '.join(names)} {src}" for src, names in by.items()]
     return f"host facts: {'; '.join(parts) or 'none'} ({hf.seconds:.1f}s)"
+
+
+@dataclass
+class RunSpec:
+    facts: dict
+    spec: dict
+
+
+def run_spec(host: Host, cell: Cell, plan: PlanInfo, run_id: str, options: RunOptions,
+             t: Transport, known: dict | None = None) -> RunSpec:
+    """Read-only: probe what a run reads of the host (bench.hosts.facts.probe_for_run;
+    `known`: its facts from an earlier run's preflight, reused within the same boot) and build
+    its spec (InputError/SafetyError when the cell does not fit it, a balloon that would lock
+    more than options.balloon_max_bytes included)."""
+    pr = probe_for_run(t, host, known)
+    if pr.error:
+        raise pr.exception or HostError(host.name, pr.error["message"])
+    facts = pr.facts
+    if not facts.get("python3"):
+        raise HostError(host.name, "python3 with its standard library is not installed (the "
+                        "runner needs json, hashlib, fcntl, subprocess)",
+                        "install python3 (>= 3.8; Debian's python3-minimal is not enough)")
+    opts = replace(options, source_sha256=source_hash(REPO / "native"), created=now_iso())
+    spec = build_spec(cell, host, plan, run_id=run_id, facts=facts, options=opts)
+    if cell.mechanism == "balloon":
+        why = balloon_lock_problem(cell.capacity_bytes, facts.get("mem_available_bytes"),
+                                   options.balloon_max_bytes, "the balloon cap")
+        if why is not None:
+            raise InputError(f"{host.name}: {cell.name}: {why}",
+                             hint="raise the cap (bench run --balloon-max, a matrix's "
+                                  "protocol.balloon_max) or choose a larger C")
+    return RunSpec(facts, spec)

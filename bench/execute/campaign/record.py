@@ -15,6 +15,7 @@ from bench.execute.hostrun import SpecRefused
 from bench.matrix.expand import Expansion
 from bench.matrix.load import Matrix
 from bench.matrix.schedule import Schedule
+from bench.plan.planinfo import PlanInfo
 from bench.store.campaigns import (add_run, campaign_row, create_campaign, journal, journal_rows,
                                    run_rows)
 from bench.store.db import Store, StoreError
@@ -38,10 +39,11 @@ class Settings:
     retry_pause_s: float = 2.0
     cgroup_headroom_bytes: int | None = None   # None: the matrix's protocol.cgroup_headroom
     balloon_max_bytes: int | None = None       # None: the matrix's protocol.balloon_max
+    ingest: bool = True             # False: runs stop `collected` (`bench run --no-ingest`)
 
     def as_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()
-                if k not in ("db_url",)}
+                if k not in ("db_url", "ingest")}     # choices of one invocation, not kept
 
     @classmethod
     def from_record(cls, rec: dict, **over: object) -> "Settings":
@@ -138,6 +140,18 @@ def create(store: Store, schedule: Schedule, expansion: Expansion, matrix: Matri
     return cid
 
 
+def plans_record(plan: PlanInfo, path: Path, hint_plans: Mapping[str, PlanInfo]) -> dict:
+    """The plans `bench run` made (its trace, its --hints), kept in its campaign's record so
+    that the executor and `bench resume` ship exactly those."""
+    return {"plan": asdict(plan), "path": str(Path(path).absolute()),
+            "hints": {label: asdict(p) for label, p in hint_plans.items()}}
+
+
+def recorded_plans(d: dict) -> tuple[PlanInfo, Path, dict[str, PlanInfo]]:
+    return (PlanInfo(**d["plan"]), Path(d["path"]),
+            {label: PlanInfo(**p) for label, p in (d.get("hints") or {}).items()})
+
+
 def ensure_runs(store: Store, campaign_id: str, rec: dict) -> None:
     """Add the record's runs that are not in the store yet (a controller killed mid-create)."""
     have = {r.run_id for r in run_rows(store, campaign_id)}
@@ -149,11 +163,19 @@ def ensure_runs(store: Store, campaign_id: str, rec: dict) -> None:
 
 
 def load_record(store: Store, campaign_id: str) -> dict:
+    """The campaign's record; a campaign `bench run` added runs to (bench.execute.campaign.
+    onerun) has one record per call: its runs are all of theirs, its plans the newest's."""
     rows = journal_rows(store, campaign_id, kinds=("plan",))
     if not rows:
         raise StoreError(f"campaign {campaign_id} has no plan in its journal",
-                         hint="it was not created by `bench schedule`")
-    return rows[0].data or {}
+                         hint="it was not created by `bench schedule` or `bench run`")
+    rec = dict(rows[-1].data or {})
+    if len(rows) > 1:
+        recs = [r.data or {} for r in rows]
+        rec["runs"] = {k: v for r in recs for k, v in (r.get("runs") or {}).items()}
+        rec["order"] = [rid for r in recs for rid in r.get("order") or ()]
+        rec["hosts"] = sorted({h for r in recs for h in r.get("hosts") or ()})
+    return rec
 
 
 # the attempts of a run whose failure is final (a deterministic input error): more than any

@@ -23,6 +23,7 @@ from typing import Protocol, TypeVar
 
 from bench.errors import BenchError, CommandTimeout, HostError, InputError, SafetyError, Unreachable
 from bench.execute.campaign.engine_runs import spec_for
+from bench.execute.campaign.preflight import run_spec
 from bench.execute.campaign.ladder import (GO_ON, RECOVERED, STALL_FLOOR_S, Ladder,
                                            LadderResult, StallWatch, Step, Wedged, permits,
                                            verdict)
@@ -30,7 +31,6 @@ from bench.execute.campaign.record import Settings, boot_key, resume_action
 from bench.execute.collect import bundle_path, collect, ingest
 from bench.execute.hostrun import (ClaimLost, HostSession, Quarantined, runner_status,
                                    start_run, wait_run)
-from bench.execute.single import preflight
 from bench.execute.staging import ensure_file, ensure_hints, ensure_pool
 from bench.hosts.bootplan import parse_mem
 from bench.hosts.deploy import deploy
@@ -193,7 +193,7 @@ class Worker:
                 self.deploy_and_start(rid, None)
             elif not self.reattach(rid, row):
                 return                  # interrupted by the recovery ladder: stored failed
-            if self.wait_or_recover(rid):
+            if self.wait_or_recover(rid) and self.ex.s.ingest:
                 self.ingest(rid)
         except Quarantined as exc:
             if not self.ex.is_parked(rid):
@@ -316,6 +316,9 @@ class Worker:
         """Reboot into the run's boot config unless the host already runs it (proven by the
         gate of bench.hosts.reboot); a failed proof quarantines the host."""
         boot = self.ex.boot_of(rid)
+        if boot.get("label") == "current":      # `bench run`: the boot the host runs
+            self.ex.set_state(rid, "boot_verified", "bench run: the host's current boot")
+            return
         want = boot_key(boot)
         cur_mem, cur_lru = self.current_boot
         if want[0] == cur_mem and (want[1] is None or want[1] == cur_lru):
@@ -387,17 +390,17 @@ class Worker:
                 spec = spec_for(ex.rec, rid, ex.rows[rid].cell, h)
             elif spec is None:
                 assert ex.plan is not None
-                pf = preflight(h, parse_cell(ex.rows[rid].cell), ex.plan_for(ex.rows[rid].cell),
-                               rid, ex.run_options(rid), t, known=self.facts)
+                pf = run_spec(h, parse_cell(ex.rows[rid].cell), ex.plan_for(ex.rows[rid].cell),
+                              rid, ex.run_options(rid), t, known=self.facts)
                 spec, boot_id, self.facts = pf.spec, pf.facts.get("boot_id"), pf.facts
             # checked in this boot: the claim is checked by the start command itself
             claim = self.claim.alive_args() if self.staged(boot_id, engine) else None
             lock = self.host_lock(t, rid) if claim is None else Borrowed(self.claim)
             try:
-                self.stage(t, boot_id, engine)
+                staged = self.stage(t, boot_id, engine)
                 if ex.rows[rid].state != "running":
                     ex.set_state(rid, "deployed", "runner ready (engine run: no plan, no pool "
-                                 "shipped)" if engine else "agent, plan and pool ready")
+                                 "shipped)" if engine else "agent, plan and pool ready", staged)
                     ex.set_state(rid, "running", "starting the runner", spec=spec)
                 try:
                     start_run(t, h, spec, claim)
@@ -416,22 +419,25 @@ class Worker:
         return (not engine and boot_id is not None and self.ex.plan is not None
                 and self.ready == (boot_id, self.ex.plan.sha256))
 
-    def stage(self, t: Transport, boot_id: str | None, engine: bool) -> None:
+    def stage(self, t: Transport, boot_id: str | None, engine: bool) -> dict:
+        """Agent, plan and pool made sure of; what each step found (the `deployed` state's
+        data: deploy current|deployed, plan present|uploaded, the pool's check)."""
         ex, h = self.ex, self.host
         if engine:
-            deploy(t, h)
-            return
+            return {"deploy": deploy(t, h)["status"]}
         assert ex.plan is not None and ex.plan_path is not None
         key = (boot_id, ex.plan.sha256)
         if boot_id is not None and self.ready == key:
-            return
-        deploy(t, h)
-        ensure_file(t, ex.plan_path, f"{h.work_dir}/{ex.plan.remote_path}", ex.plan.sha256)
+            return {"staged": "checked in this boot"}
+        done = {"deploy": deploy(t, h)["status"]}
+        done["plan"] = ensure_file(t, ex.plan_path, f"{h.work_dir}/{ex.plan.remote_path}",
+                                   ex.plan.sha256)
         for hinted in ex.hint_plans.values():       # every hint plan of the campaign
             ensure_hints(t, h, hinted, ex.plan_path)
-        ensure_pool(t, h, ex.plan.geometry)
+        done["pool"] = ensure_pool(t, h, ex.plan.geometry)
         if boot_id is not None:
             self.ready = key
+        return done
 
     def wait_collect(self, rid: str) -> None:
         log: list[dict] = []
@@ -451,7 +457,8 @@ class Worker:
             raise
         self.ex.set_state(rid, "collected", f"bundle {c['status']}",
                           {"bundle": c["bundle"], "runner_ok": st.get("ok"),
-                           "runner_reason": st.get("reason")})
+                           "runner_reason": st.get("reason"), "events": log,
+                           "reconnects": sum(e["event"] == "reattached" for e in log)})
 
     @property
     def data_dir(self) -> Path:
@@ -501,12 +508,13 @@ class Worker:
             raise HostError(self.name, f"{rid}: collected but {b} is missing; collecting again")
         res = ingest(self.ex.s.db_url, b, self.ex.plan_path)
         if res.get("retained"):
-            self.ex.set_state(rid, "validated", "retained", {"verdict": "retained"})
+            self.ex.set_state(rid, "validated", "retained", {"verdict": "retained",
+                                                             "ingest": res})
         else:
             failed = res.get("failed") or []
             self.ex.set_state(rid, "rejected", "rejected by " + (", ".join(failed) or
                                                                  "retention"),
-                              {"verdict": "rejected", "failed": failed})
+                              {"verdict": "rejected", "failed": failed, "ingest": res})
 
     # the end ------------------------------------------------------------------------------
     def restore(self) -> None:
