@@ -18,8 +18,6 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
-from bench.store.result_cache import cached_view
-from bench.store.result_cache_parts import cell_depends, every_cell, matrix_groups
 from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
 from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
 from bench.units import format_size
@@ -201,7 +199,6 @@ def _where(host, campaign, workload) -> str:
             + (f" with workload {workload}" if workload else ""))
 
 
-@cached_view("cell_results", cell_depends)
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
                  include_demo: bool = False,
                  pool: bool = False, verbose: bool = False) -> list[dict]:
@@ -328,11 +325,37 @@ def group_keys(groups: list[dict]) -> list[dict]:
     return [{k: g[k] for k in ("id", "host", "workload", "fingerprint")} for g in groups]
 
 
+def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
+                  include_demo: bool = False) -> tuple[list[dict], dict]:
+    """(groups, cells) of a matrix: the labelled result groups and {(group id, cell name):
+    (Cell, summary)}. The runs in scope (engine cells left out) are summarized per host,
+    workload, fingerprint and cell first, and those summaries grouped: grouping a few hundred
+    summaries, not every run, gives the same groups (identity.group_runs keys a group by
+    host, workload and fingerprint, which one summary's runs share), in the order of their
+    first runs, each group's fingerprint data its first run's."""
+    runs = scope(store, host=host, campaign=campaign, workload=workload,
+                 include_demo=include_demo, columns=SUMMARY_COLS)
+    found: dict[tuple, tuple[dict, list[dict]]] = {}
+    for r in runs:
+        k = (r["host"], r["workload"]["digest"], r["fingerprint"]["digest"], r["cell"])
+        if k not in found:
+            if cell_of(r["cell"]).is_engine:
+                continue
+            found[k] = ({"cell": r["cell"], "host": r["host"], "workload": r["workload"],
+                         "fingerprint": r["fingerprint"],
+                         "fingerprint_data": r["fingerprint_data"]}, [])
+        found[k][1].append(r)
+    parts = [first | {"summary": stats.summarize(rs)} for first, rs in found.values()]
+    groups = identity.label_groups(identity.group_runs(parts, with_cell=False))
+    cells = {(g["id"], p["cell"]): (cell_of(p["cell"]), p["summary"])
+             for g in groups for p in g["runs"]}
+    return groups, cells
+
+
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 ENGINE_MATRIX = "end-to-end"
 
 
-@cached_view("matrix", every_cell)
 def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
            include_demo: bool = False) -> dict:
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row

@@ -15,7 +15,7 @@ from alembic import command
 
 from bench.judge import identity
 from bench.matrix.cells import parse_cell
-from bench.store import campaigns, queries, result_cache
+from bench.store import campaigns, queries
 from bench.store.db import _alembic_config, current_revision, make_engine, open_store, upgrade
 from bench.store.ingest import ingest_bundle
 from bench.store.models import Campaign, Cell, Host, Run, Workload
@@ -182,7 +182,6 @@ def test_0006_upgrade_backfills_the_identity_ingest_computes(db_url):
 
 
 def test_results_are_those_of_the_spec_path(db_url, monkeypatch):
-    monkeypatch.setattr(result_cache, "ENABLED", False)     # compute every view here
     _old_database(db_url)
     store = open_store(db_url)
     try:
