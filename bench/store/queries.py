@@ -18,8 +18,8 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
-from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
-from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
+from bench.store.spec_parts import (CELLS, HOSTS, RUNS, VERDICTS, attach_identity, fetch_rows,
+                                    runs_filter)
 from bench.units import format_size
 from bench.version import controller_version
 
@@ -55,19 +55,18 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
 
     One query over runs alone, which the covering index ix_runs_results serves: cells, hosts
     and the campaigns left out are small tables read first, and filters become their ids."""
-    cols = [getattr(Run, c) for c in columns] + [Run.cell_id, Run.host_id, Run.id]
+    run = RUNS.c
+    cols = [run[c] for c in columns] + [run.cell_id, run.host_id, run.id]
     if with_identity:
-        cols += [Run.workload_id, Run.fingerprint_id]
-    with store.session() as s:
-        cells = {i: rest for i, *rest in s.execute(
-            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
-        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
+        cols += [run.workload_id, run.fingerprint_id]
+    with store.engine.connect() as s:
+        cells, hosts = _cells_hosts(s)
         q = runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
                         campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
         if ingested_only:
-            q = q.where(Run.bundle_digest.is_not(None))
+            q = q.where(run.bundle_digest.is_not(None))
         if cell_ids is not None:
-            q = q.where(Run.cell_id.in_(cell_ids))
+            q = q.where(run.cell_id.in_(cell_ids))
         n = len(columns)
         # sorted here, not by ORDER BY: SQLite would scan the table in id order rather than
         # the index, to skip a sort
@@ -83,6 +82,13 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     return rows
 
 
+def _cells_hosts(conn) -> tuple[dict[int, list], dict[int, str]]:
+    """({cell id: [name, *CELL_COLS]}, {host id: name}): small tables, read whole."""
+    cells = {i: rest for i, *rest in conn.execute(
+        select(CELLS.c.id, CELLS.c.name, *[CELLS.c[c] for c in CELL_COLS]))}
+    return cells, {i: n for i, n in conn.execute(select(HOSTS.c.id, HOSTS.c.name))}
+
+
 def cross_check_scope(store: Store, *, host=None, campaign=None,
                       include_demo: bool = False) -> list[dict]:
     """What a balloon cell's cross-check (cross_check_warnings, through identity.key_of)
@@ -90,13 +96,12 @@ def cross_check_scope(store: Store, *, host=None, campaign=None,
     identity and `retained`, one row per distinct such tuple rather than per run (at 100,000
     runs, 91,000 Python rows for a few hundred distinct ones). A run without a stored
     workload identity keeps a row of its own (its identity comes from its spec)."""
-    with store.session() as s:
-        cells = {i: rest for i, *rest in s.execute(
-            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
-        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
-        own = case((Run.workload_id.is_(None), Run.id), else_=None)
-        q = select(Run.cell_id, Run.host_id, Run.retained, own, Run.workload_id,
-                   Run.fingerprint_id).distinct().where(Run.bundle_digest.is_not(None))
+    run = RUNS.c
+    with store.engine.connect() as s:
+        cells, hosts = _cells_hosts(s)
+        own = case((run.workload_id.is_(None), run.id), else_=None)
+        q = select(run.cell_id, run.host_id, run.retained, own, run.workload_id,
+                   run.fingerprint_id).distinct().where(run.bundle_digest.is_not(None))
         q = runs_filter(s, q, cells, hosts, cell=None, host=host, campaign=campaign,
                         include_demo=include_demo, mechanisms=CROSS_CHECK_MECHANISMS)
         names = ("cell", "host", *CELL_COLS, "retained", "_pk", "workload_id",
@@ -127,10 +132,11 @@ def verdicts(store: Store, run_ids: list[str]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     if not run_ids:
         return out
-    q = (select(Run.run_id, Verdict.rule, Verdict.version, Verdict.passed, Verdict.reason)
-         .join(Run, Verdict.run_id == Run.id)
-         .where(Verdict.current.is_(True), Run.run_id.in_(run_ids)).order_by(Verdict.id))
-    with store.session() as s:
+    run, v = RUNS.c, VERDICTS.c
+    q = (select(run.run_id, v.rule, v.version, v.passed, v.reason)
+         .join_from(VERDICTS, RUNS, v.run_id == run.id)
+         .where(v.current.is_(True), run.run_id.in_(run_ids)).order_by(v.id))
+    with store.engine.connect() as s:
         for rid, rule, version, passed, reason in s.execute(q):
             out[rid].append({"rule": rule, "version": version, "passed": passed,
                              "reason": reason})
@@ -155,6 +161,7 @@ def campaign_fingerprints(store: Store, campaign_id: str) -> dict[str, dict]:
     """{host name: the reference fingerprint the campaign recorded for it (current
     definition)}; read-only. An unknown campaign is an InputError."""
     from bench.store.ingest import reference_fingerprint   # not on the results views' path
+    from bench.store.models import Campaign, CampaignHost, Host
     with store.session() as s:
         if s.get(Campaign, campaign_id) is None:
             raise InputError(f"no campaign {campaign_id!r} in the database",
@@ -393,6 +400,7 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
             if cell_of(r["cell"]).is_engine}
     if not runs:
         return []
+    from bench.store.models import EngineRun, Run      # not on the replay views' path
     cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
     q = (select(Run.run_id, *[getattr(EngineRun, c) for c in cols])
          .join(EngineRun, EngineRun.run_id == Run.id).where(Run.run_id.in_(list(runs)))

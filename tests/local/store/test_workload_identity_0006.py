@@ -241,13 +241,12 @@ def test_sqlite_results_read_the_covering_index(tmp_path, monkeypatch, view):
     plans: list[str] = []
     fetch = queries.fetch_rows
 
-    def explained(s, q):
-        compiled = q.compile(dialect=s.connection().dialect,
-                             compile_kwargs={"render_postcompile": True})
+    def explained(conn, q):
+        compiled = q.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
         params = tuple(compiled.params[k] for k in compiled.positiontup)
-        plan = s.connection().exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
+        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
         plans.append(" ".join(str(step[-1]) for step in plan))
-        return fetch(s, q)
+        return fetch(conn, q)
     monkeypatch.setattr(queries, "fetch_rows", explained)
     try:
         out = queries.matrix(store, "reclaim") if view[0] == "--matrix" else \
