@@ -340,23 +340,70 @@ def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
     summaries, not every run, gives the same groups (identity.group_runs keys a group by
     host, workload and fingerprint, which one summary's runs share), in the order of their
     first runs, each group's fingerprint data its first run's."""
-    runs = scope(store, host=host, campaign=campaign, workload=workload,
-                 include_demo=include_demo, columns=SUMMARY_COLS)
-    found: dict[tuple, tuple[dict, list[dict]]] = {}
-    for r in runs:
-        k = (r["host"], r["workload"]["digest"], r["fingerprint"]["digest"], r["cell"])
-        if k not in found:
-            if cell_of(r["cell"]).is_engine:
-                continue
-            found[k] = ({"cell": r["cell"], "host": r["host"], "workload": r["workload"],
-                         "fingerprint": r["fingerprint"],
-                         "fingerprint_data": r["fingerprint_data"]}, [])
-        found[k][1].append(r)
-    parts = [first | {"summary": stats.summarize(rs)} for first, rs in found.values()]
-    groups = identity.label_groups(identity.group_runs(parts, with_cell=False))
+    if workload is None:
+        parts = _summary_parts(store, host=host, campaign=campaign, include_demo=include_demo)
+    else:       # a workload prefix is matched against every run in scope (scope)
+        runs = scope(store, host=host, campaign=campaign, workload=workload,
+                     include_demo=include_demo, columns=SUMMARY_COLS)
+        found: dict[tuple, tuple[dict, list[dict]]] = {}
+        for r in runs:
+            k = (r["host"], r["workload"]["digest"], r["fingerprint"]["digest"], r["cell"])
+            if k not in found:
+                if cell_of(r["cell"]).is_engine:
+                    continue
+                found[k] = ({c: r[c] for c in _PART_KEYS}, [])
+            found[k][1].append(r)
+        parts = list(found.values())
+    summarized = [first | {"summary": stats.summarize(rs)} for first, rs in parts]
+    groups = identity.label_groups(identity.group_runs(summarized, with_cell=False))
     cells = {(g["id"], p["cell"]): (cell_of(p["cell"]), p["summary"])
              for g in groups for p in g["runs"]}
     return groups, cells
+
+
+_PART_KEYS = ("cell", "host", "workload", "fingerprint", "fingerprint_data")
+
+
+def _summary_parts(store: Store, *, host=None, campaign=None, include_demo: bool = False
+                   ) -> list[tuple[dict, list[dict]]]:
+    """[(first run's cell, host and identity, the runs' SUMMARY_COLS)] per (host, workload
+    digest, fingerprint digest, cell) of the runs in scope but engine cells, in the order of
+    their first runs, each part's runs in id order. The runs are read as tuples and split by
+    their ids (cell, host, workload and fingerprint ids; a run without a stored workload
+    identity alone); identity is attached to one row per such split, not to every run."""
+    run = RUNS.c
+    n = len(SUMMARY_COLS)
+    with store.engine.connect() as conn:
+        cells, hosts = _cells_hosts(conn)
+        q = select(*[run[c] for c in SUMMARY_COLS], run.id, run.cell_id, run.host_id,
+                   run.workload_id, run.fingerprint_id).where(run.bundle_digest.is_not(None))
+        q = runs_filter(conn, q, cells, hosts, cell=None, host=host, campaign=campaign,
+                        include_demo=include_demo, mechanisms=None)
+        engine_cells = {i for i, c in cells.items() if cell_of(c[0]).is_engine}
+        splits: dict[tuple, list[tuple]] = {}
+        for row in sorted(fetch_rows(conn, q), key=itemgetter(n)):
+            if row[n + 1] in engine_cells:
+                continue
+            k = (*row[n + 1:], None if row[n + 3] is not None else row[n])
+            rows = splits.get(k)
+            if rows is None:
+                rows = splits[k] = []
+            rows.append(row)
+        firsts = [{"cell": cells[c][0], "host": hosts[h], "_pk": rows[0][n],
+                   "workload_id": w, "fingerprint_id": f}
+                  for (c, h, w, f, _), rows in splits.items()]
+        attach_identity(conn, firsts, store.engine.dialect.name)
+    found: dict[tuple, tuple[dict, list[tuple]]] = {}
+    for first, rows in zip(firsts, splits.values()):
+        k = (first["host"], first["workload"]["digest"], first["fingerprint"]["digest"],
+             first["cell"])
+        if k in found:              # two stored identities of one digest (shown names differ)
+            found[k][1].extend(rows)
+            found[k][1].sort(key=itemgetter(n))
+        else:
+            found[k] = (first, list(rows))
+    return [(first, [dict(zip(SUMMARY_COLS, row)) for row in rows])
+            for first, rows in found.values()]
 
 
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
