@@ -18,14 +18,13 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
-from bench.store.spec_parts import (CELLS, HOSTS, RUNS, VERDICTS, attach_identity, fetch_rows,
-                                    runs_filter)
+from bench.store.spec_parts import (CELL_COLS, RUNS, VERDICTS, attach_identity, cells_hosts,
+                                    fetch_rows, runs_by_identity, runs_filter)
 from bench.units import format_size
 from bench.version import controller_version
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
-CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
 # what a matrix and a cell's cross-check read of each run: every column that
 # bench.judge.stats.summarize reads (it reads with .get, so a column left out here reads as
 # None: test_workload_identity_0006 compares the views with reads of every column)
@@ -60,7 +59,7 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     if with_identity:
         cols += [run.workload_id, run.fingerprint_id]
     with store.engine.connect() as s:
-        cells, hosts = _cells_hosts(s)
+        cells, hosts = cells_hosts(s)
         q = runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
                         campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
         if ingested_only:
@@ -82,13 +81,6 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
     return rows
 
 
-def _cells_hosts(conn) -> tuple[dict[int, list], dict[int, str]]:
-    """({cell id: [name, *CELL_COLS]}, {host id: name}): small tables, read whole."""
-    cells = {i: rest for i, *rest in conn.execute(
-        select(CELLS.c.id, CELLS.c.name, *[CELLS.c[c] for c in CELL_COLS]))}
-    return cells, {i: n for i, n in conn.execute(select(HOSTS.c.id, HOSTS.c.name))}
-
-
 def cross_check_scope(store: Store, *, host=None, campaign=None,
                       include_demo: bool = False) -> list[dict]:
     """What a balloon cell's cross-check (cross_check_warnings, through identity.key_of)
@@ -98,7 +90,7 @@ def cross_check_scope(store: Store, *, host=None, campaign=None,
     workload identity keeps a row of its own (its identity comes from its spec)."""
     run = RUNS.c
     with store.engine.connect() as s:
-        cells, hosts = _cells_hosts(s)
+        cells, hosts = cells_hosts(s)
         own = case((run.workload_id.is_(None), run.id), else_=None)
         q = select(run.cell_id, run.host_id, run.retained, own, run.workload_id,
                    run.fingerprint_id).distinct().where(run.bundle_digest.is_not(None))
@@ -341,7 +333,8 @@ def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
     host, workload and fingerprint, which one summary's runs share), in the order of their
     first runs, each group's fingerprint data its first run's."""
     if workload is None:
-        parts = _summary_parts(store, host=host, campaign=campaign, include_demo=include_demo)
+        parts = runs_by_identity(store, SUMMARY_COLS, host=host, campaign=campaign,
+                                 include_demo=include_demo)
     else:       # a workload prefix is matched against every run in scope (scope)
         runs = scope(store, host=host, campaign=campaign, workload=workload,
                      include_demo=include_demo, columns=SUMMARY_COLS)
@@ -362,48 +355,6 @@ def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
 
 
 _PART_KEYS = ("cell", "host", "workload", "fingerprint", "fingerprint_data")
-
-
-def _summary_parts(store: Store, *, host=None, campaign=None, include_demo: bool = False
-                   ) -> list[tuple[dict, list[dict]]]:
-    """[(first run's cell, host and identity, the runs' SUMMARY_COLS)] per (host, workload
-    digest, fingerprint digest, cell) of the runs in scope but engine cells, in the order of
-    their first runs, each part's runs in id order. The runs are read as tuples and split by
-    their ids (cell, host, workload and fingerprint ids; a run without a stored workload
-    identity alone); identity is attached to one row per such split, not to every run."""
-    run = RUNS.c
-    n = len(SUMMARY_COLS)
-    with store.engine.connect() as conn:
-        cells, hosts = _cells_hosts(conn)
-        q = select(*[run[c] for c in SUMMARY_COLS], run.id, run.cell_id, run.host_id,
-                   run.workload_id, run.fingerprint_id).where(run.bundle_digest.is_not(None))
-        q = runs_filter(conn, q, cells, hosts, cell=None, host=host, campaign=campaign,
-                        include_demo=include_demo, mechanisms=None)
-        engine_cells = {i for i, c in cells.items() if cell_of(c[0]).is_engine}
-        splits: dict[tuple, list[tuple]] = {}
-        for row in sorted(fetch_rows(conn, q), key=itemgetter(n)):
-            if row[n + 1] in engine_cells:
-                continue
-            k = (*row[n + 1:], None if row[n + 3] is not None else row[n])
-            rows = splits.get(k)
-            if rows is None:
-                rows = splits[k] = []
-            rows.append(row)
-        firsts = [{"cell": cells[c][0], "host": hosts[h], "_pk": rows[0][n],
-                   "workload_id": w, "fingerprint_id": f}
-                  for (c, h, w, f, _), rows in splits.items()]
-        attach_identity(conn, firsts, store.engine.dialect.name)
-    found: dict[tuple, tuple[dict, list[tuple]]] = {}
-    for first, rows in zip(firsts, splits.values()):
-        k = (first["host"], first["workload"]["digest"], first["fingerprint"]["digest"],
-             first["cell"])
-        if k in found:              # two stored identities of one digest (shown names differ)
-            found[k][1].extend(rows)
-            found[k][1].sort(key=itemgetter(n))
-        else:
-            found[k] = (first, list(rows))
-    return [(first, [dict(zip(SUMMARY_COLS, row)) for row in rows])
-            for first, rows in found.values()]
 
 
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
