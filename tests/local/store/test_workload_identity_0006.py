@@ -15,7 +15,7 @@ from alembic import command
 
 from bench.judge import identity
 from bench.matrix.cells import parse_cell
-from bench.store import campaigns, queries
+from bench.store import campaigns, queries, spec_parts
 from bench.store.db import _alembic_config, current_revision, make_engine, open_store, upgrade
 from bench.store.ingest import ingest_bundle
 from bench.store.models import Campaign, Cell, Host, Run, Workload
@@ -234,7 +234,7 @@ def test_ingest_and_state_changes_keep_the_identity_with_the_spec(store, bundles
 @pytest.mark.parametrize("view", [("--matrix", "reclaim"), ("--cell", "64G-balloon-mglru")])
 def test_sqlite_results_read_the_covering_index(tmp_path, monkeypatch, view):
     """The runs queries of a results view are served by ix_runs_results alone (SQLite's
-    plan of the very statement fetch_rows runs)."""
+    plan of every statement fetch_rows runs)."""
     url = f"sqlite:///{tmp_path}/x.db"
     _old_database(url, n=50)
     store = open_store(url)
@@ -248,6 +248,7 @@ def test_sqlite_results_read_the_covering_index(tmp_path, monkeypatch, view):
         plans.append(" ".join(str(step[-1]) for step in plan))
         return fetch(conn, q)
     monkeypatch.setattr(queries, "fetch_rows", explained)
+    monkeypatch.setattr(spec_parts, "fetch_rows", explained)   # a matrix's (runs_by_identity)
     try:
         out = queries.matrix(store, "reclaim") if view[0] == "--matrix" else \
             queries.cell_results(store, view[1])
