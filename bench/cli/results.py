@@ -118,9 +118,7 @@ def results(cell: Annotated[Optional[str], typer.Option(
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
-    # a view stored at the database's current generation (bench.store.result_cache) is
-    # served without importing the views' module (bench.store.result_answer)
-    from bench.store.result_answer import answer
+    from bench.store import queries
     if matrix is not None and cell is None:
         if pool:
             raise InputError("--pool applies to --cell (a matrix keeps one row per group)",
@@ -133,32 +131,21 @@ def results(cell: Annotated[Optional[str], typer.Option(
             if not json_out:
                 views.print_table(prefetch_views.delivery_table(m))
         else:
-            m = answer(store, "matrix", dict(kind=matrix, host=host, campaign=campaign,
-                                             workload=workload, include_demo=include_demo))
-        if json_out:            # a stored view's own text only as queries returned it
-            return views.emit_json(m) if matrix == "prefetch" else _emit_json(m)
+            m = queries.matrix(store, matrix, host=host, campaign=campaign,
+                               workload=workload, include_demo=include_demo)
+        if json_out:
+            return views.emit_json(m)
         if matrix == "prefetch":
             return views.print_table(store_views.matrix_table(m))
         return store_views.show_matrix(m)
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
-    store = _store(db)
-    args = dict(host=host, campaign=campaign, workload=workload, pool=pool, verbose=verbose,
-                include_demo=include_demo)
-    groups = answer(store, "cell_results", dict(cell=cell, **args))
+    groups = queries.cell_results(_store(db), cell, host=host, campaign=campaign,
+                                  workload=workload, pool=pool, verbose=verbose,
+                                  include_demo=include_demo)
     if json_out:
-        return _emit_json(groups)
+        return views.emit_json(groups)
     store_views.show_cell(groups, verbose)
-
-def _emit_json(out) -> None:
-    """views.emit_json, or the same text kept with a stored view's output (it is not encoded
-    again: at 100,000 runs that encoding was most of a served view's time)."""
-    from bench.store.result_cache import json_text
-    text = json_text(out)
-    if text is None:
-        views.emit_json(out)
-    else:
-        sys.stdout.write(text + "\n")
 
 def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
             workload: WorkloadOpt = None, pool: PoolOpt = False,

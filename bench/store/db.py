@@ -55,14 +55,15 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from bench.errors import BenchError, InputError
 from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
-# the schema lock's key (pg_advisory_xact_lock of b"benchmig" as a big-endian bigint) and the
-# SQLite busy wait, defined in result_serve (standard library only), whose lean reader uses both
-from bench.store.result_serve import PG_SCHEMA_LOCK_KEY, SQLITE_BUSY_S
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 # sqlalchemy.orm and the dialects' insert are imported where they are used: a results
-# command served from the results cache (bench.store.result_cache) needs neither
+# command, which reads through Core alone, needs neither
+
+# the schema lock's key: pg_advisory_xact_lock of b"benchmig" as a big-endian bigint
+PG_SCHEMA_LOCK_KEY = int.from_bytes(b"benchmig", "big")
+SQLITE_BUSY_S = 60.0            # how long a SQLite connection waits for a busy database
 
 
 class StoreError(BenchError):
@@ -323,8 +324,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 # busy database is waited for up to SQLITE_BUSY_S: a transaction that reads and then writes
 # (a state transition, an ingest) would otherwise fail at once with `database is locked`
 # whenever another connection wrote in between (WAL cannot upgrade a stale read snapshot,
-# and no busy handler is run for it): a campaign of 64 hosts lost runs to it. (The value lives
-# in result_serve, whose lean reader waits as long.)
+# and no busy handler is run for it): a campaign of 64 hosts lost runs to it.
 
 
 def _own_transactions(dbapi_conn, _record) -> None:
@@ -452,7 +452,7 @@ def _check(engine: Engine, conn: Connection) -> str | None:
 @dataclass
 class Store:
     engine: Engine
-    sessions: sessionmaker | None = None     # made on first use (module doc of result_cache)
+    sessions: sessionmaker | None = None     # made on first use: readers may not need one
 
     def session(self) -> Session:
         if self.sessions is None:

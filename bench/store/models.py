@@ -290,27 +290,3 @@ class EngineRun(Base):
     device_bytes: Mapped[int | None] = mapped_column(BigInteger)
     config_sha256: Mapped[str | None] = mapped_column(String(64))
     data: Mapped[dict] = mapped_column(JSON)
-
-
-class ResultsGeneration(Base):
-    """One row (id 1): `n` grows with every change to a table results read, moved by triggers
-    of migration 0007 (bench.store.result_cache)."""
-    __tablename__ = "results_generation"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    n: Mapped[int] = mapped_column(BigInteger)
-
-
-class ResultsCache(Base):
-    """A results view's output (JSON text) at one generation (bench.store.result_cache)."""
-    __tablename__ = "results_cache"
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    generation: Mapped[int] = mapped_column(BigInteger)
-    data: Mapped[str] = mapped_column(Text)
-
-
-class ResultsDirty(Base):
-    """Per cell id (0: every cell) the generation of the last committed change touching it,
-    written by triggers of migration 0008 (bench.store.result_cache)."""
-    __tablename__ = "results_dirty"
-    cell_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    generation: Mapped[int] = mapped_column(BigInteger)

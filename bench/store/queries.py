@@ -18,16 +18,13 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
-from bench.store.result_cache import cached_view
-from bench.store.result_cache_parts import cell_depends, every_cell, matrix_groups
-from bench.store.spec_parts import attach_identity, fetch_rows, runs_filter
-from bench.store.models import Campaign, CampaignHost, Cell, EngineRun, Host, Run, Verdict
+from bench.store.spec_parts import (CELL_COLS, RUNS, VERDICTS, attach_identity, cells_hosts,
+                                    fetch_rows, runs_by_identity, runs_filter)
 from bench.units import format_size
 from bench.version import controller_version
 
 RUN_COLS = ("run_id", "campaign_id", "position", "repetition", "state", "retained",
             "nominal_miss_bytes_per_iteration") + METRIC_COLUMNS
-CELL_COLS = ("capacity_bytes", "mechanism", "reclaim", "mode", "hints", "delivery")
 # what a matrix and a cell's cross-check read of each run: every column that
 # bench.judge.stats.summarize reads (it reads with .get, so a column left out here reads as
 # None: test_workload_identity_0006 compares the views with reads of every column)
@@ -57,19 +54,18 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
 
     One query over runs alone, which the covering index ix_runs_results serves: cells, hosts
     and the campaigns left out are small tables read first, and filters become their ids."""
-    cols = [getattr(Run, c) for c in columns] + [Run.cell_id, Run.host_id, Run.id]
+    run = RUNS.c
+    cols = [run[c] for c in columns] + [run.cell_id, run.host_id, run.id]
     if with_identity:
-        cols += [Run.workload_id, Run.fingerprint_id]
-    with store.session() as s:
-        cells = {i: rest for i, *rest in s.execute(
-            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
-        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
+        cols += [run.workload_id, run.fingerprint_id]
+    with store.engine.connect() as s:
+        cells, hosts = cells_hosts(s)
         q = runs_filter(s, select(*cols), cells, hosts, cell=cell, host=host,
                         campaign=campaign, include_demo=include_demo, mechanisms=mechanisms)
         if ingested_only:
-            q = q.where(Run.bundle_digest.is_not(None))
+            q = q.where(run.bundle_digest.is_not(None))
         if cell_ids is not None:
-            q = q.where(Run.cell_id.in_(cell_ids))
+            q = q.where(run.cell_id.in_(cell_ids))
         n = len(columns)
         # sorted here, not by ORDER BY: SQLite would scan the table in id order rather than
         # the index, to skip a sort
@@ -92,13 +88,12 @@ def cross_check_scope(store: Store, *, host=None, campaign=None,
     identity and `retained`, one row per distinct such tuple rather than per run (at 100,000
     runs, 91,000 Python rows for a few hundred distinct ones). A run without a stored
     workload identity keeps a row of its own (its identity comes from its spec)."""
-    with store.session() as s:
-        cells = {i: rest for i, *rest in s.execute(
-            select(Cell.id, Cell.name, *[getattr(Cell, c) for c in CELL_COLS]))}
-        hosts: dict[int, str] = {i: n for i, n in s.execute(select(Host.id, Host.name))}
-        own = case((Run.workload_id.is_(None), Run.id), else_=None)
-        q = select(Run.cell_id, Run.host_id, Run.retained, own, Run.workload_id,
-                   Run.fingerprint_id).distinct().where(Run.bundle_digest.is_not(None))
+    run = RUNS.c
+    with store.engine.connect() as s:
+        cells, hosts = cells_hosts(s)
+        own = case((run.workload_id.is_(None), run.id), else_=None)
+        q = select(run.cell_id, run.host_id, run.retained, own, run.workload_id,
+                   run.fingerprint_id).distinct().where(run.bundle_digest.is_not(None))
         q = runs_filter(s, q, cells, hosts, cell=None, host=host, campaign=campaign,
                         include_demo=include_demo, mechanisms=CROSS_CHECK_MECHANISMS)
         names = ("cell", "host", *CELL_COLS, "retained", "_pk", "workload_id",
@@ -129,10 +124,11 @@ def verdicts(store: Store, run_ids: list[str]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     if not run_ids:
         return out
-    q = (select(Run.run_id, Verdict.rule, Verdict.version, Verdict.passed, Verdict.reason)
-         .join(Run, Verdict.run_id == Run.id)
-         .where(Verdict.current.is_(True), Run.run_id.in_(run_ids)).order_by(Verdict.id))
-    with store.session() as s:
+    run, v = RUNS.c, VERDICTS.c
+    q = (select(run.run_id, v.rule, v.version, v.passed, v.reason)
+         .join_from(VERDICTS, RUNS, v.run_id == run.id)
+         .where(v.current.is_(True), run.run_id.in_(run_ids)).order_by(v.id))
+    with store.engine.connect() as s:
         for rid, rule, version, passed, reason in s.execute(q):
             out[rid].append({"rule": rule, "version": version, "passed": passed,
                              "reason": reason})
@@ -157,6 +153,7 @@ def campaign_fingerprints(store: Store, campaign_id: str) -> dict[str, dict]:
     """{host name: the reference fingerprint the campaign recorded for it (current
     definition)}; read-only. An unknown campaign is an InputError."""
     from bench.store.ingest import reference_fingerprint   # not on the results views' path
+    from bench.store.models import Campaign, CampaignHost, Host
     with store.session() as s:
         if s.get(Campaign, campaign_id) is None:
             raise InputError(f"no campaign {campaign_id!r} in the database",
@@ -201,7 +198,6 @@ def _where(host, campaign, workload) -> str:
             + (f" with workload {workload}" if workload else ""))
 
 
-@cached_view("cell_results", cell_depends)
 def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=None,
                  include_demo: bool = False,
                  pool: bool = False, verbose: bool = False) -> list[dict]:
@@ -328,11 +324,43 @@ def group_keys(groups: list[dict]) -> list[dict]:
     return [{k: g[k] for k in ("id", "host", "workload", "fingerprint")} for g in groups]
 
 
+def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
+                  include_demo: bool = False) -> tuple[list[dict], dict]:
+    """(groups, cells) of a matrix: the labelled result groups and {(group id, cell name):
+    (Cell, summary)}. The runs in scope (engine cells left out) are summarized per host,
+    workload, fingerprint and cell first, and those summaries grouped: grouping a few hundred
+    summaries, not every run, gives the same groups (identity.group_runs keys a group by
+    host, workload and fingerprint, which one summary's runs share), in the order of their
+    first runs, each group's fingerprint data its first run's."""
+    if workload is None:
+        parts = runs_by_identity(store, SUMMARY_COLS, host=host, campaign=campaign,
+                                 include_demo=include_demo)
+    else:       # a workload prefix is matched against every run in scope (scope)
+        runs = scope(store, host=host, campaign=campaign, workload=workload,
+                     include_demo=include_demo, columns=SUMMARY_COLS)
+        found: dict[tuple, tuple[dict, list[dict]]] = {}
+        for r in runs:
+            k = (r["host"], r["workload"]["digest"], r["fingerprint"]["digest"], r["cell"])
+            if k not in found:
+                if cell_of(r["cell"]).is_engine:
+                    continue
+                found[k] = ({c: r[c] for c in _PART_KEYS}, [])
+            found[k][1].append(r)
+        parts = list(found.values())
+    summarized = [first | {"summary": stats.summarize(rs)} for first, rs in parts]
+    groups = identity.label_groups(identity.group_runs(summarized, with_cell=False))
+    cells = {(g["id"], p["cell"]): (cell_of(p["cell"]), p["summary"])
+             for g in groups for p in g["runs"]}
+    return groups, cells
+
+
+_PART_KEYS = ("cell", "host", "workload", "fingerprint", "fingerprint_data")
+
+
 MATRICES = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
 ENGINE_MATRIX = "end-to-end"
 
 
-@cached_view("matrix", every_cell)
 def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
            include_demo: bool = False) -> dict:
     """A campaign-shaped table with rows per result group (host, workload, fingerprint): a row
@@ -370,6 +398,7 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
             if cell_of(r["cell"]).is_engine}
     if not runs:
         return []
+    from bench.store.models import EngineRun, Run      # not on the replay views' path
     cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
     q = (select(Run.run_id, *[getattr(EngineRun, c) for c in cols])
          .join(EngineRun, EngineRun.run_id == Run.id).where(Run.run_id.in_(list(runs)))

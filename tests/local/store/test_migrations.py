@@ -68,3 +68,9 @@ def test_migrations_locate_versions_next_to_env():
 def test_env_is_import_safe():
     import importlib
     importlib.import_module("migrations.env")
+
+
+def test_a_readers_quick_head_is_alembics():
+    """require_head's reading of the migration files names alembic's head."""
+    from bench.store import db
+    assert db.quick_head() == db.head_revision() is not None

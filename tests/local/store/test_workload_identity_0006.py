@@ -15,7 +15,7 @@ from alembic import command
 
 from bench.judge import identity
 from bench.matrix.cells import parse_cell
-from bench.store import campaigns, queries, result_cache
+from bench.store import campaigns, queries, spec_parts
 from bench.store.db import _alembic_config, current_revision, make_engine, open_store, upgrade
 from bench.store.ingest import ingest_bundle
 from bench.store.models import Campaign, Cell, Host, Run, Workload
@@ -182,7 +182,6 @@ def test_0006_upgrade_backfills_the_identity_ingest_computes(db_url):
 
 
 def test_results_are_those_of_the_spec_path(db_url, monkeypatch):
-    monkeypatch.setattr(result_cache, "ENABLED", False)     # compute every view here
     _old_database(db_url)
     store = open_store(db_url)
     try:
@@ -235,21 +234,21 @@ def test_ingest_and_state_changes_keep_the_identity_with_the_spec(store, bundles
 @pytest.mark.parametrize("view", [("--matrix", "reclaim"), ("--cell", "64G-balloon-mglru")])
 def test_sqlite_results_read_the_covering_index(tmp_path, monkeypatch, view):
     """The runs queries of a results view are served by ix_runs_results alone (SQLite's
-    plan of the very statement fetch_rows runs)."""
+    plan of every statement fetch_rows runs)."""
     url = f"sqlite:///{tmp_path}/x.db"
     _old_database(url, n=50)
     store = open_store(url)
     plans: list[str] = []
     fetch = queries.fetch_rows
 
-    def explained(s, q):
-        compiled = q.compile(dialect=s.connection().dialect,
-                             compile_kwargs={"render_postcompile": True})
+    def explained(conn, q):
+        compiled = q.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
         params = tuple(compiled.params[k] for k in compiled.positiontup)
-        plan = s.connection().exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
+        plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}", params).all()
         plans.append(" ".join(str(step[-1]) for step in plan))
-        return fetch(s, q)
+        return fetch(conn, q)
     monkeypatch.setattr(queries, "fetch_rows", explained)
+    monkeypatch.setattr(spec_parts, "fetch_rows", explained)   # a matrix's (runs_by_identity)
     try:
         out = queries.matrix(store, "reclaim") if view[0] == "--matrix" else \
             queries.cell_results(store, view[1])
