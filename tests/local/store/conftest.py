@@ -1,6 +1,8 @@
 """Store fixtures: a real database built by the migrations, parametrized over SQLite and a
 throwaway PostgreSQL server (initdb + pg_ctl as the postgres user, unix socket, random port,
-stopped by its PID). PostgreSQL skips with the missing capability named."""
+stopped by its PID). The migrations run once per session and backend into a template that
+each `store` copies (tests.support.template_db); tests without `store` get an empty database
+and migrate it themselves. PostgreSQL skips with the missing capability named."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.bundlegen import ensure_campaigns, make_bundle
+from tests.support.template_db import pg_admin, pg_database_url, pg_template, sqlite_at_head
 
 
 def _pg_bin() -> Path | None:
@@ -74,13 +77,16 @@ def pg_server():
 _counter = iter(range(1_000_000))
 
 
-def _new_pg_database(srv) -> str:
-    import psycopg
+def _new_pg_database(srv, template: str | None = None) -> str:
     name = f"bench_{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(host=srv["sock"], port=srv["port"], user="postgres",
-                         dbname="postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
+    pg_admin(srv, f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+    return pg_database_url(srv, name)
+
+
+@pytest.fixture(scope="session")
+def pg_head_template(pg_server):
+    """The session's PostgreSQL database at head, which `store` databases are copied from."""
+    return pg_template(pg_server)
 
 
 @pytest.fixture
@@ -91,10 +97,16 @@ def pg_url(pg_server):
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path):
+    """This test's database. A test that uses `store` gets it at head, copied from the
+    session's migrated template; any other test gets it empty (nothing at all for SQLite), so
+    that what it does to it (the migrations, a first open) runs for real."""
+    at_head = "store" in request.fixturenames
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/bench.db"
-        return
-    yield _new_pg_database(request.getfixturevalue("pg_server"))
+        path = tmp_path / "bench.db"
+        return sqlite_at_head(path) if at_head else f"sqlite:///{path}"
+    srv = request.getfixturevalue("pg_server")
+    template = request.getfixturevalue("pg_head_template") if at_head else None
+    return _new_pg_database(srv, template)
 
 
 @pytest.fixture
@@ -108,8 +120,8 @@ def fresh_db(db_url, request, tmp_path):
 
 @pytest.fixture
 def store(db_url):
-    """A fresh database holding campaign c1, the one generated bundles name by default
-    (ingest never creates a campaign)."""
+    """db_url's database (at head) holding campaign c1, the one generated bundles name by
+    default (ingest never creates a campaign)."""
     from bench.store.db import open_store
     st = open_store(db_url)
     ensure_campaigns(st, "c1")
