@@ -116,9 +116,10 @@ def main(argv: list[str]) -> int:
     if selecting and len(none_collected) == len(runs):
         failed.append("all (no tier selected a test)")
         total["errors"] = total.get("errors", 0) + 1
-    print(f"\n----- tests/run: {SLOWEST} slowest (all tiers) -----")
-    for secs, when, test in sorted(slow, reverse=True)[:SLOWEST]:
-        print(f"{secs:.2f}s {when:<8} {test}")
+    if len(runs) > 1:                   # one run: pytest just printed them
+        print(f"\n----- tests/run: {SLOWEST} slowest (all tiers) -----")
+        for secs, when, test in sorted(slow, reverse=True)[:SLOWEST]:
+            print(f"{secs:.2f}s {when:<8} {test}")
     print("----- tests/run: tier wall times -----")
     for name, secs, rc in walls:
         verdict = "ok" if rc == 0 else "nothing selected" if name not in failed else \
