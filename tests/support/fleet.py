@@ -47,12 +47,12 @@ def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
 
 def offline_campaign(tmp_path: Path, matrix: Path, cid: str, seed: int = 3) -> str:
     """A campaign of `matrix` on NAMES (addresses in 192.0.2.0/24, never reached) in a fresh
-    SQLite database at head (a copy of the migrated template); returns the database URL."""
+    SQLite database; returns the database URL."""
     from bench.cli.campaign import build_plan
     from bench.execute.campaign.record import Settings, create
     from bench.hosts.inventory import Host, render_host_toml
     from bench.store.db import open_store
-    db = sqlite_at_head(tmp_path / (cid + ".db"))
+    db = sqlite_at_head(tmp_path / (cid + ".db"))        # at head: the migrated template
     hosts = tmp_path / "hosts"
     hosts.mkdir(exist_ok=True)
     for i, n in enumerate(NAMES):
