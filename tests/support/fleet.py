@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+from tests.support.template_db import sqlite_at_head
+
 NAMES = ["lab-netns-1", "lab-netns-2"]
 
 
@@ -50,7 +52,7 @@ def offline_campaign(tmp_path: Path, matrix: Path, cid: str, seed: int = 3) -> s
     from bench.execute.campaign.record import Settings, create
     from bench.hosts.inventory import Host, render_host_toml
     from bench.store.db import open_store
-    db = f"sqlite:///{tmp_path / (cid + '.db')}"
+    db = sqlite_at_head(tmp_path / (cid + ".db"))        # at head: the migrated template
     hosts = tmp_path / "hosts"
     hosts.mkdir(exist_ok=True)
     for i, n in enumerate(NAMES):

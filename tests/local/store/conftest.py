@@ -1,6 +1,8 @@
 """Store fixtures: a real database built by the migrations, parametrized over SQLite and a
 throwaway PostgreSQL server (initdb + pg_ctl as the postgres user, unix socket, random port,
-stopped by its PID). PostgreSQL skips with the missing capability named."""
+stopped by its PID). The migrations run once per session and backend into a template that
+each `store` copies (tests.support.template_db); tests without `store` get an empty database
+and migrate it themselves. PostgreSQL skips with the missing capability named."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.bundlegen import ensure_campaigns, make_bundle
+from tests.support.template_db import pg_admin, pg_database_url, pg_template, sqlite_at_head
 
 
 def _pg_bin() -> Path | None:
@@ -56,12 +59,17 @@ def pg_server():
     def as_pg(*argv):
         return subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True,
                               capture_output=True, text=True)
-    as_pg(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    # a throwaway server: no fsync (what a crash would lose dies with the test session), so
+    # CREATE DATABASE and the migrations do not wait on a disk the machine's other jobs share
+    as_pg(str(bindir / "initdb"), "--no-sync", "-D", str(data), "-A", "trust", "-U", "postgres")
     as_pg(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o",
-          f"-k {sock} -p {port} -c listen_addresses=''", "start")
+          f"-k {sock} -p {port} -c listen_addresses='' -c fsync=off "
+          "-c synchronous_commit=off -c full_page_writes=off", "start")
     pid = int((data / "postmaster.pid").read_text().split()[0])
     yield {"sock": str(sock), "port": port}
-    os.kill(pid, signal.SIGTERM)
+    # fast shutdown (SIGINT): a smart one (SIGTERM) waits for every client to disconnect, and
+    # the engines of this very process still hold some until it exits
+    os.kill(pid, signal.SIGINT)
     for _ in range(100):
         try:
             os.kill(pid, 0)
@@ -74,13 +82,16 @@ def pg_server():
 _counter = iter(range(1_000_000))
 
 
-def _new_pg_database(srv) -> str:
-    import psycopg
+def _new_pg_database(srv, template: str | None = None) -> str:
     name = f"bench_{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(host=srv["sock"], port=srv["port"], user="postgres",
-                         dbname="postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"postgresql+psycopg://postgres@/{name}?host={srv['sock']}&port={srv['port']}"
+    pg_admin(srv, f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+    return pg_database_url(srv, name)
+
+
+@pytest.fixture(scope="session")
+def pg_head_template(pg_server):
+    """The session's PostgreSQL database at head, which `store` databases are copied from."""
+    return pg_template(pg_server)
 
 
 @pytest.fixture
@@ -91,10 +102,16 @@ def pg_url(pg_server):
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request, tmp_path):
+    """This test's database. A test that uses `store` gets it at head, copied from the
+    session's migrated template; any other test gets it empty (nothing at all for SQLite), so
+    that what it does to it (the migrations, a first open) runs for real."""
+    at_head = "store" in request.fixturenames
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/bench.db"
-        return
-    yield _new_pg_database(request.getfixturevalue("pg_server"))
+        path = tmp_path / "bench.db"
+        return sqlite_at_head(path) if at_head else f"sqlite:///{path}"
+    srv = request.getfixturevalue("pg_server")
+    template = request.getfixturevalue("pg_head_template") if at_head else None
+    return _new_pg_database(srv, template)
 
 
 @pytest.fixture
@@ -108,8 +125,8 @@ def fresh_db(db_url, request, tmp_path):
 
 @pytest.fixture
 def store(db_url):
-    """A fresh database holding campaign c1, the one generated bundles name by default
-    (ingest never creates a campaign)."""
+    """db_url's database (at head) holding campaign c1, the one generated bundles name by
+    default (ingest never creates a campaign)."""
     from bench.store.db import open_store
     st = open_store(db_url)
     ensure_campaigns(st, "c1")
