@@ -30,7 +30,8 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "hosts.knownhosts", "hosts.sshconfig", "judge.bundle",
         "judge.bundle_files", "judge.bundle_schema", "judge.bundle_check",
         "judge.bundle_snapshots", "judge.counters", "judge.measured", "judge.retention",
-        "judge.stats", "judge.engine_gates", "judge.identity", "judge.judgement", "execute.progress",
+        "judge.stats", "judge.engine_gates", "judge.identity", "judge.judgement",
+        "judge.prefetch_conditions", "execute.progress",
         "errors", "units", "version"]
 
 
