@@ -30,7 +30,8 @@ PURE = ["trace.parse", "trace.synth", "trace.locality", "plan.planfile", "plan.p
         "hosts.knownhosts", "hosts.sshconfig", "judge.bundle",
         "judge.bundle_files", "judge.bundle_schema", "judge.bundle_check",
         "judge.bundle_snapshots", "judge.counters", "judge.measured", "judge.retention",
-        "judge.stats", "judge.engine_gates", "judge.identity", "judge.judgement", "execute.progress",
+        "judge.stats", "judge.engine_gates", "judge.identity", "judge.judgement",
+        "judge.prefetch_conditions", "execute.progress",
         "errors", "units", "version"]
 
 
@@ -153,3 +154,71 @@ def test_the_checks_would_catch_offenders(tmp_path, monkeypatch):
     assert order_violations(fake / "sim" / "bad.py") == [
         "bench.matrix.cells (stage matrix)", "bench.matrix.cells.Cell (stage matrix)"]
     assert {m.split(".")[0] for m in imports(fake / "sim" / "bad.py")} & UI_LIBS == {"rich"}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """bench module -> the bench modules its import statements name (function-level ones
+    included); `from pkg import sub` is an edge to the submodule, not to the package."""
+    names = {"bench." + m[:-3].replace("/", ".").removesuffix(".__init__") for m in MODULES}
+    graph = {}
+    for m in MODULES:
+        path = PKG / m
+        own = "bench." + m[:-3].replace("/", ".").removesuffix(".__init__")
+        pkg = own if m.endswith("__init__.py") else own.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom):
+                base = (".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                                 + ([node.module] if node.module else []))
+                        if node.level else node.module or "")
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    edges.add(sub if sub in names else base)
+        graph[own] = {e for e in edges if e in names and e != own}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert cycles(module_graph()) == []
