@@ -59,6 +59,29 @@ def median_pair_ratio(pairs: Sequence[tuple[float, float]]) -> float | None:
     return median(ratios) if ratios else None
 
 
+def comparison(ra: Sequence[dict], rb: Sequence[dict], pairs: Sequence[tuple[dict, dict]],
+               metrics: Sequence[tuple[str, str]], diff: Sequence[str]) -> dict:
+    """Two groups of runs side by side (`bench compare`): per metric (label, run key) the
+    ratio of the groups' medians and, over paired runs, the median, min and max of the per-pair
+    ratios and the number of pairs; n of each group; and, when the groups differ only in their
+    mechanism, the mechanism agreement |time ratio - 1|."""
+    out: dict = {"n_a": len(ra), "n_b": len(rb)}
+    for label, key in metrics:
+        xa = [r[key] for r in ra if r[key] is not None]
+        xb = [r[key] for r in rb if r[key] is not None]
+        pr = pair_ratios([(x[key], y[key]) for x, y in pairs
+                          if x[key] is not None and y[key] is not None])
+        lo_hi = span(pr)
+        out[f"{label}_ratio_of_medians"] = ratio_of_medians(xa, xb)
+        out[f"{label}_median_pair_ratio"] = median(pr) if pr else None
+        out[f"{label}_pair_ratio_min"] = lo_hi[0] if lo_hi else None
+        out[f"{label}_pair_ratio_max"] = lo_hi[1] if lo_hi else None
+        out[f"{label}_pairs"] = len(pr)
+    r = out.get("time_ratio_of_medians")
+    out["mechanism_agreement"] = abs(r - 1) if list(diff) == ["mechanism"] and r else None
+    return out
+
+
 def summarize(runs: Sequence[dict], nominal_miss_bytes: float | None = None) -> dict:
     """One cell's statistics; runs carry `retained` and the per-run metrics of runfacts."""
     kept = [r for r in runs if r.get("retained")]

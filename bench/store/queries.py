@@ -502,20 +502,7 @@ def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=
 
 def _comparison(ra: list[dict], rb: list[dict], pairs: list[tuple[dict, dict]],
                 diff: list[str]) -> dict:
-    out: dict[str, Any] = {"n_a": len(ra), "n_b": len(rb)}
-    for label, key in METRICS:
-        xa = [r[key] for r in ra if r[key] is not None]
-        xb = [r[key] for r in rb if r[key] is not None]
-        pr = stats.pair_ratios([(x[key], y[key]) for x, y in pairs
-                                if x[key] is not None and y[key] is not None])
-        out[f"{label}_ratio_of_medians"] = stats.ratio_of_medians(xa, xb)
-        out[f"{label}_median_pair_ratio"] = stats.median(pr) if pr else None
-        out[f"{label}_pair_ratio_min"] = min(pr) if pr else None
-        out[f"{label}_pair_ratio_max"] = max(pr) if pr else None
-        out[f"{label}_pairs"] = len(pr)
-    r = out["time_ratio_of_medians"]
-    out["mechanism_agreement"] = abs(r - 1) if diff == ["mechanism"] and r else None
-    return out
+    return stats.comparison(ra, rb, pairs, METRICS, diff)
 
 
 SIZING_PREFERENCE = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}

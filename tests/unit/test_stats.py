@@ -97,3 +97,21 @@ def test_sizing_edges():
     assert stats.interpolate_capacity(curve, 2.0)["capacity_bytes"] == round(64 + 0.76 / 0.81 * 64)
     assert stats.interpolate_capacity(curve, 3.0)["status"] == "below_range"
     assert stats.interpolate_capacity(curve, 0.5)["status"] == "unreachable"
+
+
+def test_comparison_of_two_groups_with_pairs():
+    a = [{"t": 2.0, "d": 10.0}, {"t": 4.0, "d": None}, {"t": 3.0, "d": 30.0}]
+    b = [{"t": 1.0, "d": 5.0}, {"t": 2.0, "d": 10.0}, {"t": 1.0, "d": 0.0}]
+    metrics = (("time", "t"), ("device", "d"))
+    out = stats.comparison(a, b, list(zip(a, b)), metrics, ["mechanism"])
+    assert (out["n_a"], out["n_b"]) == (3, 3)
+    assert out["time_ratio_of_medians"] == 3.0       # median 3.0 over median 1.0
+    # pairs 2/1, 4/2, 3/1; device pairs 10/5 (None and a zero divisor left out)
+    assert out["time_median_pair_ratio"] == 2.0
+    assert (out["time_pair_ratio_min"], out["time_pair_ratio_max"]) == (2.0, 3.0)
+    assert out["time_pairs"] == 3
+    assert (out["device_median_pair_ratio"], out["device_pairs"]) == (2.0, 1)
+    assert out["mechanism_agreement"] == 2.0         # |3 - 1|: only the mechanism differs
+    other = stats.comparison(a, b, [], metrics, ["mechanism", "reclaim"])
+    assert other["mechanism_agreement"] is None and other["time_pairs"] == 0
+    assert other["time_pair_ratio_min"] is None and other["time_median_pair_ratio"] is None
