@@ -394,6 +394,11 @@ class SSHTransport:
             self.close()
             raise self._error(exc) from None
         res = Result(self.host, tuple(argv), r.exited, r.stdout, r.stderr, time.monotonic() - t0)
+        if r.exited == -1 and timeout is not None and res.seconds >= max(1, round(timeout)):
+            # invoke's timer closed the channel before it could raise CommandTimedOut (a race
+            # seen under load): no exit status came back, so this is the timeout, not a failure
+            self.close()
+            raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s")
         if check and r.exited != 0:
             raise CommandFailed(self.host, argv, r.exited, r.stderr)
         return res
