@@ -3,14 +3,19 @@ FORMAT), without paramiko: bench.hosts.ssh asks `KnownHosts.check` what to make 
 host offers, and `bench hosts trust` appends or replaces lines with `append` and `replace`.
 
 A line is `[marker] hostnames keytype base64-key [comment]`, fields separated by any run of
-blanks. hostnames is a comma list of patterns (`*` and `?` wildcards, `!` negation,
-`[host]:port` for a port other than 22) or one hashed name `|1|salt|hmac-sha1`. Markers:
-`@revoked` (the key must never be accepted for the matching hosts) and `@cert-authority` (the
-key is a CA that signs host certificates: paramiko cannot verify host certificates, so such
-lines are kept apart, never trusted, and named in the unknown-key message). A line that does
-not parse (unknown marker, a key whose blob does not decode or does not start with its type)
-is skipped and kept in `skipped` with its line number, as OpenSSH skips it; every other line
-still loads. The file is size-bounded; a missing file is an empty one.
+spaces and tabs. Lines end at "\n" only (OpenSSH reads with getline(3)): a form feed, a
+vertical tab, U+0085 or U+2028 inside a comment is part of that comment, not a line break, so
+the line numbers bench reports, checks and edits are the ones `ssh-keygen -F` prints; a "\r"
+before the "\n" (a file written on Windows) is blank at the line's end.
+
+hostnames is a comma list of patterns (`*` and `?` wildcards, `!` negation, `[host]:port` for a
+port other than 22) or one hashed name `|1|salt|hmac-sha1`. Markers: `@revoked` (the key must
+never be accepted for the matching hosts) and `@cert-authority` (the key is a CA that signs host
+certificates: paramiko cannot verify host certificates, so such lines are kept apart, never
+trusted, and named in the unknown-key message). A line that does not parse (unknown marker, a
+key whose blob does not decode or does not start with its type) is skipped and kept in `skipped`
+with its line number, as OpenSSH skips it; every other line still loads. The file is
+size-bounded; a missing file is an empty one.
 
 `check(name, key_type, key_b64)` says: known (this exact key is pinned for the name), revoked
 (an @revoked line holds it, whatever else is pinned), changed (other keys are pinned for the
@@ -136,14 +141,31 @@ class Verdict:
     authorities: tuple[Entry, ...] = ()         # @cert-authority lines matching the name
 
 
+_BLANKS = " \t"                     # field separators (OpenSSH's); \r too at a line's end
+_FIELDS_RE = re.compile(r"[ \t]+")
+
+
+def split_lines(text: str) -> list[str]:
+    """The file's lines, each with its "\n" (the last one may lack it): the one rule both
+    the parser and the editor number lines by, OpenSSH's (never str.splitlines, which also
+    breaks at \x0b, \x0c, \x1c-\x1e, \x85, U+2028, U+2029 and a lone \r)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    return lines + [parts[-1]] if parts[-1] else lines
+
+
+def _fields(raw: str) -> list[str]:
+    text = raw.rstrip("\n").strip(_BLANKS + "\r")
+    return _FIELDS_RE.split(text) if text else []
+
+
 def _parse_line(raw: str, lineno: int) -> Entry | str | None:
     """An Entry, a reason to skip the line (str), or None for a blank or comment line."""
-    text = raw.strip()
-    if not text or text.startswith("#"):
+    fields = _fields(raw)
+    if not fields or fields[0].startswith("#"):
         return None
     if len(raw) > MAX_LINE:
         return f"longer than {MAX_LINE} characters"
-    fields = text.split()
     marker = None
     if fields[0].startswith("@"):
         marker = fields.pop(0)[1:]
@@ -174,7 +196,7 @@ class KnownHosts:
     @classmethod
     def parse(cls, text: str, path: str = "<text>") -> KnownHosts:
         entries, skipped = [], []
-        for i, raw in enumerate(text.splitlines(), 1):
+        for i, raw in enumerate(split_lines(text), 1):
             got = _parse_line(raw, i)
             if isinstance(got, Entry):
                 entries.append(got)
@@ -185,21 +207,12 @@ class KnownHosts:
     @classmethod
     def load(cls, path: str | os.PathLike) -> KnownHosts:
         """Read a known_hosts file (missing: empty). Lines that are not UTF-8 are skipped."""
-        p = Path(path)
-        try:
-            with open(p, "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
-        except FileNotFoundError:
-            return cls(str(p))
-        except IsADirectoryError:
-            raise KnownHostsError(f"{p}: known_hosts is a directory, not a file",
-                                  "point ssh.known_hosts at a file") from None
-        except OSError as exc:
-            raise KnownHostsError(f"{p}: cannot read known_hosts: {exc.strerror}") from None
-        if len(data) > MAX_BYTES:
-            raise KnownHostsError(f"{p}: known_hosts is larger than {MAX_BYTES >> 20} MiB",
-                                  "is this really a known_hosts file?")
-        return cls.parse(data.decode("utf-8", errors="replace"), str(p))
+        return cls.from_bytes(_read(Path(path)) or b"", str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str) -> KnownHosts:
+        # "\n" decodes to itself under any error handler: lines number the same as the editor's
+        return cls.parse(data.decode("utf-8", errors="replace"), path)
 
     def for_name(self, name: str) -> list[Entry]:
         return [e for e in self.entries if e.matches(name)]
@@ -225,20 +238,47 @@ class KnownHosts:
                        authorities=cas)
 
 
+def _read(p: Path) -> bytes | None:
+    """The file's bytes (size-bounded), None when it does not exist."""
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise KnownHostsError(f"{p}: known_hosts is a directory, not a file",
+                              "point ssh.known_hosts at a file") from None
+    except OSError as exc:
+        raise KnownHostsError(f"{p}: cannot read known_hosts: {exc.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise KnownHostsError(f"{p}: known_hosts is larger than {MAX_BYTES >> 20} MiB",
+                              "is this really a known_hosts file?")
+    return data
+
+
 # editing ----------------------------------------------------------------------------------------
 
 def append(path: str | os.PathLike, name: str, key_type: str, key_b64: str) -> str:
-    """Append one line (the file is created 0600, its directory too); returns the line."""
+    """Append one line (the file is created 0600, its directory too); returns the line. A
+    last line without its "\n" gets one first, so the new key never joins it."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     line = f"{name} {key_type} {key_b64}\n"
     try:
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(line)
+        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            lead = "\n" if size and os.pread(fd, 1, size - 1) != b"\n" else ""
+            os.write(fd, (lead + line).encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise KnownHostsError(f"{p}: cannot append to known_hosts: {exc.strerror}") from None
     return line
+
+
+# the hostnames field of a line: after the blanks and the marker, up to the next blank
+_NAMES_RE = re.compile(r"\A([ \t]*(?:@[^ \t]+[ \t]+)?)([^ \t]+)")
 
 
 @dataclass
@@ -254,10 +294,9 @@ def _drop_name(edit: _Edit, e: Entry, name: str, path: Path) -> None:
             "may cover other hosts too", "edit that line by hand, then run the trust again")
     raw = edit.lines[e.line - 1]
     keep = [] if e.hashed else [p for p in e.patterns if p.lower() != name.lower()]
-    if keep:
-        fields = raw.split()
-        fields[1 if e.marker else 0] = ",".join(keep)
-        edit.lines[e.line - 1] = " ".join(fields) + "\n"
+    m = _NAMES_RE.match(raw)
+    if keep and m:      # only the hostnames field changes: the key, comment and ending stay
+        edit.lines[e.line - 1] = m.group(1) + ",".join(keep) + raw[m.end():]
     else:
         edit.lines[e.line - 1] = ""
     edit.removed.append(e.line)
@@ -266,27 +305,34 @@ def _drop_name(edit: _Edit, e: Entry, name: str, path: Path) -> None:
 def replace(path: str | os.PathLike, name: str, old: list[Entry], key_type: str,
             key_b64: str) -> str:
     """Remove `name` from the lines pinning the `old` keys (a line naming only it goes; a
-    line naming other hosts too keeps them), then append the new key. The file is rewritten
-    atomically with its mode kept; returns the new line."""
+    line naming other hosts too keeps them), then append the new key. The lines are read
+    once and numbered as `KnownHosts.parse` numbers them (split_lines); every other byte of
+    the file is kept. The file is rewritten atomically with its mode kept; returns the new
+    line."""
     p = Path(path)
-    current = KnownHosts.load(p)
-    with open(p, encoding="utf-8", errors="surrogateescape") as fh:
-        edit = _Edit(fh.readlines())
+    data = _read(p)
+    if data is None:
+        raise KnownHostsError(f"{p}: known_hosts disappeared while bench was reading it",
+                              "run the trust again")
+    current = KnownHosts.from_bytes(data, str(p))
+    edit = _Edit(split_lines(data.decode("utf-8", errors="surrogateescape")))
     for e in old:
         now = [x for x in current.entries if x.line == e.line]
         if not now or (now[0].key_b64, now[0].patterns) != (e.key_b64, e.patterns):
             raise KnownHostsError(f"{p}:{e.line}: changed while bench was reading it",
                                   "run the trust again")
         _drop_name(edit, e, name, p)
+    kept = "".join(edit.lines)
+    line = f"{name} {key_type} {key_b64}\n"
+    text = kept + ("\n" if kept and not kept.endswith("\n") else "") + line
     tmp = p.with_name(p.name + ".bench-tmp")
     mode = p.stat().st_mode & 0o777
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.writelines(edit.lines)
-            fh.write(f"{name} {key_type} {key_b64}\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8", errors="surrogateescape"))
         os.replace(tmp, p)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise KnownHostsError(f"{p}: cannot rewrite known_hosts: {exc.strerror}") from None
-    return f"{name} {key_type} {key_b64}\n"
+    return line
