@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from bench.cli.options import DbOpt, HostsDirOpt, JsonOpt
-from bench.errors import BenchError, InputError
+from bench.errors import BenchError, InputError, error_data
 from bench.results import fleet_views, views
 from bench.results.views import compose
 from bench.units import parse_size
@@ -30,14 +30,18 @@ def _hosts(hosts_dir: Path | None, names: list[str] | None):
 @hosts_app.command("list")
 def hosts_list(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
     """List the inventory's hosts. With none (a missing or empty inventory directory) it says
-    where it looked and how to add hosts, and exits 0."""
-    from bench.hosts.inventory import load_inventory, no_hosts
+    where it looked and how to add hosts, and exits 0. Host files that do not load are named
+    with their problems after the others (exit 2)."""
+    from bench.hosts.inventory import broken_files, load_inventory, no_hosts
     inv = load_inventory(hosts_dir)
     rows = [h.as_dict() for h in inv.values()]
     if json_out:
         views.emit_json(rows)
     elif rows:
         views.print_table(fleet_views.hosts_table(rows))
+    if inv.broken:
+        _say_error(broken_files(inv))
+        raise typer.Exit(2)
     if not rows:
         _say_error(no_hosts(inv.where))
 
@@ -56,8 +60,9 @@ def _say_error(exc: BenchError) -> None:
 
 @hosts_app.command("check")
 def hosts_check(hosts_dir: HostsDirOpt = None, json_out: JsonOpt = False) -> None:
-    """Validate every inventory file (all problems, not just the first, each with its file and
-    key), and the known_hosts, ssh config and identity files they name; exit 2 if any."""
+    """Validate every inventory file (all problems, not just the first, each with its file,
+    line and key; "did you mean" for a misspelt key), and the known_hosts, ssh config and
+    identity files they name (a missing identity file included); exit 2 if any."""
     from bench.hosts.inventory import check_inventory, find_hosts_dir, no_hosts
     where = find_hosts_dir(hosts_dir)
     rows = check_inventory(hosts_dir)
@@ -96,6 +101,16 @@ def hosts_init(directory: Annotated[Optional[Path], typer.Option(
               f"{res['dir']} or set BENCH_HOSTS={res['dir']} to use this one", "note:")
 
 
+def _probe_targets(hosts_dir: Path | None, names: list[str] | None):
+    """(the hosts to probe, {name: error} of the asked-for hosts whose file does not load)."""
+    from bench.hosts.inventory import load_inventory, select
+    inv = load_inventory(hosts_dir)
+    wanted = names or sorted(set(inv) | set(inv.broken))
+    skipped = {n: inv.broken[n] for n in wanted if n not in inv and n in inv.broken}
+    rest = [n for n in wanted if n not in skipped]
+    return (select(inv, rest) if rest or not skipped else []), skipped
+
+
 @hosts_app.command("probe")
 def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
                 verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print every "
@@ -109,9 +124,14 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
     """Probe hosts in parallel: kernel, arch, page size, cmdline, boot_id, memory, MGLRU,
     cgroup backend, systemd, pool device, python3, agent hash, and the settings that move
     page-cache numbers (the pool device's read_ahead_kb, max_sectors_kb and scheduler, THP,
-    vm sysctls, NUMA nodes, CPU governors). Exit 1 if a host failed."""
+    vm sysctls, NUMA nodes, CPU governors). A host whose inventory file does not load is a
+    failed row naming the file's problems; the other hosts are probed. Exit 1 if a host
+    failed."""
     from bench.hosts.facts import probe_hosts
-    results = [r.as_dict() for r in probe_hosts(_hosts(hosts_dir, hosts))]
+    targets, skipped = _probe_targets(hosts_dir, hosts)
+    results = [r.as_dict() for r in probe_hosts(targets)] if targets else []
+    results += [{"host": n, "ok": False, "error": error_data(e), "fact_errors": {},
+                 "seconds": 0.0, "facts": {}} for n, e in skipped.items()]
     if campaign:
         from bench.store.db import open_store
         from bench.store.queries import probe_vs_campaign

@@ -35,6 +35,8 @@ Schema (see hosts/README.md for a commented example):
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import os
 import stat
 import tomllib
@@ -47,6 +49,7 @@ import tomli_w
 from bench.errors import InventoryError
 from bench.hosts.inventory_schema import (  # noqa: F401 - the allowed values, re-exported from their old home
     NAME_RE, REBOOT_METHODS, TRANSPORTS, HostFile, HostFileError)
+from bench.hosts.toml_lines import key_lines, line_of
 from bench.matrix.matrix_schema import Problem, SchemaError, collect
 from bench.units import format_size
 
@@ -228,8 +231,27 @@ def _read_text(path: Path) -> str:
                              f"offset {exc.start})", "save the file as UTF-8") from None
 
 
-def load_host_file(path: Path) -> Host:
-    """One host file, read, parsed and validated, with the SSH files it names checked."""
+def _located(problems: list[Problem], text: str, path: Path) -> list[Problem]:
+    """Each problem with its key's line (FILE:LINE), and "did you mean" for an unknown key
+    close to an allowed one (tomllib gives lines for syntax errors only)."""
+    lines = key_lines(text)
+    out = []
+    for p in problems:
+        n = line_of(lines, p.loc)
+        changes: dict[str, Any] = {"source": f"{path}:{n}" if n else str(path)}
+        last = p.loc[-1] if p.loc else None
+        if p.message == "unknown key" and isinstance(last, str):
+            near = difflib.get_close_matches(last, p.allowed, n=1, cutoff=0.6)
+            if near:
+                changes["message"] = f"unknown key, did you mean '{near[0]}'?"
+                changes["hint"] = p.hint or f"rename '{last}' to '{near[0]}'"
+        out.append(dataclasses.replace(p, **changes))
+    return out
+
+
+def _load(path: Path) -> tuple[Host, str]:
+    """One host file, read, parsed and validated, with the SSH files it names checked; its
+    text (for the lines of later problems)."""
     text = _read_text(path)
     try:
         data = tomllib.loads(text)
@@ -244,8 +266,25 @@ def load_host_file(path: Path) -> Host:
         host = _host(h, path)
         problems = local_file_problems(host)
         if not problems:
-            return host
-    raise HostFileError(problems)
+            return host, text
+    raise HostFileError(_located(problems, text, path))
+
+
+def load_host_file(path: Path) -> Host:
+    """One host file, read, parsed and validated, with the SSH files it names checked."""
+    return _load(path)[0]
+
+
+def connect_problems(h: Host) -> list[Problem]:
+    """What would stop a connection that a plan does not need: an identity file that is not
+    there (`bench hosts check` reports it; planning with --facts works without it)."""
+    if h.transport != "ssh" or not h.ssh.identity_file:
+        return []
+    path = os.path.expanduser(h.ssh.identity_file)
+    why = _file_problem(path, must_exist=True)
+    return [Problem(("ssh", "identity_file"), why, source=h.source,
+                    hint="create the key (ssh-keygen -t ed25519 -f FILE) or point "
+                         "ssh.identity_file at an existing private key")] if why else []
 
 
 # where the inventory is -------------------------------------------------------------------------
@@ -299,11 +338,20 @@ def init_hosts_dir() -> Path:
 
 
 class Inventory(dict[str, Host]):
-    """The hosts by name (sorted), and the directory they were read from."""
+    """The hosts by name (sorted), the directory they were read from, and the host files that
+    did not load (`broken`: host name, the file's stem -> its error): one broken file does not
+    hide the other hosts; asking for a broken host by name raises its file's error."""
 
-    def __init__(self, hosts: dict[str, Host], where: InventoryDir):
+    def __init__(self, hosts: dict[str, Host], where: InventoryDir,
+                 broken: dict[str, InventoryError] | None = None):
         super().__init__(hosts)
         self.where = where
+        self.broken = dict(broken or {})
+
+    def __missing__(self, name: str) -> Host:
+        if name in self.broken:
+            raise self.broken[name]
+        raise KeyError(name)
 
 
 def no_hosts(where: InventoryDir) -> InventoryError:
@@ -339,37 +387,68 @@ def _host_files(where: InventoryDir) -> list[Path]:
 
 def load_inventory(hosts_dir: Path | None = None) -> Inventory:
     """Every host file of the inventory directory (find_hosts_dir), validated, by name
-    (sorted); an empty Inventory when the directory is missing or has no host file."""
+    (sorted); an empty Inventory when the directory is missing or has no host file. A file
+    that does not load is kept in `broken` with its error, not raised: the others still load."""
     where = find_hosts_dir(hosts_dir)
-    hosts = {}
+    hosts, broken = {}, {}
     for f in _host_files(where):
-        h = load_host_file(f)
+        try:
+            h = load_host_file(f)
+        except InventoryError as exc:
+            broken[f.stem] = exc
+            continue
         hosts[h.name] = h
-    return Inventory(hosts, where)
+    return Inventory(hosts, where, broken)
+
+
+def _problem_rows(exc: InventoryError) -> list[dict]:
+    if isinstance(exc, SchemaError):
+        return [dict(p.as_dict(), where=p.source) for p in exc.problems]
+    return [{"key": None, "problem": exc.message, "allowed": [], "hint": exc.hint}]
 
 
 def check_inventory(hosts_dir: Path | None = None) -> list[dict]:
     """Validate every file without stopping at the first bad one, nor at the first problem of
-    a file: [{file, host, ok, error, hint, problems}] (`error`: every problem, one a line)."""
+    a file, and the identity file of each (connect_problems): [{file, host, ok, error, hint,
+    problems}] (`error`: every problem, one a line, each FILE:LINE when the key is written)."""
     out = []
     for f in _host_files(find_hosts_dir(hosts_dir)):
         try:
-            h = load_host_file(f)
+            h, text = _load(f)
+            more = connect_problems(h)
+            if more:
+                raise HostFileError(_located(more, text, f))
             out.append({"file": str(f), "host": h.name, "ok": True, "error": None, "hint": None,
                         "problems": []})
         except InventoryError as exc:
             # every problem of the file: one a line in `error`, and each on its own in `problems`
-            problems = [p.as_dict() for p in exc.problems] if isinstance(exc, SchemaError) else [
-                {"key": None, "problem": exc.message, "allowed": [], "hint": exc.hint}]
             out.append({"file": str(f), "host": f.stem, "ok": False, "error": exc.message,
-                        "hint": exc.hint, "problems": problems})
+                        "hint": exc.hint, "problems": _problem_rows(exc)})
     return out
 
 
+def broken_files(inv: Inventory) -> InventoryError:
+    """The inventory's broken files, every problem of each, and how to go on."""
+    names = sorted(inv.broken)
+    lines = "\n".join(inv.broken[n].message for n in names)
+    good = " ".join(inv) or None
+    return InventoryError(
+        f"{len(names)} host file(s) in {inv.where.path} do not load: {', '.join(names)}\n{lines}",
+        "fix them (`bench hosts check` lists every problem)"
+        + (f", or name the hosts to use: {good}" if good else ""))
+
+
 def select(hosts: dict[str, Host], names: list[str] | None) -> list[Host]:
-    """The named hosts (all when names is empty), or an InventoryError naming the unknown ones."""
+    """The named hosts (all when names is empty), or an InventoryError naming the unknown ones,
+    the broken file of a named host, or (all hosts asked for) every broken file."""
     where = getattr(hosts, "where", None)
-    if not hosts and where is not None:
+    broken = hosts.broken if isinstance(hosts, Inventory) else {}
+    for n in names or ():
+        if n not in hosts and n in broken:
+            raise broken[n]
+    if not names and isinstance(hosts, Inventory) and broken:
+        raise broken_files(hosts)
+    if not hosts and where is not None and not broken:
         empty = no_hosts(where)
         if not names:
             raise empty
@@ -379,8 +458,9 @@ def select(hosts: dict[str, Host], names: list[str] | None) -> list[Host]:
     unknown = [n for n in names if n not in hosts]
     if unknown:
         inv = f" (inventory {where.path}, {where.origin})" if where is not None else ""
+        bad = f"; files that do not load: {', '.join(sorted(broken))}" if broken else ""
         raise InventoryError(f"unknown host(s): {', '.join(unknown)}",
-                             f"known hosts{inv}: {', '.join(hosts) or '(none)'}")
+                             f"known hosts{inv}: {', '.join(hosts) or '(none)'}{bad}")
     return [hosts[n] for n in names]
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 
 from pathlib import Path
@@ -143,7 +144,11 @@ def test_refused_values_name_file_and_key(tmp_path, edit, key, words):
     text = e.value.message + " " + (e.value.hint or "")
     assert e.value.exit_code == 2
     first = e.value.message.splitlines()[0]
-    assert first.startswith(f"{p}: key '{key}': "), text
+    m = re.match(rf"{re.escape(str(p))}(?::(\d+))?: key '{re.escape(key)}': ", first)
+    assert m, text
+    if m.group(1):      # the line named is where the key (or its table) is written
+        written = edit(SSH).split("\n")[int(m.group(1)) - 1]
+        assert any(part and part in written for part in re.split(r"[.\[\]]", key)), written
     for w in words:
         assert w in text, text
     # the same, through the real CLI: exit 2, the file and key in the JSON, no traceback
@@ -239,8 +244,8 @@ def test_known_hosts_that_is_a_directory_or_unreadable(tmp_path):
     p = write(inv, SSH.replace("[ssh]", f'[ssh]\nknown_hosts = "{tmp_path / "kh"}"'))
     with pytest.raises(InventoryError) as e:
         load_host_file(p)
-    assert e.value.message == f"{p}: key 'ssh.known_hosts': {tmp_path / 'kh'} is a directory, " \
-                              "not a file"
+    assert e.value.message == f"{p}:6: key 'ssh.known_hosts': {tmp_path / 'kh'} is a " \
+                              "directory, not a file"
     missing = write(inv, SSH.replace("[ssh]", f'[ssh]\nknown_hosts = "{tmp_path / "new"}"'))
     assert load_host_file(missing).known_hosts_path == str(tmp_path / "new")  # trust creates it
     os.mkfifo(tmp_path / "fifo")
@@ -334,7 +339,7 @@ def test_ssh_config_and_identity_file(tmp_path, monkeypatch):
     p = write(inv, SSH.replace("[ssh]", '[ssh]\nconfig = "~/cfg"\nidentity_file = "~/key"'))
     with pytest.raises(InventoryError) as e:
         load_host_file(p)
-    assert e.value.message == f"{p}: key 'ssh.identity_file': {tmp_path / 'key'} is a " \
+    assert e.value.message == f"{p}:7: key 'ssh.identity_file': {tmp_path / 'key'} is a " \
                               "directory, not a file"
     (tmp_path / "key").rmdir()
     assert load_host_file(p).ssh.config == "~/cfg"      # a missing key file: ssh says so later

@@ -85,7 +85,9 @@ def test_a_host_file_reports_every_problem_at_once(tmp_path):
         "paths.work_dir": "must be an absolute path, got 'var/lib/bench'",
         "colour": "unknown key (allowed keys: name, address, port, user, transport, tags, ssh, "
                   "memory, reboot, paths, expect)"}
-    assert all(line.startswith(f"{p}: key '") for line in e.value.message.splitlines())
+    # each line names the file and the line its key is written on (BAD_HOST starts with "\n")
+    assert [line.split(": key '")[0] for line in e.value.message.splitlines()] == [
+        f"{p}:{n}" for n in (4, 9, 12, 13, 15, 6)]
     assert_bench_wording(e.value)
     # a rule whose input failed is skipped, not reported a second time: no "allowed but no
     # method" for the misspelt method, no "floor above total" for the floor that is no size
@@ -110,24 +112,28 @@ def test_cross_field_rules_of_a_host_file_are_collected_too(tmp_path):
     assert_bench_wording(e.value)
 
 
-@pytest.mark.parametrize("text, key, message", [
-    ('transport = "ssh"\n', "address", "missing (required for transport ssh)"),
-    ('address = "a"\n', "transport", "missing (required; allowed values: ssh, local)"),
-    ('transport = "local"\nport = 70000\n', "port", "must be at most 65535, got 70000"),
-    ('transport = "ssh"\naddress = "a"\n[reboot]\nallowed = true\n', "reboot.method",
+@pytest.mark.parametrize("text, key, line, message", [
+    ('transport = "ssh"\n', "address", None, "missing (required for transport ssh)"),
+    ('address = "a"\n', "transport", None, "missing (required; allowed values: ssh, local)"),
+    ('transport = "local"\nport = 70000\n', "port", 2, "must be at most 65535, got 70000"),
+    ('transport = "ssh"\naddress = "a"\n[reboot]\nallowed = true\n', "reboot.method", 3,
      "reboot.allowed is true but no method is given (allowed values: grub-reboot, kexec, "
      "command)"),
-    ('transport = "local"\n[reboot]\nmethod = "command"\ncommand = []\n', "reboot.command",
+    ('transport = "local"\n[reboot]\nmethod = "command"\ncommand = []\n', "reboot.command", 4,
      "must be a non-empty list of strings (an argv; no shell is involved)"),
-    ('transport = "local"\n[tags]\nmachine = 1\n', "tags.machine", "must be a string, got int 1"),
-    ('transport = "local"\nssh = 3\n', "ssh", "must be a table, got int 3"),
+    ('transport = "local"\n[tags]\nmachine = 1\n', "tags.machine", 3,
+     "must be a string, got int 1"),
+    ('transport = "local"\nssh = 3\n', "ssh", 2, "must be a table, got int 3"),
 ])
-def test_one_problem_is_one_line_as_before(tmp_path, text, key, message):
+def test_one_problem_is_one_line_as_before(tmp_path, text, key, line, message):
+    """One line: FILE[:LINE]: key 'KEY': problem (the line where the key, or the table that
+    misses it, is written)."""
     p = tmp_path / "h.toml"
     p.write_text(text)
     with pytest.raises(InventoryError) as e:
         load_host_file(p)
-    assert e.value.message == f"{p}: key '{key}': {message}"
+    where = f"{p}:{line}" if line else str(p)
+    assert e.value.message == f"{where}: key '{key}': {message}"
     assert_bench_wording(e.value)
 
 
