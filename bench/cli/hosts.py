@@ -153,6 +153,25 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
         raise typer.Exit(1)
 
 
+@hosts_app.command("facts")
+def hosts_facts(hosts: Annotated[Optional[list[str]], typer.Argument(
+                    help="Host names to write the facts for (default: gh200-a gh200-b, the "
+                    "example inventory's).", show_default=False)] = None,
+                example: Annotated[Optional[str], typer.Option(
+                    "--example", metavar="NAME", help="The shipped example to print: gh200 "
+                    "(aarch64, 64 KiB pages, 480 GB, cgroup v2, MGLRU).")] = None) -> None:
+    """Print an example facts file (JSON, {host: facts}) to edit for your machines, for
+    planning without reaching the hosts: `bench hosts facts --example gh200 A B > facts.json`,
+    then `bench schedule --matrix M --hosts A,B --dry-run --facts facts.json`. For hosts bench
+    can reach, `bench hosts probe --json > FILE` writes their real facts."""
+    from bench.hosts.facts_example import DEFAULT_HOSTS, EXAMPLES, example_facts
+    if example is None:
+        raise InputError("bench hosts facts prints an example: name it with --example",
+                         f"examples: {', '.join(EXAMPLES)}; for hosts bench can reach: "
+                         "`bench hosts probe --json > FILE`")
+    views.emit_json(example_facts(example, hosts or DEFAULT_HOSTS))
+
+
 @hosts_app.command("deploy")
 def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
                  force: Annotated[bool, typer.Option("--force", help="Rebuild even when the "

@@ -40,6 +40,7 @@ def test_command_tree_is_complete():
     assert set(got) - set(known) == {"schema", "schema inventory", "schema matrix",
                                      "schema engine", "schema bundle",
                                      "hosts pools",        # several pools per host
+                                     "hosts facts",        # example facts, offline planning
                                      # campaigns: a group whose default is the list
                                      "campaigns list", "campaigns hide", "campaigns unhide",
                                      "campaigns rm",

@@ -57,9 +57,13 @@ class HostsUnreachable(BenchError):
         for h, e in failures.items():
             msg = str(e.get("message") or e.get("type"))
             parts.append(msg if msg.startswith(f"{h}: ") else f"{h}: {msg}")
+        offline = ("; to plan without reaching them, write their facts (`bench hosts facts "
+                   f"--example gh200 {' '.join(failures)} > facts.json`, then edit it) and add "
+                   "--facts facts.json") if dry_run else ""
         super().__init__(f"cannot probe {len(failures)} host(s), {what}: " + "; ".join(parts),
                          hint="bring them up (`bench hosts probe NAME` shows what a probe "
-                              "sees), fix what the message names, or leave them out of --hosts")
+                              "sees), fix what the message names, or leave them out of --hosts"
+                              + offline)
         self.failures = dict(failures)
 
 
@@ -120,9 +124,14 @@ def write_cached(data_dir: Path, host: Host, facts: dict,
         pass
 
 
+_WRITE_IT = ("write it with `bench hosts probe --json > FILE`, or start from an example: "
+             "`bench hosts facts --example gh200 HOST... > FILE`")
+
+
 def load_facts_file(path: Path) -> dict[str, dict]:
     """Facts from a file: `bench hosts probe --json` output (a list of {host, facts, error}) or
-    an object {host: facts}. Hosts the probe could not read (error set) are left out."""
+    an object {host: facts} (`bench hosts facts --example`; its keys starting with "_", such as
+    `_about`, are comments). Hosts the probe could not read (error set) are left out."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FACTS_FILE + 1)
@@ -134,21 +143,49 @@ def load_facts_file(path: Path) -> dict[str, dict]:
         d = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"{path}: not JSON ({str(exc)[:120]})",
-                         hint="write it with `bench hosts probe --json > FILE`") from None
+                         hint=_WRITE_IT) from None
     if isinstance(d, dict):
-        d = [{"host": k, "facts": v} for k, v in d.items()]
+        d = [{"host": k, "facts": v} for k, v in d.items() if not k.startswith("_")]
     if not isinstance(d, list):
         raise InputError(f"{path}: expected a list of probe results or an object of facts",
-                         hint="write it with `bench hosts probe --json > FILE`")
+                         hint=_WRITE_IT)
     out: dict[str, dict] = {}
     for i, r in enumerate(d):
         if not isinstance(r, dict) or not isinstance(r.get("host"), str) \
                 or not isinstance(r.get("facts"), dict):
             raise InputError(f"{path}: entry {i} is not {{\"host\": NAME, \"facts\": {{...}}}}",
-                             hint="write it with `bench hosts probe --json > FILE`")
+                             hint=_WRITE_IT)
         if not r.get("error"):
+            _check_types(path, r["host"], r["facts"])
             out[r["host"]] = r["facts"]
     return out
+
+
+# the facts planning reads, as the probe writes them (each may be null: the fact is unknown)
+_FACT_TYPES: dict[str, tuple[type, str]] = {
+    **{k: (int, "a whole number of bytes") for k in (
+        "mem_total_bytes", "mem_available_bytes", "swap_total_bytes", "swap_free_bytes",
+        "page_size")},
+    **{k: (str, "a string") for k in ("kernel", "arch", "cmdline", "mem", "mglru", "python3",
+                                      "boot_id")},
+    **{k: (dict, "an object") for k in ("cgroup", "pool_device", "settings")},
+    "systemd_pid1": (bool, "true or false"),
+}
+
+
+def _check_types(path: Path, host: str, facts: dict) -> None:
+    """An edited facts file with a value of the wrong type is refused with the key (a size
+    written "480G" would otherwise plan as if the fact were missing)."""
+    for key, (want, what) in _FACT_TYPES.items():
+        v = facts.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+            raise InputError(f"{path}: {host}: {key} must be {what} or null, got "
+                             f"{json.dumps(v)[:60]}",
+                             hint="as `bench hosts probe --json` writes it: sizes in bytes "
+                                  "(480 GB is 480000000000), mglru as the kernel's mask "
+                                  '("0x0007")')
 
 
 def host_facts(hosts: Sequence[Host], *, data_dir: Path, dry_run: bool,
