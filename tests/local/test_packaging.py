@@ -23,7 +23,8 @@ def test_wheel_carries_sources_agents_migrations_and_matrices(tmp_path):
                    "bench/agents/runner.py", "bench/agents/lru_gen_boot.sh",
                    "bench/migrations/env.py", "bench/migrations/versions/0001_initial_schema.py",
                    "bench/data/matrices/reclaim.toml", "bench/lab/guest/rcS",
-                   "bench/data/hosts/local.toml.in", "bench/data/hosts/gh200.toml.example"):
+                   "bench/data/hosts/local.toml.in", "bench/data/hosts/gh200.toml.example",
+                   "bench/data/facts/gh200.json"):
         assert needed in names, needed
     native = {n.split("/")[-1] for n in names if n.startswith("bench/native/")}
     assert native >= {p.name for p in (ROOT / "native").glob("*.[ch]")}
