@@ -113,18 +113,19 @@ def run(cell: Annotated[str, typer.Argument(
     from bench.execute.campaign.onerun import host_run_ids, run_hosts, with_protocol
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)
+    mem_bytes = None if mem is None else size_option(mem, "--mem")
+    for text, opt in ((cgroup_headroom, "--cgroup-headroom"), (balloon_max, "--balloon-max")):
+        if text is not None:
+            size_option(text, opt)          # a bare number is refused, not read as bytes
     names = [n.strip() for n in host.split(",") if n.strip()]
     if not names:
         raise InputError("--host is empty", "name at least one host of the inventory")
     hosts = select(load_inventory(hosts_dir), names)
     rid = run_id or time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-    for text, opt in ((cgroup_headroom, "--cgroup-headroom"), (balloon_max, "--balloon-max")):
-        if text is not None:
-            size_option(text, opt)          # a bare number is refused, not read as bytes
     # the kernel command line holds what bench wrote there: the exact bytes (bench.units)
     options = with_protocol(RunOptions(
         threads=threads, passes=passes,
-        mem=None if mem is None else kernel_size(size_option(mem, "--mem"))),
+        mem=None if mem_bytes is None else kernel_size(mem_bytes)),
         c, cgroup_headroom, balloon_max)
     ddir = data_dir or default_data_dir()
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed
