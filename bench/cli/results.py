@@ -38,7 +38,7 @@ def say_hidden_demo(store, *, cells: tuple[str, ...] = (), host: str | None = No
                     campaign: str | None = None, include_demo: bool = False) -> int:
     """One line on stderr when a read left out runs of demo campaigns: how many, and how to
     see them (never on stdout: JSON and CSV stay clean). Returns the count."""
-    from bench.store.queries import DEMO_FIX, demo_note, hidden_demo_runs
+    from bench.store.left_out import DEMO_FIX, demo_note, hidden_demo_runs
     n = hidden_demo_runs(store, cells=cells, host=host, campaign=campaign,
                          include_demo=include_demo)
     if n:
@@ -268,17 +268,17 @@ def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
     per host, workload and fingerprint, missing cells marked. OUT's directory must exist; its
     suffix picks the format (.svg and .pdf are vector; .png at 200 dpi; none: PNG)."""
     from bench.cli.outpath import output_file
-    from bench.store import queries
+    from bench.store import left_out, queries
     plots = _plots()
     plots.image_format(output_file(out, "-o"))
     store = _store(db)
     m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload,
                        include_demo=include_demo)
-    hid = queries.hidden_demo_runs(store, host=host, campaign=campaign,
-                                   include_demo=include_demo)
+    hid = left_out.hidden_demo_runs(store, host=host, campaign=campaign,
+                                    include_demo=include_demo)
     if not m["rows"] and hid:
-        raise InputError(f"no retained runs for the {kind} plot ({queries.demo_note(hid)})",
-                         hint=queries.DEMO_FIX)
+        raise InputError(f"no retained runs for the {kind} plot ({left_out.demo_note(hid)})",
+                         hint=left_out.DEMO_FIX)
     plots.draw(kind, m, out)
     say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
     views.say(f"wrote {out}")

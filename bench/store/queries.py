@@ -10,7 +10,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import case, select
 
 from bench.errors import InputError
 from bench.judge import engine_gates, identity, stats
@@ -18,8 +18,9 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
-from bench.store.spec_parts import (CAMPAIGNS, CELL_COLS, RUNS, VERDICTS, attach_identity,
-                                    cells_hosts, fetch_rows, runs_by_identity, runs_filter)
+from bench.store.left_out import DEMO_FIX, demo_note, hidden_demo_runs
+from bench.store.spec_parts import (CELL_COLS, RUNS, VERDICTS, attach_identity, cells_hosts,
+                                    fetch_rows, runs_by_identity, runs_filter)
 from bench.units import format_size
 from bench.version import controller_version
 
@@ -79,28 +80,6 @@ def load_runs(store: Store, *, cell: str | None = None, host: str | None = None,
         if with_identity:
             attach_identity(s, rows, store.engine.dialect.name)
     return rows
-
-
-def hidden_demo_runs(store: Store, *, cells: tuple[str, ...] = (), host: str | None = None,
-                     campaign: str | None = None, include_demo: bool = False) -> int:
-    """How many ingested runs a read left out because their campaign is a demo one (load_runs'
-    rule: none when `include_demo` or when `campaign` names one), of these `cells` (any, when
-    empty) on `host`: what a read command tells the user it hid. Runs of hidden campaigns are
-    not counted: `bench campaigns hide` hid them on purpose."""
-    if include_demo or campaign:
-        return 0
-    run, camp = RUNS.c, CAMPAIGNS.c
-    q = (select(func.count()).select_from(RUNS.join(CAMPAIGNS, run.campaign_id == camp.id))
-         .where(camp.demo.is_(True), or_(camp.hidden.is_(None), camp.hidden.is_(False)),
-                run.bundle_digest.is_not(None)))
-    with store.engine.connect() as s:
-        ids, hosts = cells_hosts(s)
-        if cells:
-            names = {parse_cell(c).name for c in cells}
-            q = q.where(run.cell_id.in_([i for i, c in ids.items() if c[0] in names]))
-        if host:
-            q = q.where(run.host_id.in_([i for i, h in hosts.items() if h == host]))
-        return int(s.execute(q).scalar_one())
 
 
 def cross_check_scope(store: Store, *, host=None, campaign=None,
@@ -209,14 +188,6 @@ def probe_vs_campaign(store: Store, campaign_id: str, results: list[dict]) -> li
                          "reference": None if ref is None else ref.get("digest"),
                          "matches": None if ref is None else not diff, "differences": diff}
     return results
-
-
-DEMO_FIX = "--include-demo shows them (or --campaign ID, one demo campaign)"
-
-
-def demo_note(n: int) -> str:
-    """The words for n runs left out as demo runs (hidden_demo_runs)."""
-    return f"{n} run{'' if n == 1 else 's'} of `bench demo` campaigns left out"
 
 
 def _gb(x):
