@@ -5,20 +5,26 @@ Python 3.8. A refusal is a GrammarError, a ValueError with a message and a hint 
 valid choices; each side turns it into its own error (SpecError here, InputError there).
 
 Sizes: `K`, `M`, `G`, `T` are decimal as the paper writes capacities (`64G` = 64 x 10^9 bytes);
-`Ki`, `Mi`, `Gi`, `Ti` binary (`6Gi` = 6 x 2^30); a bare integer is bytes. Input is
-case-insensitive and may carry a trailing `B` or a decimal fraction that lands on whole bytes
-(`1.5G`). `format_size` writes the canonical text, which `parse_size` reads back to the same
-bytes: the largest decimal unit that divides exactly (upper case), else the largest binary unit
-that divides exactly, else the bytes. The kernel's memparse (`mem=`, cgroup files) reads
+`Ki`, `Mi`, `Gi`, `Ti` binary (`6Gi` = 6 x 2^30); `B` alone is bytes (`4096B`). Input is
+case-insensitive and may carry a trailing `B` after a unit (`64GB`, `64GiB`) or a decimal
+fraction that lands on whole bytes (`1.5G`). A bare number is bytes only where bytes are what
+is asked for (`unit_required=False`: spec and file fields, options named in bytes); where a size
+is expected (`unit_required=True`: capacities, cell names) `64` is refused with the fix, as
+`64` bytes is never what a user meant by a capacity. `format_size` writes the canonical text,
+which `parse_size` reads back to the same bytes either way: the largest decimal unit that
+divides exactly (upper case), else the largest binary unit that divides exactly, else the bytes
+with `B` (`4097B`; 0 is `0`). The kernel's memparse (`mem=`, cgroup files) reads
 K/M/G/T/P/E as BINARY: bench hands it exact bytes (`kernel_size`) and reads what it shows with
 `parse_kernel_size`.
 
 Cell names: `{C}-{mechanism}-{reclaim}[-{mode}][-{hints}-{delivery}]`, the mode omitted when
 it is pagecache, the prefetch when it is none; C a size in the units above (`64G`, `64Gi`).
 Engine cells are `e2e-{prompt}-{admit|nocache}` (capacity 0, mechanism none, reclaim `host`).
-Input is case-insensitive; the canonical name writes C as `format_size` does and the rest in
-lower case; a name that is not the canonical spelling but for case is refused naming the
-canonical one. `parse_cell` and `cell_name` are exact inverses.
+C is read as a size with its unit required (`64G`, `64GB`, `64gib`, `64000M`, `1.5G` all read as
+options read them; a bare `64` is refused). Input is case-insensitive; the canonical name
+writes C as `format_size` does and the rest in lower case, and is what bench shows and stores
+whatever spelling came in. `cell_name(**parse_cell(n))` is the canonical spelling of n, and
+`parse_cell(cell_name(**f)) == f`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ DECIMAL = {"K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
 BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
 KERNEL_MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50,
                "E": 1 << 60}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:([kmgt])(i?))?\s*b?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*(?:([kmgt])(i?))?\s*(b?)\s*$", re.IGNORECASE)
 _KERNEL = re.compile(r"^\s*([0-9]+)([kmgtpe]?)\s*$", re.IGNORECASE)
 SIZE_HINT = ("write a number with an optional decimal unit K, M, G, T (64G = 64 x 10^9 bytes, "
              "as the paper writes capacities) or binary unit Ki, Mi, Gi, Ti (6Gi = 6 x 2^30), "
@@ -58,8 +64,17 @@ def size_multiplier(unit: str) -> int:
     return BINARY[u] if len(u) == 2 else DECIMAL[u]
 
 
-def parse_size(text: Union[str, int], what: str = "size") -> int:
-    """'64G' -> 64 x 10^9, '64Gi' -> 64 x 2^30, '4096' -> 4096; case-insensitive."""
+def unit_hint(number: str) -> str:
+    """The fix for a size written without a unit."""
+    n = number.strip()
+    return (f"write {n}G (decimal: {n} x 10^9 bytes, as the paper writes capacities) or "
+            f"{n}Gi (binary: {n} x 2^30), or {n}B if you mean bytes")
+
+
+def parse_size(text: Union[str, int], what: str = "size", unit_required: bool = False) -> int:
+    """'64G' -> 64 x 10^9, '64Gi' -> 64 x 2^30, '4096B' -> 4096; case-insensitive. A bare
+    number ('4096', or an int) is bytes unless `unit_required`: then a text without a unit is
+    refused naming the fix (0 stays 0: it has no unit to miss)."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text < 0:
             raise GrammarError(f"{what} must not be negative, got {text}")
@@ -67,22 +82,26 @@ def parse_size(text: Union[str, int], what: str = "size") -> int:
     m = _SIZE.match(str(text))
     if not m:
         raise GrammarError(f"{what} {text!r} is not a size", SIZE_HINT)
-    value = Fraction(m.group(1)) * size_multiplier((m.group(2) or "") + (m.group(3) or ""))
+    unit = (m.group(2) or "") + (m.group(3) or "")
+    if unit_required and not unit and not m.group(4) and Fraction(m.group(1)) != 0:
+        raise GrammarError(f"{what} {str(text).strip()} has no unit", unit_hint(m.group(1)))
+    value = Fraction(m.group(1)) * size_multiplier(unit)
     if value.denominator != 1:
         raise GrammarError(f"{what} {text!r} is not a whole number of bytes", SIZE_HINT)
     return int(value)
 
 
 def format_size(n: int) -> str:
-    """The canonical text of n bytes, read back by parse_size exactly: 64000000000 -> '64G',
-    68719476736 -> '64Gi', 768000000 -> '768M', 4097 -> '4097', 0 -> '0'."""
+    """The canonical text of n bytes, read back by parse_size exactly (unit required or not):
+    64000000000 -> '64G', 68719476736 -> '64Gi', 768000000 -> '768M', 4097 -> '4097B',
+    0 -> '0'."""
     if n < 0:
         raise ValueError(f"a size is not negative: {n}")
     for table in (DECIMAL, BINARY):
         for suffix, unit in sorted(table.items(), key=lambda kv: -kv[1]):
             if n and n % unit == 0:
                 return f"{n // unit}{suffix}"
-    return str(n)
+    return f"{n}B" if n else "0"
 
 
 def parse_kernel_size(text: Union[str, int], what: str = "kernel size") -> int:
@@ -114,8 +133,7 @@ ENGINE_PREFIX = "e2e"
 ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
 POLICY_MODES = {"admit": "pagecache", "nocache": "nocache"}
 LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
-_CAPACITY = re.compile(r"^[0-9]+(?:[kmgt]i?)?$", re.IGNORECASE)
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,96}")
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,96}")     # '.': a capacity's fraction (1.5G)
 Fields = Dict[str, Any]
 
 
@@ -190,10 +208,11 @@ def _fail(name: str, why: str) -> GrammarError:
 
 def parse_cell(name: object) -> Fields:
     """The fields of a cell name (capacity_bytes, mechanism, reclaim, mode, hints, delivery,
-    prompt), read case-insensitively; refuses a name that is not the canonical spelling but
-    for case."""
+    prompt), read case-insensitively, its capacity in any spelling a size option takes
+    (64G, 64GB, 64000M; 64Gi, 64gib); cell_name writes them back canonically."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise _fail(str(name), "only letters, digits, '_' and '-' are allowed")
+        raise _fail(str(name), "only letters, digits, '_', '-' and a capacity's '.' are "
+                               "allowed")
     cap, parts = name.split("-")[0], name.lower().split("-")
     if parts[0] == ENGINE_PREFIX:
         if len(parts) != 3 or not LABEL.match(parts[1]) or parts[2] not in POLICY_MODES:
@@ -204,8 +223,11 @@ def parse_cell(name: object) -> Fields:
     if len(parts) < 3:
         raise _fail(name, "it needs at least capacity, mechanism and reclaim")
     mech, reclaim, rest = parts[1], parts[2], parts[3:]
-    if not _CAPACITY.match(cap):
-        raise _fail(name, f"capacity {cap!r} is not a size like 64G, 768M or 64Gi")
+    try:
+        capacity = parse_size(cap, "capacity", unit_required=True)
+    except GrammarError as e:
+        raise _fail(name, f"{e.message}: {e.hint}" if "no unit" in e.message
+                    else f"capacity {cap!r} is not a size like 64G, 768M or 64Gi") from None
     if mech not in MECHANISMS:
         raise _fail(name, f"unknown mechanism {mech!r}")
     if reclaim not in RECLAIMS:
@@ -222,11 +244,7 @@ def parse_cell(name: object) -> Fields:
         hints, delivery = rest
         if delivery not in DELIVERIES:
             raise _fail(name, f"unknown delivery {delivery!r}")
-    fields: Fields = {"capacity_bytes": parse_size(cap, "cell capacity"), "mechanism": mech,
-              "reclaim": reclaim, "mode": mode, "hints": hints, "delivery": delivery,
-              "prompt": None}
+    fields: Fields = {"capacity_bytes": capacity, "mechanism": mech, "reclaim": reclaim,
+                      "mode": mode, "hints": hints, "delivery": delivery, "prompt": None}
     check_cell(**fields)
-    canonical = cell_name(**fields)
-    if canonical.lower() != name.lower():
-        raise _fail(name, f"not in canonical form (that cell is written {canonical})")
     return fields

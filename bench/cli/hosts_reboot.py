@@ -80,6 +80,9 @@ def hosts_reboot(
     while a run is in progress on the host or a campaign owns it, even between its runs
     (--force goes ahead, naming the run it kills and the campaign it disturbs)."""
     from bench.hosts.reboot import reboot_host
+    if mem is not None and mem.strip().lower() not in ("", "none"):
+        from bench.cli.options import size_option
+        size_option(mem, "--mem")           # mem=93 is 93 bytes to the kernel: refused here
     h, t = _host_and_transport(hosts_dir, host)
     try:
         _show(_guarded(t, h, "reboot", force, lambda: reboot_host(

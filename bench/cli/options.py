@@ -23,6 +23,10 @@ DbOpt = Annotated[Optional[str], typer.Option(
     help="Results database: a SQLite file's path (./bench.db) or a URL (sqlite:////abs/x.db, "
          "postgresql+psycopg://user@host/db). Default $BENCH_DB, else "
          "$XDG_DATA_HOME/bench/bench.db. Commands that only read never create one.")]
+IncludeDemoOpt = Annotated[bool, typer.Option(
+    "--include-demo", help="Also runs of `bench demo` campaigns. Every read command (runs, "
+                           "results, compare, sizing, export, plot, placement) leaves them out "
+                           "unless --campaign names one, and says how many it left out.")]
 ScaleOpt = Annotated[Optional[str], typer.Option(
     "--scale", help="Apply the matrix's [scale.NAME] (e.g. lab: the same cells re-sized for "
                     "the vm lab's small guests).")]
@@ -43,3 +47,11 @@ def ints(text: str, what: str) -> list[int]:
         return [int(x) for x in split_csv(text, what)]
     except ValueError:
         raise InputError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def size_option(text: str, option: str) -> int:
+    """A size option's bytes (bench.units: 64G decimal, 64Gi binary); a bare number is refused
+    with the fix, never read as bytes (`--capacity 64` is not 64 bytes). Options whose name
+    says bytes (--max-bytes) read bench.units.parse_size as it is."""
+    from bench.units import parse_size
+    return parse_size(text, option, unit_required=True)

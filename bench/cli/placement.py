@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import DbOpt, JsonOpt
+from bench.cli.options import DbOpt, IncludeDemoOpt, JsonOpt
 
 EXAMPLE = "paper-gh200"
 
@@ -37,8 +37,7 @@ def placement(bandwidths: Annotated[Path, typer.Option(
               workload: Annotated[Optional[str], typer.Option(
                   "--workload", help="Sizing: only runs of this workload (a prefix of the "
                                      "workload digest).")] = None,
-              include_demo: Annotated[bool, typer.Option(
-                  "--include-demo", help="Sizing: also runs of `bench demo` campaigns.")] = False,
+              include_demo: IncludeDemoOpt = False,
               db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Placement rules 2 and 3 (paper §8) from measured bandwidths: the breakeven reuse of an
     HBM promotion, (1/streaming) / (1/host_read - 1/hbm), and how far direct file-backed reads
@@ -60,10 +59,13 @@ def placement(bandwidths: Annotated[Path, typer.Option(
     bw = r.read_bandwidths(r.resolve_bandwidths(bandwidths))
     capacity = None
     if db is not None or target_seconds is not None:
+        from bench.cli.results import say_hidden_demo
         from bench.store.db import open_store
         from bench.store.queries import matrix
-        capacity = matrix(open_store(db, write=False), "capacity", host=host,
-                          campaign=campaign, workload=workload, include_demo=include_demo)
+        store = open_store(db, write=False)
+        capacity = matrix(store, "capacity", host=host, campaign=campaign, workload=workload,
+                          include_demo=include_demo)
+        say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
     rep = r.placement_report(bw, capacity, target_seconds)
     if json_out:
         views.emit_json(rep)

@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bench.cli.options import DataDirOpt, DbOpt, JsonOpt
+from bench.cli.options import DataDirOpt, DbOpt, IncludeDemoOpt, JsonOpt
 from bench.errors import BenchError, InputError
 from bench.results import store_views, views
 from bench.results.views import compose
@@ -32,6 +32,18 @@ def _store(db: str | None, *, write: bool = False):
     """The results database: readers (write=False) never create nor migrate it."""
     from bench.store.db import open_store
     return open_store(db, write=write)
+
+
+def say_hidden_demo(store, *, cells: tuple[str, ...] = (), host: str | None = None,
+                    campaign: str | None = None, include_demo: bool = False) -> int:
+    """One line on stderr when a read left out runs of demo campaigns: how many, and how to
+    see them (never on stdout: JSON and CSV stay clean). Returns the count."""
+    from bench.store.left_out import DEMO_FIX, demo_note, hidden_demo_runs
+    n = hidden_demo_runs(store, cells=cells, host=host, campaign=campaign,
+                         include_demo=include_demo)
+    if n:
+        views.say(compose(("note:", "yellow"), f" {demo_note(n)}; {DEMO_FIX}"))
+    return n
 
 
 def _size(text: str | None, what: str) -> int | None:
@@ -93,15 +105,21 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
 
 def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
          rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
-         = False, host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None,
+         = False, host: HostOpt = None, campaign: CampOpt = None,
+         include_demo: IncludeDemoOpt = False, db: DbOpt = None,
          json_out: JsonOpt = False) -> None:
-    """List stored runs with their retention verdicts."""
+    """List stored runs with their retention verdicts (runs of `bench demo` campaigns only
+    with --include-demo or --campaign)."""
     from bench.store.queries import list_runs
-    rows = list_runs(_store(db), cell=cell, host=host, campaign=campaign, rejected=rejected)
+    store = _store(db)
+    rows = list_runs(store, cell=cell, host=host, campaign=campaign, rejected=rejected,
+                     include_demo=include_demo)
     if json_out:
         views.emit_json(rows)
     else:
         views.print_table(store_views.runs_table(rows))
+    say_hidden_demo(store, cells=(cell,) if cell else (), host=host, campaign=campaign,
+                    include_demo=include_demo)
 
 def results(cell: Annotated[Optional[str], typer.Option(
                 "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).")] = None,
@@ -112,9 +130,7 @@ def results(cell: Annotated[Optional[str], typer.Option(
             pool: PoolOpt = False,
             verbose: Annotated[bool, typer.Option("-v", "--verbose",
                                                   help="Each run's verdicts.")] = False,
-            include_demo: Annotated[bool, typer.Option(
-                "--include-demo", help="Also runs of `bench demo` campaigns (left out unless "
-                                       "--campaign names one).")] = False,
+            include_demo: IncludeDemoOpt = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Statistics of one cell over retained runs, one group per host, workload and fingerprint
     (never pooled across them unless --pool); or a campaign-shaped matrix, rows per group."""
@@ -133,6 +149,7 @@ def results(cell: Annotated[Optional[str], typer.Option(
         else:
             m = queries.matrix(store, matrix, host=host, campaign=campaign,
                                workload=workload, include_demo=include_demo)
+        say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
         if json_out:
             return views.emit_json(m)
         if matrix == "prefetch":
@@ -140,21 +157,32 @@ def results(cell: Annotated[Optional[str], typer.Option(
         return store_views.show_matrix(m)
     if cell is None or matrix is not None:
         raise InputError("give exactly one of --cell or --matrix")
-    groups = queries.cell_results(_store(db), cell, host=host, campaign=campaign,
+    store = _store(db)
+    groups = queries.cell_results(store, cell, host=host, campaign=campaign,
                                   workload=workload, pool=pool, verbose=verbose,
                                   include_demo=include_demo)
+    say_hidden_demo(store, cells=(cell,), host=host, campaign=campaign,
+                    include_demo=include_demo)
     if json_out:
         return views.emit_json(groups)
     store_views.show_cell(groups, verbose)
 
 def compare(cell_a: str, cell_b: str, host: HostOpt = None, campaign: CampOpt = None,
             workload: WorkloadOpt = None, pool: PoolOpt = False,
+            include_demo: IncludeDemoOpt = False,
             db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Ratio of medians and median of per-pair ratios of two cells, per host, workload and
     fingerprint (pairs within one host and campaign); one number across them only with --pool."""
     from bench.store.queries import compare as do
-    c = do(_store(db), cell_a, cell_b, host=host, campaign=campaign, workload=workload, pool=pool)
-    return views.emit_json(c) if json_out else views.print_table(store_views.compare_table(c))
+    store = _store(db)
+    c = do(store, cell_a, cell_b, host=host, campaign=campaign, workload=workload, pool=pool,
+           include_demo=include_demo)
+    if json_out:
+        views.emit_json(c)
+    else:
+        views.print_table(store_views.compare_table(c))
+    say_hidden_demo(store, cells=(cell_a, cell_b), host=host, campaign=campaign,
+                    include_demo=include_demo)
 
 def _sizing_answer(r: dict) -> str:
     cap = r.get("capacity_bytes")
@@ -171,13 +199,16 @@ def sizing(target_seconds: Annotated[float, typer.Option(
            reclaim: Annotated[Literal["mglru", "classic"], typer.Option(
                help="Reclaim of the capacity curve to read.")] = "mglru",
            host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
+           include_demo: IncludeDemoOpt = False,
            db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """DRAM needed for a target iteration time, off the measured capacity curves: one curve
     and one answer per host, workload, fingerprint and mechanism."""
     from bench.judge.identity import group_text
     from bench.store.queries import sizing as do
-    r = do(_store(db), target_seconds, reclaim=reclaim, host=host, campaign=campaign,
-           workload=workload)
+    store = _store(db)
+    r = do(store, target_seconds, reclaim=reclaim, host=host, campaign=campaign,
+           workload=workload, include_demo=include_demo)
+    say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
     if json_out:
         return views.emit_json(r)
     if not r["curves"]:
@@ -198,18 +229,22 @@ def export(table: Annotated[Literal["runs", "iterations", "counters", "timeline"
            fmt: Annotated[Literal["csv", "json"], typer.Option(
                "--format", help="csv (a header line, then one line per row) or json (an "
                "array of objects).")] = "csv",
-           host: HostOpt = None, campaign: CampOpt = None, db: DbOpt = None) -> None:
+           host: HostOpt = None, campaign: CampOpt = None,
+           include_demo: IncludeDemoOpt = False, db: DbOpt = None) -> None:
     """Stored results to stdout, one table at a time, for sqlite3, pandas or a spreadsheet:
     the runs with their metrics, or a per-run detail table keyed by the text run id."""
     from bench.store.export import export_table
-    cols, rows = export_table(_store(db), table, host=host, campaign=campaign)
+    store = _store(db)
+    cols, rows = export_table(store, table, host=host, campaign=campaign,
+                              include_demo=include_demo)
     if fmt == "json":
         _json_array(rows)
-        return
-    w = csv.DictWriter(sys.stdout, fieldnames=cols)
-    w.writeheader()
-    for r in rows:
-        w.writerow(r)
+    else:
+        w = csv.DictWriter(sys.stdout, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
 
 
 def _json_array(rows) -> None:
@@ -226,19 +261,26 @@ def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
          out: Annotated[Path, typer.Option("-o", "--out", help="Image file to write (its "
                                            "suffix picks the format; none: PNG).")],
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
-         db: DbOpt = None) -> None:
+         include_demo: IncludeDemoOpt = False, db: DbOpt = None) -> None:
     """The paper's figures from stored results: capacity response (Fig. 2: every run, a/C),
     reclaim pairs (Fig. 3: device traffic and seconds), equal memory (Fig. 4: time and device
     traffic), prefetch conditions (Fig. 6). n and min-max error bars on every point, one series
     per host, workload and fingerprint, missing cells marked. OUT's directory must exist; its
     suffix picks the format (.svg and .pdf are vector; .png at 200 dpi; none: PNG)."""
     from bench.cli.outpath import output_file
-    from bench.store import queries
+    from bench.store import left_out, queries
     plots = _plots()
     plots.image_format(output_file(out, "-o"))
     store = _store(db)
-    m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload)
+    m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload,
+                       include_demo=include_demo)
+    hid = left_out.hidden_demo_runs(store, host=host, campaign=campaign,
+                                    include_demo=include_demo)
+    if not m["rows"] and hid:
+        raise InputError(f"no retained runs for the {kind} plot ({left_out.demo_note(hid)})",
+                         hint=left_out.DEMO_FIX)
     plots.draw(kind, m, out)
+    say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
     views.say(f"wrote {out}")
 
 

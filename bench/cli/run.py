@@ -12,12 +12,12 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from bench.cli.options import DbOpt
+from bench.cli.options import DbOpt, size_option
 from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.results import views
 from bench.results.views import LiteralTable, compose, styled
-from bench.units import kernel_size, parse_size
+from bench.units import kernel_size
 
 
 def _table(results: list) -> LiteralTable:
@@ -113,6 +113,10 @@ def run(cell: Annotated[str, typer.Argument(
     from bench.execute.campaign.onerun import host_run_ids, run_hosts, with_protocol
     from bench.plan.prepared import plan_from_trace_file
     c = parse_cell(cell)
+    mem_bytes = None if mem is None else size_option(mem, "--mem")
+    for text, opt in ((cgroup_headroom, "--cgroup-headroom"), (balloon_max, "--balloon-max")):
+        if text is not None:
+            size_option(text, opt)          # a bare number is refused, not read as bytes
     names = [n.strip() for n in host.split(",") if n.strip()]
     if not names:
         raise InputError("--host is empty", "name at least one host of the inventory")
@@ -121,7 +125,7 @@ def run(cell: Annotated[str, typer.Argument(
     # the kernel command line holds what bench wrote there: the exact bytes (bench.units)
     options = with_protocol(RunOptions(
         threads=threads, passes=passes,
-        mem=None if mem is None else kernel_size(parse_size(mem, "--mem"))),
+        mem=None if mem_bytes is None else kernel_size(mem_bytes)),
         c, cgroup_headroom, balloon_max)
     ddir = data_dir or default_data_dir()
     host_run_ids(rid, names)   # bad ids fail before the trace is even parsed

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, split_csv
+from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, size_option, split_csv
 from bench.cli.outpath import output_file
 from bench.errors import InputError
 from bench.results import trace_views, views
 from bench.results.views import compose
-from bench.units import parse_size
 
 if TYPE_CHECKING:
     from bench.trace.parse import Trace
@@ -260,7 +259,7 @@ def demand(
     measure)."""
     from bench.plan.planfile import plan_from_trace
     from bench.sim.demand import demand as run_demand
-    caps = [parse_size(c, "capacity") for c in split_csv(capacity, "--capacity")]
+    caps = [size_option(c, "--capacity") for c in split_csv(capacity, "--capacity")]
     rows = []
     for t in _traces(files, k, batch):
         rows += run_demand(plan_from_trace(t, expert_bytes, {"source": t.source}), caps)

@@ -6,11 +6,12 @@ paper's decimal units with binary `Ki`/`Mi`/`Gi`/`Ti` where the capacity is bina
 mglru` is the cell `64G-balloon-mglru`); the canonical name, used in output and storage, writes
 C as bench.units.format_size does (the unit letter upper case, `i` lower case) and the rest in
 lower case. Examples: 64G-balloon-mglru, 93G-memboot-mglru, 256G-cgroup-mglru-pinned,
-256G-cgroup-mglru-pilot-advice, 64Gi-cgroup-mglru. `parse_cell` and `Cell.name` are exact
-inverses (parse_cell(c.name) == c, and parse_cell(n).name == n for a canonical n); another
-spelling of the same capacity (`64000M`, `64GB`) is refused naming the canonical one; a bad name
-is an InputError listing the valid choices. Pure. The grammar is the host runner's
-(agents/hostrunner/grammar.py, through bench.units); this module gives it the Cell type.
+256G-cgroup-mglru-pilot-advice, 64Gi-cgroup-mglru. C takes every spelling a size option takes
+(`64GB`, `64000M`, `64gib`), its unit required (`64-...` is refused: 64 bytes is no capacity);
+`parse_cell(n).name` is the canonical spelling, which bench shows and stores, and
+parse_cell(c.name) == c. A bad name is an InputError listing the valid choices. Pure. The
+grammar is the host runner's (agents/hostrunner/grammar.py, through bench.units); this module
+gives it the Cell type.
 
 Names stored before capacities were decimal were all lower case and read K/M/G/T as binary
 (`64g-...` was 64 GiB); migration 0004 renamed them (`64Gi-...`). `legacy_cell` reads such
@@ -91,8 +92,8 @@ def engine_cell(prompt: str, policy: str) -> Cell:
 
 
 def parse_cell(name: str) -> Cell:
-    """The cell of a name, read case-insensitively (module doc); refuses a name that is not
-    the canonical spelling but for case."""
+    """The cell of a name, read case-insensitively, its capacity in any size spelling (module
+    doc); `.name` is its canonical spelling."""
     return _parse_cell(name) if isinstance(name, str) else Cell(**as_input_error(
         grammar.parse_cell, name))
 

@@ -48,7 +48,9 @@ def figure(kind: str, m: dict) -> Figure:
     """The figure of one matrix result (bench.store.queries.matrix); the caller closes it."""
     matplotlib.use("Agg")
     if not m["rows"]:
-        raise InputError(f"no retained runs for the {kind} plot")
+        raise InputError(f"no retained runs for the {kind} plot",
+                         hint="`bench runs` lists the stored runs; --host, --campaign and "
+                              "--workload choose which are drawn")
     draw_fn = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
                "prefetch": _prefetch, "admission": _admission}[kind]
     fig = draw_fn(m)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from bench.errors import InputError
 from bench.store.db import Store
@@ -30,12 +30,15 @@ TABLES = ("runs", *CHILD)
 
 
 def export_table(store: Store, table: str, *, host: str | None = None,
-                 campaign: str | None = None) -> tuple[list[str], Iterator[dict[str, Any]]]:
+                 campaign: str | None = None, include_demo: bool = False
+                 ) -> tuple[list[str], Iterator[dict[str, Any]]]:
     """(column names, rows) of one export table, runs in storage order (then the child
-    table's key order); filtered by host name and campaign id."""
+    table's key order); filtered by host name and campaign id. Every table leaves out the
+    runs results leave out (bench.store.queries.load_runs): those of demo campaigns unless
+    `include_demo`, of hidden ones always, unless `campaign` names the campaign."""
     if table == "runs":
         from bench.store.queries import CELL_COLS, RUN_COLS, export_rows
-        runs = export_rows(store, host=host, campaign=campaign)
+        runs = export_rows(store, host=host, campaign=campaign, include_demo=include_demo)
         return (list(runs[0]) if runs else [*RUN_COLS, "cell", "host", *CELL_COLS]), iter(runs)
     if table not in CHILD:
         raise InputError(f"unknown export table {table!r}", hint=", ".join(TABLES))
@@ -47,6 +50,10 @@ def export_table(store: Store, table: str, *, host: str | None = None,
         q = q.join(Host, Run.host_id == Host.id).where(Host.name == host)
     if campaign:
         q = q.where(Run.campaign_id == campaign)
+    else:
+        out = [Campaign.hidden.is_(True)] + ([] if include_demo else [Campaign.demo.is_(True)])
+        left_out = select(Campaign.id).where(or_(*out))
+        q = q.where(Run.campaign_id.is_(None) | Run.campaign_id.not_in(left_out))
     pk = [c for c in model.__table__.primary_key if c.name != "run_id"]
     q = q.order_by(Run.id, *pk)
 

@@ -18,6 +18,7 @@ from bench.judge.columns import METRIC_COLUMNS
 from bench.matrix.cells import parse_cell
 from bench.store.db import Store
 from bench.store import shapes
+from bench.store.left_out import DEMO_FIX, demo_note, hidden_demo_runs
 from bench.store.spec_parts import (CELL_COLS, RUNS, VERDICTS, attach_identity, cells_hosts,
                                     fetch_rows, runs_by_identity, runs_filter)
 from bench.units import format_size
@@ -221,8 +222,11 @@ def cell_results(store: Store, cell: str, *, host=None, campaign=None, workload=
                               mechanisms=CROSS_CHECK_MECHANISMS if balloon else None)
         runs = [r for r in runs_in_scope if r["cell"] == name]
     if not runs:
-        raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}",
-                         hint="`bench runs` lists what is stored")
+        hid = hidden_demo_runs(store, cells=(name,), host=host, campaign=campaign,
+                               include_demo=include_demo)
+        raise InputError(f"no stored runs of cell {name}{_where(host, campaign, workload)}"
+                         + (f" ({demo_note(hid)})" if hid else ""),
+                         hint=DEMO_FIX if hid else "`bench runs` lists what is stored")
     groups = identity.label_groups(identity.group_runs(runs))
     diff = identity.differences(groups) if len(groups) > 1 else {}
     why = identity.describe_differences(diff)

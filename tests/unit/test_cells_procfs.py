@@ -11,6 +11,7 @@ from bench.hosts.procfs import (cmdline_param, mglru_on, parse_cgroup_value, par
                                 parse_diskstats, parse_flat_keyed, parse_lru_gen, parse_meminfo,
                                 parse_psi, parse_status, parse_vmstat, status_bytes)
 from bench.matrix.cells import DELIVERIES, MECHANISMS, MODES, RECLAIMS, Cell, parse_cell
+from bench.units import parse_size
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "procfs" / "debian12-x86_64-cgv1"
 
@@ -18,7 +19,7 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "procfs" / "debian12-x8
 @pytest.mark.parametrize("name", ["64G-balloon-mglru", "64G-cgroup-classic", "93G-memboot-mglru",
                                   "256G-cgroup-mglru-pinned", "256G-cgroup-mglru-pilot-advice",
                                   "448G-none-mglru", "768M-cgroup-classic-hybrid-oracle-block",
-                                  "64Gi-cgroup-mglru", "1000001-none-classic"])
+                                  "64Gi-cgroup-mglru", "1000001B-none-classic"])
 def test_paper_cell_names_round_trip(name):
     assert parse_cell(name).name == name
 
@@ -41,6 +42,19 @@ def test_fields_decimal_and_binary_capacities():
     assert parse_cell("768m-cgroup-classic").capacity_bytes == 768 * 10 ** 6
 
 
+@pytest.mark.parametrize("spelling, canonical", [
+    ("64GB-balloon-mglru", "64G-balloon-mglru"), ("64gib-balloon-mglru", "64Gi-balloon-mglru"),
+    ("64000M-cgroup-classic", "64G-cgroup-classic"), ("1000m-cgroup-mglru", "1G-cgroup-mglru"),
+    ("1024mi-cgroup-mglru", "1Gi-cgroup-mglru"), ("1.5G-none-mglru", "1500M-none-mglru"),
+    ("4097b-none-mglru", "4097B-none-mglru")])
+def test_names_take_every_spelling_an_option_takes(spelling, canonical):
+    """A cell name's capacity reads as a size option reads it (bench.units.parse_size), and
+    the cell shows its one canonical name."""
+    c = parse_cell(spelling)
+    assert c.capacity_bytes == parse_size(spelling.split("-")[0], unit_required=True)
+    assert c.name == canonical and parse_cell(canonical) == c
+
+
 def test_legacy_names_read_their_binary_capacity():
     """Names stored before capacities were decimal: lower case, K/M/G/T binary."""
     from bench.matrix.cells import legacy_cell
@@ -55,7 +69,7 @@ def test_legacy_names_read_their_binary_capacity():
 @pytest.mark.parametrize("name, words", [
     ("64g-balloon", "at least capacity"),
     ("64x-balloon-mglru", "not a size"),
-    ("64GB-balloon-mglru", "not a size"),
+    ("64-balloon-mglru", "capacity 64 has no unit: write 64G"),
     ("64g-ballon-mglru", "unknown mechanism 'ballon'"),
     ("64g-balloon-lru", "unknown reclaim"),
     ("64g-balloon-mglru-pagecache", "by omitting it"),
@@ -63,9 +77,7 @@ def test_legacy_names_read_their_binary_capacity():
     ("64g-balloon-mglru-pilot-eager", "unknown delivery"),
     ("64g-balloon-mglru;rm -rf /", "only letters, digits"),
     ("$(reboot)-cgroup-mglru", "only letters, digits"),
-    ("1000m-cgroup-mglru", "canonical form (that cell is written 1G-cgroup-mglru)"),
-    ("1024mi-cgroup-mglru", "canonical form (that cell is written 1Gi-cgroup-mglru)"),
-    ("64000000000-cgroup-mglru", "canonical form (that cell is written 64G-cgroup-mglru)"),
+    ("64000000000-cgroup-mglru", "capacity 64000000000 has no unit"),
 ])
 def test_bad_names_list_the_choices(name, words):
     with pytest.raises(InputError) as exc:
@@ -90,16 +102,19 @@ def test_format_then_parse_is_identity(capacity, mech, reclaim, mode, pf):
     assert parse_cell(cell.name).name == cell.name
 
 
-@given(st.from_regex(r"[0-9]{1,5}([kKmMgGtT][iI]?)?-(cgroup|balloon|memboot|none)-"
+@given(st.from_regex(r"[0-9]{1,5}([kKmMgGtT][iI]?)?[bB]?-(cgroup|balloon|memboot|none)-"
                      r"(mglru|classic)(-(pinned|hybrid|nocache|random))?", fullmatch=True))
 def test_parse_then_format_is_identity_on_names_that_parse(name):
-    """Every name that parses is the canonical name of its cell but for case."""
+    """Every name that parses names the cell of its capacity's bytes, and the canonical name
+    reads back to that cell; only a bare number or zero is refused."""
+    cap, rest = name.split("-", 1)
     try:
         cell = parse_cell(name)
     except InputError as exc:
-        assert "canonical form" in exc.message or "positive" in exc.message
+        assert ("no unit" in exc.message and cap.isdigit()) or "positive" in exc.message
         return
-    assert cell.name.lower() == name.lower() and parse_cell(cell.name) == cell
+    assert cell.capacity_bytes == parse_size(cap) and parse_cell(cell.name) == cell
+    assert cell.name.split("-", 1)[1] == rest.lower()
 
 
 def test_captured_proc_files_parse():

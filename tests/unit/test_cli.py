@@ -49,14 +49,16 @@ def test_command_tree_is_complete():
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],
             # result identity: filter by workload digest, pool across groups only on request
-            "results": ["include_demo", "pool", "workload"], "compare": ["pool", "workload"],
-            "campaigns": ["include_hidden"],
-            "sizing": ["workload"], "plot": ["workload"],
+            # demo runs: every read command takes --include-demo (issue 23)
+            "results": ["include_demo", "pool", "workload"],
+            "compare": ["include_demo", "pool", "workload"],
+            "campaigns": ["include_hidden"], "runs": ["include_demo"],
+            "sizing": ["include_demo", "workload"], "plot": ["include_demo", "workload"],
             "ingest": ["data_dir", "max_bundle_bytes", "max_file_bytes"],
             # a changed host key is replaced only by naming the old one
             "hosts trust": ["replace"],
             # conventions: every stored table exports, each with the text run id
-            "export": ["table"],
+            "export": ["include_demo", "table"],
             "pool make": ["parents"],   # a missing parent is an error unless asked for
             # hosts checked before a campaign; the protocol of a matrix for one run
             "schedule": ["facts_file", "facts_max_age"],
@@ -173,7 +175,14 @@ def test_bench_run_accepts_cell_names_in_any_case(capsys, tmp_path_factory, cell
     assert rc == 2 and "unknown host(s): nosuch" in err and "cell" not in err
 
 
-def test_bench_run_refuses_another_spelling_naming_the_canonical_one(capsys, tmp_path):
-    rc, _, err = run(capsys, "run", "64000M-balloon-mglru", "--host", "nosuch", "--trace",
+def test_bench_run_takes_every_size_spelling_and_refuses_a_bare_number(capsys, tmp_path):
+    """A cell name's capacity reads as a size option does: 64000M and 64GB are the cell
+    64G-balloon-mglru (so the run goes on to the host, which is unknown here); a bare 64 is
+    refused with the fix, before any host is looked up."""
+    for spelling in ("64000M-balloon-mglru", "64GB-balloon-mglru", "64gib-balloon-mglru"):
+        rc, _, err = run(capsys, "run", spelling, "--host", "nosuch", "--trace",
+                         tmp_path / "t.jsonl", "--hosts-dir", tmp_path)
+        assert rc == 2 and "unknown host(s): nosuch" in err and "cell" not in err, spelling
+    rc, _, err = run(capsys, "run", "64-balloon-mglru", "--host", "nosuch", "--trace",
                      tmp_path / "t.jsonl", "--hosts-dir", tmp_path)
-    assert rc == 2 and "that cell is written 64G-balloon-mglru" in err
+    assert rc == 2 and "capacity 64 has no unit: write 64G" in err and "nosuch" not in err

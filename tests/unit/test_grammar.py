@@ -51,8 +51,8 @@ def test_the_host_reads_an_engine_cell_with_its_prompt_and_policy(cell, spelling
 
 @pytest.mark.parametrize("name, words, choices", [
     ("64g-swap-mglru", "unknown mechanism 'swap'", True),
-    ("64GB-balloon-mglru", "not a size", True),
-    ("1000m-none-mglru", "canonical form (that cell is written 1G-none-mglru)", True),
+    ("64X-balloon-mglru", "not a size", True),
+    ("64-none-mglru", "capacity 64 has no unit: write 64G", True),
     ("e2e-prose-pagecache", "an engine cell is e2e-{prompt}-{policy}", True),
     ("0-none-mglru", "must be positive", False),
 ])

@@ -85,9 +85,9 @@ def test_parse_size_rejects(text):
 
 
 @pytest.mark.parametrize("n, text", [
-    (64 * 10 ** 9, "64G"), (768 * 10 ** 6, "768M"), (3000, "3K"), (100, "100"), (0, "0"),
+    (64 * 10 ** 9, "64G"), (768 * 10 ** 6, "768M"), (3000, "3K"), (100, "100B"), (0, "0"),
     (64 << 30, "64Gi"), (6 << 30, "6Gi"), (256 << 20, "256Mi"), (4096, "4Ki"),
-    (2048000, "2048K"), (1_000_001, "1000001"), (448 * 10 ** 9, "448G"), (10 ** 12, "1T")])
+    (2048000, "2048K"), (1_000_001, "1000001B"), (448 * 10 ** 9, "448G"), (10 ** 12, "1T")])
 def test_format_size_prefers_the_largest_decimal_unit_then_binary(n, text):
     assert format_size(n) == text
     assert parse_size(text) == n
@@ -97,6 +97,25 @@ def test_format_size_prefers_the_largest_decimal_unit_then_binary(n, text):
 def test_format_then_parse_is_identity(n):
     assert parse_size(format_size(n)) == n
     assert parse_size(format_size(n).lower()) == n
+    assert parse_size(format_size(n), unit_required=True) == n
+
+
+@pytest.mark.parametrize("text", ["64", " 64 ", "1.5", "4096"])
+def test_a_size_option_refuses_a_bare_number_with_the_fix(text):
+    """Where a size is expected, 64 is never read as 64 bytes: the refusal says how to write
+    it; where bytes are asked for (unit_required=False) the same text is bytes."""
+    with pytest.raises(InputError) as exc:
+        parse_size(text, "--capacity", unit_required=True)
+    n = text.strip()
+    assert exc.value.message == f"--capacity {n} has no unit"
+    assert f"write {n}G (decimal" in exc.value.hint and f"{n}Gi (binary" in exc.value.hint
+    assert f"{n}B if you mean bytes" in exc.value.hint
+
+
+@pytest.mark.parametrize("text, value", [("64B", 64), ("64G", 64 * 10 ** 9), ("0", 0),
+                                         ("64GiB", 64 << 30), ("64gb", 64 * 10 ** 9)])
+def test_a_size_option_takes_every_unit_spelling(text, value):
+    assert parse_size(text, "--capacity", unit_required=True) == value
 
 
 def test_kernel_sizes_are_binary_and_bench_writes_bytes():

@@ -106,7 +106,7 @@ def test_memboot_at_the_floor_and_classic_without_mglru_are_fine():
 
 
 @pytest.mark.parametrize("bad", ["1g-none-classic;rm -rf /", "1g-none-classic$(id)",
-                                 "1000M-none-classic", "1g-none", "`x`-none-classic"])
+                                 "1000-none-classic", "1g-none", "`x`-none-classic"])
 def test_bad_cell_names_are_input_errors(bad):
     with pytest.raises(InputError) as e:
         build_spec(bad, HOST, PLAN, run_id="r1", facts=FACTS)
