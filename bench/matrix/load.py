@@ -74,6 +74,7 @@ from pydantic.fields import FieldInfo
 from bench.errors import InputError
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
 from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
+from bench.matrix.excludes import apply_excludes
 from bench.matrix.limits import CELLS_TEXT, RUNS_TEXT, Repetitions, cells_problem, runs_problem
 from bench.matrix.matrix_schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
 from bench.matrix.matrix_schema import AXES, DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
@@ -483,16 +484,12 @@ def _points(cells: Cells) -> tuple[list[Point], list[Problem]]:
     points = [Point(*t) for t in itertools.product(
         [_capacity(c) for c in cells.capacities], cells.mechanisms, cells.reclaims, cells.modes,
         cells.prefetch)]
-    problems = []
-    for i, x in enumerate(cells.exclude):
-        want = {k: getattr(x, k) for k in AXES if k in x.model_fields_set}
-        keep = [p for p in points if not all(
-            (p.capacity.text if k == "capacity" else getattr(p, k)) == v for k, v in want.items())]
-        if len(keep) == len(points):
-            problems.append(Problem(("cells", "exclude", i), f"matches no cell of the product: "
-                                    f"{want}", hint="check the spelling against cells.capacities, "
-                                                    "mechanisms, ..."))
-        points = keep
+    wants = [{k: getattr(x, k) for k in AXES if k in x.model_fields_set} for x in cells.exclude]
+    points, unused = apply_excludes(points, wants, lambda p, k: (
+        p.capacity.text if k == "capacity" else getattr(p, k)))
+    problems = [Problem(("cells", "exclude", i), f"matches no cell of the product: {wants[i]}",
+                        hint="check the spelling against cells.capacities, mechanisms, ...")
+                for i in unused]
     return points + [_extra_point(x) for x in cells.extra], problems
 
 

@@ -9,10 +9,13 @@ import tomllib
 import tracemalloc
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from bench.cli.app import app
 from bench.hosts.inventory import Host, RebootSpec
+from bench.matrix.excludes import apply_excludes
 from bench.matrix.expand import expand
 from bench.matrix.limits import MAX_CELLS, MAX_REPETITIONS, MAX_RUNS
 from bench.matrix.load import MatrixError, MatrixFileError, _shipped, parse_matrix
@@ -89,6 +92,40 @@ def test_the_runs_of_a_matrix_are_bounded_with_the_key_that_sets_them():
     e2e["engine"]["pairs"] = 10 ** 9
     e = refusal(e2e)
     assert e.problems[0].key == "engine.pairs" and "6 cells x 1000000000 pairs" in str(e)
+
+
+AXIS_VALUES = {"capacity": ["1M", "2M", "3M"], "mechanism": ["cgroup", "balloon"],
+               "reclaim": ["mglru", "classic"], "mode": ["pagecache", "pinned"]}
+point = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in AXIS_VALUES.items()})
+# an entry gives some axes, each a value of that axis (or one no point has)
+entry = st.lists(st.sampled_from(sorted(AXIS_VALUES)), min_size=1, unique=True).flatmap(
+    lambda axes: st.fixed_dictionaries({k: st.sampled_from(AXIS_VALUES[k] + ["other"])
+                                        for k in axes}))
+
+
+@given(st.lists(point, max_size=30), st.lists(entry, max_size=8))
+def test_excludes_in_one_pass_remove_what_applying_them_in_turn_removes(points, entries):
+    """The reference: each entry in turn filters what the earlier ones left; one that removes
+    nothing is reported (the loop bench.matrix.load ran before, E x P comparisons)."""
+    left, unused = list(points), []
+    for i, want in enumerate(entries):
+        keep = [p for p in left if not all(p[k] == v for k, v in want.items())]
+        if len(keep) == len(left):
+            unused.append(i)
+        left = keep
+    assert apply_excludes(points, entries, lambda p, k: p[k]) == (left, unused)
+
+
+def test_excludes_of_a_big_product_apply_in_one_pass():
+    """10^4 cells and 2,000 excludes: 24 s in turn (twice: the rules and the load), now well
+    under a second."""
+    import time
+    caps = [f"{i + 1}M" for i in range(5000)]
+    cells = {"capacities": caps, "mechanisms": ["cgroup", "balloon"], "reclaims": ["classic"],
+             "exclude": [{"capacity": c, "mechanism": "cgroup"} for c in caps[:2000]]}
+    t = time.monotonic()
+    m = parse_matrix(doc(cells=cells, repetitions=1), "m.toml")
+    assert len(m.points) == 8000 and time.monotonic() - t < 5
 
 
 def _host(name):
