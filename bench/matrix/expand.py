@@ -41,7 +41,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.errors import InputError
-from bench.matrix.load import Matrix, Point
+from bench.matrix.limits import MAX_RUNS
+from bench.matrix.load import Matrix, MatrixError, Point
 from bench.units import format_size, parse_kernel_size
 
 # boot configs and run requests (shared with bench.matrix.schedule) ---------------------------
@@ -302,8 +303,10 @@ def expand(m: Matrix, hosts: Sequence, facts: Mapping[str, Facts] | None = None)
     """Run requests for these inventory hosts (bench.hosts.inventory.Host or anything with name,
     tags, mem_total, mem_floor and reboot.allowed), the skipped cells with reasons, and
     warnings. `facts`: host name -> its probed facts (module doc); a host without an entry is
-    planned from its inventory alone."""
+    planned from its inventory alone. The runs are counted before any is made: more than
+    bench.matrix.limits.MAX_RUNS is a MatrixError."""
     out = Expansion(m.name)
+    cells: list[tuple[int, Point, list[Candidate], int]] = []    # (index, point, cands, runs)
     used: dict[str, dict[str, str]] = {h.name: {} for h in hosts}   # host -> cell -> point
     matched_any = set()
     for idx, p in enumerate(m.points):
@@ -329,21 +332,40 @@ def expand(m: Matrix, hosts: Sequence, facts: Mapping[str, Facts] | None = None)
                 continue
             used[h.name][cand.cell] = p.key
             cands.append(cand)
-        # both cells of an engine prompt share a unit: a pair stays on one host
-        unit = p.key if p.engine is None else p.engine.rsplit("-", 1)[0]
-        pair = _pair(p)
         out.skipped_runs += reps * (len(eligible) - len(cands)) if placement == "each" else (
             0 if cands else reps)
-        if placement == "each":
-            for cand in cands:
-                for r in range(reps):
-                    out.requests.append(RunRequest(f"{unit}@{cand.host}", p.key, r, (cand,), idx,
-                                                   pair))
-        elif cands:
-            for r in range(reps):
-                out.requests.append(RunRequest(unit, p.key, r, tuple(cands), idx, pair))
+        cells.append((idx, p, cands, reps * len(cands) if placement == "each" else (
+            reps if cands else 0)))
+    _check_runs(m, hosts, sum(n for *_, n in cells))
+    for idx, p, cands, _n in cells:
+        _add_requests(out, m, idx, p, cands)
     _tag_warnings(out, m, hosts, matched_any)
     return out
+
+
+def _check_runs(m: Matrix, hosts: Sequence, runs: int) -> None:
+    if runs > MAX_RUNS:
+        raise MatrixError(
+            f"matrix {m.name} on {len(hosts)} hosts makes {runs} runs, more than the "
+            f"{MAX_RUNS} a campaign may hold (placement each: every host runs every cell)",
+            hint="plan fewer hosts at once (--hosts), or lower repetitions in the matrix")
+
+
+def _add_requests(out: Expansion, m: Matrix, idx: int, p: Point, cands: list[Candidate]) -> None:
+    """The run requests of point p (the idx-th of the matrix) on its candidate hosts."""
+    placement = p.placement or m.placement
+    reps = p.repetitions or m.repetitions
+    # both cells of an engine prompt share a unit: a pair stays on one host
+    unit = p.key if p.engine is None else p.engine.rsplit("-", 1)[0]
+    pair = _pair(p)
+    if placement == "each":
+        for cand in cands:
+            for r in range(reps):
+                out.requests.append(RunRequest(f"{unit}@{cand.host}", p.key, r, (cand,), idx,
+                                               pair))
+    elif cands:
+        for r in range(reps):
+            out.requests.append(RunRequest(unit, p.key, r, tuple(cands), idx, pair))
 
 
 def _tag_warnings(out: Expansion, m: Matrix, hosts: Sequence, matched_any: set) -> None:

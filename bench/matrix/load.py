@@ -16,7 +16,7 @@ Schema (see the shipped files for commented examples):
     name = "reclaim"                 # a-z, 0-9, '-'; equals the file stem for shipped matrices
     description = "..."
     reference = "paper §5, Fig. 3"   # optional, free text
-    repetitions = 3                  # runs per cell and host (>= 1)
+    repetitions = 3                  # runs per cell and host (1 ... 1000, bench.matrix.limits)
     memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
     # sizes: K/M/G/T decimal as the paper writes capacities (64G = 64 x 10^9 bytes), Ki/Mi/Gi/Ti
     # binary (6Gi), bare integers bytes; case-insensitive (bench.units)
@@ -74,14 +74,15 @@ from pydantic.fields import FieldInfo
 from bench.errors import InputError
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
 from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
-from bench.matrix.matrix_schema import AXES
+from bench.matrix.excludes import apply_excludes
+from bench.matrix.limits import CELLS_TEXT, RUNS_TEXT, Repetitions, cells_problem, runs_problem
 from bench.matrix.matrix_schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
-from bench.matrix.matrix_schema import DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
+from bench.matrix.matrix_schema import AXES, DEFAULT_MEMBOOT_OVERHEAD, NAME_RE
 from bench.matrix.matrix_schema import PLACEMENTS as PLACEMENTS
 from bench.matrix.matrix_schema import PRESET_GEOMETRY, PRESET_POOLS, PRODUCT
 from bench.matrix.matrix_schema import RELATIVE_CAPACITY as _REL
 from bench.matrix.matrix_schema import (SYNTH_GEOMETRY, CapacityText, Cells, Estimate, Extra,
-                                        HostsTable, Order, PosInt, Problem, Protocol, SchemaError,
+                                        HostsTable, Order, Problem, Protocol, SchemaError,
                                         Size, Table, View, Workload, bad, collect, doc, matches,
                                         parse_capacity)
 from bench.units import MB, format_size
@@ -262,7 +263,7 @@ class Scale(Table):
     """[scale.NAME]: the same matrix re-sized for smaller hosts (bench schedule --scale NAME):
     every absolute capacity mapped, the tables named here override the matrix's."""
     description: str | None = doc("replaces the matrix's description", None)
-    repetitions: PosInt | None = doc("replaces the matrix's repetitions", None)
+    repetitions: Repetitions | None = doc("replaces the matrix's repetitions", None)
     memboot_overhead: Size | None = doc("replaces the matrix's memboot_overhead", None)
     mglru_at_boot: bool | None = doc("replaces the matrix's mglru_at_boot (hosts whose boots "
                                      "set MGLRU)", None)
@@ -388,7 +389,8 @@ class MatrixFile(Table):
         json_schema_extra={"pattern": NAME_RE.pattern})
     description: str = doc("one line: what the matrix measures")
     reference: str = doc("where in the paper (free text)", "")
-    repetitions: PosInt | None = doc("runs per cell and host (required unless [engine])", None)
+    repetitions: Repetitions | None = doc("runs per cell and host (required unless [engine]); "
+                                          + RUNS_TEXT, None)
     memboot_overhead: Size = doc("mem= of a memboot cell is C + this", DEFAULT_MEMBOOT_OVERHEAD,
                                  shown="9G")
     mglru_at_boot: bool = doc("MGLRU set by a boot (bench.lru_gen=), not at run time", False)
@@ -397,7 +399,7 @@ class MatrixFile(Table):
     hosts: HostsTable = doc("which hosts run the cells", default_factory=HostsTable.model_construct)
     estimate: Estimate = doc("duration estimates", default_factory=Estimate.model_construct)
     protocol: Protocol = doc("measurement protocol", default_factory=Protocol.model_construct)
-    cells: Cells | None = doc("the cells (required unless [engine])", None)
+    cells: Cells | None = doc(f"the cells (required unless [engine]): {CELLS_TEXT}", None)
     scale: dict[str, Scale] = doc("[scale.NAME] re-sizings (bench schedule --scale NAME)", {})
     engine: EngineTable | None = doc("an end-to-end engine matrix (docs/engine.md)", None)
 
@@ -444,6 +446,9 @@ def _parse(data: dict, source: str) -> tuple[MatrixFile, Matrix]:
         points, reps = _engine_points(engine), engine.pairs
     else:
         points = _points(m.cells)[0]
+    too_many = runs_problem([p.repetitions for p in points], reps, engine is not None)
+    if too_many is not None:        # before any run is made of them (bench.matrix.limits)
+        raise MatrixFileError([Problem(**too_many, source=source)])
     return m, Matrix(
         name=m.name, description=m.description, source=source, workload=workload,
         repetitions=reps, randomize=m.order.randomize, interleave=m.order.interleave_reps,
@@ -479,16 +484,12 @@ def _points(cells: Cells) -> tuple[list[Point], list[Problem]]:
     points = [Point(*t) for t in itertools.product(
         [_capacity(c) for c in cells.capacities], cells.mechanisms, cells.reclaims, cells.modes,
         cells.prefetch)]
-    problems = []
-    for i, x in enumerate(cells.exclude):
-        want = {k: getattr(x, k) for k in AXES if k in x.model_fields_set}
-        keep = [p for p in points if not all(
-            (p.capacity.text if k == "capacity" else getattr(p, k)) == v for k, v in want.items())]
-        if len(keep) == len(points):
-            problems.append(Problem(("cells", "exclude", i), f"matches no cell of the product: "
-                                    f"{want}", hint="check the spelling against cells.capacities, "
-                                                    "mechanisms, ..."))
-        points = keep
+    wants = [{k: getattr(x, k) for k in AXES if k in x.model_fields_set} for x in cells.exclude]
+    points, unused = apply_excludes(points, wants, lambda p, k: (
+        p.capacity.text if k == "capacity" else getattr(p, k)))
+    problems = [Problem(("cells", "exclude", i), f"matches no cell of the product: {wants[i]}",
+                        hint="check the spelling against cells.capacities, mechanisms, ...")
+                for i in unused]
     return points + [_extra_point(x) for x in cells.extra], problems
 
 
@@ -496,6 +497,9 @@ def _cell_rules(v: View, ctx: dict) -> Iterator[Problem]:
     """The rules over the cells a (replay) matrix expands to: excludes that exclude nothing, no
     cell at all, a cell twice, a pool-relative capacity without a pool size."""
     if v.given("engine") or not v.ok("cells") or v.cells is None:
+        return
+    if (too_many := cells_problem(v.cells)) is not None:     # before the product is made
+        yield Problem(**too_many)
         return
     points, problems = _points(v.cells)
     yield from problems

@@ -9,8 +9,8 @@ types, so the JSON Schema shows enums).
 Validation reports every problem of a document at once:
 - pydantic checks the shape, the types (strict: a TOML string is never an integer), the allowed
   values and the per-value rules (sizes through bench.units.parse_size: decimal K/M/G/T as the
-  paper writes capacities, binary Ki/Mi/Gi/Ti; capacities, cell names,
-  placeholders...) and collects all of them;
+  paper writes capacities, binary Ki/Mi/Gi/Ti; capacities, cell names, placeholders...) and
+  the limits of bench.matrix.limits, and collects all of them;
 - then the cross-field rules (a table's `rules`) run on what did validate (a `View`): a rule
   whose inputs failed is skipped, not reported a second time.
 `collect` turns both into `Problem`s in bench's wording (never pydantic's English or URLs);
@@ -34,6 +34,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from bench.errors import InputError
 from bench.matrix.cells import (DELIVERIES, MECHANISMS, RECLAIMS, Cell, Mechanism, Mode, Reclaim,
                                 parse_cell)
+from bench.matrix.limits import Repetitions
 from bench.units import MB, format_size, parse_size
 
 Placement = Literal["each", "one"]
@@ -192,7 +193,7 @@ def _translate(err: ErrorDetails, root: type[BaseModel]) -> list[Problem]:
         return [Problem(loc, "must not be negative, got " + repr(value) if low == 0
                         else f"must be at least {low}, got {value!r}")]
     if kind == "less_than_equal":
-        return [Problem(loc, f"must be at most {ctx['le']}, got {value!r}")]
+        return [Problem(loc, f"must be at most {ctx['le']}, got {value!r}", hint=ctx.get("hint"))]
     if kind in ("too_short", "string_too_short"):
         return [Problem(loc, "must not be empty")]
     return [Problem(loc, f"is not valid ({kind.replace('_', ' ')}), got {_got(value)}")]
@@ -472,8 +473,7 @@ class _WorkloadRun(Table):
     passes: Annotated[int, AfterValidator(_passes)] = doc(
         "passes over the trace: a warm-up and at least one measured", 2,
         json_schema_extra={"minimum": 2})
-    fixed_set_bytes: int | None = doc("bytes of the fixed (pinned) set, when the matrix has one",
-                                      None)
+    fixed_set_bytes: int | None = doc("bytes of the fixed (pinned) set, if there is one", None)
     hints: Annotated[dict[HintLabel, Annotated[str, AfterValidator(no_nul),
                                                at.MaxLen(4096)]],
                      at.MaxLen(64)] | None = doc(
@@ -555,7 +555,7 @@ class Extra(_Axes):
         "a cell name, e.g. 448G-cgroup-mglru (instead of the axes)", None)
     tags: Tags = doc("hosts of this cell (default: the matrix's hosts.tags)", None)
     placement: Placement | None = doc("default: the matrix's hosts.placement", None)
-    repetitions: PosInt | None = doc("default: the matrix's repetitions", None)
+    repetitions: Repetitions | None = doc("default: the matrix's repetitions", None)
 
     @model_validator(mode="after")
     def _cell_or_axes(self) -> "Extra":

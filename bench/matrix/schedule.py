@@ -35,6 +35,7 @@ Same seed, same plan; the seed is recorded in the plan.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -264,10 +265,12 @@ def _order_host(h: HostState, items: list[tuple[RunRequest, Candidate]], seed: i
     if needs and not h.rebootable:
         raise SafetyError(f"{h.name}: runs need boot {needs[0].label} but the host may not "
                           "be rebooted", "expansion should have skipped these cells")
+    by_boot: dict[BootConfig, list[tuple[RunRequest, Candidate]]] = {b: [] for b in groups}
+    for r, c in items:                  # one pass (not one per group), the items' order kept
+        by_boot[c.boot].append((r, c))
     pos = 0
     for gi, b in enumerate(groups):
-        ordered = _order_group([(r, c) for r, c in items if c.boot == b], hrng, seed,
-                               randomize, interleave)
+        ordered = _order_group(by_boot[b], hrng, seed, randomize, interleave)
         reboot = not (gi == 0 and h.is_current(b))
         if reboot:
             hp.reboots += 1
@@ -287,29 +290,44 @@ def _order_host(h: HostState, items: list[tuple[RunRequest, Candidate]], seed: i
 def _order_group(rcs: list[tuple[RunRequest, Candidate]], hrng: random.Random, seed: int,
                  randomize: bool, interleave: bool) -> list[tuple[RunRequest, Candidate]]:
     """The runs of one boot group: repetitions interleaved (each round shuffled) or cell by
-    cell (cells shuffled); an engine pair always stays one block."""
+    cell (cells shuffled); an engine pair always stays one block. Near-linear: the runs are
+    bucketed by repetition (or cell) in one pass, each bucket in the sorted order."""
     rs = sorted(rcs, key=lambda rc: (rc[0].index, rc[0].unit, rc[0].rep))
     ordered: list[tuple[RunRequest, Candidate]] = []
     if interleave:
-        for rep in sorted({r.rep for r, _ in rs}):
-            block = _paired([rc for rc in rs if rc[0].rep == rep], seed)
+        rounds: dict[int, list[tuple[RunRequest, Candidate]]] = {}
+        for rc in rs:
+            rounds.setdefault(rc[0].rep, []).append(rc)
+        for rep in sorted(rounds):
+            block = _paired(rounds[rep], seed)
             if randomize:
                 hrng.shuffle(block)
             ordered += [rc for pair in block for rc in pair]
         return ordered
+    of_unit: dict[str, list[tuple[RunRequest, Candidate]]] = {}
+    for rc in rs:
+        of_unit.setdefault(rc[0].unit, []).append(rc)
+    # a unit's index is that of its last point in `rs` (both cells of an engine pair share it)
     cells = [u for u, _ in sorted({r.unit: r.index for r, _ in rs}.items(), key=lambda kv: kv[1])]
     if randomize:
         hrng.shuffle(cells)
     for u in cells:
-        ordered += [rc for pair in _paired(sorted((rc for rc in rs if rc[0].unit == u),
-                                                  key=lambda rc: rc[0].rep), seed)
+        ordered += [rc for pair in _paired(sorted(of_unit[u], key=lambda rc: rc[0].rep), seed)
                     for rc in pair]
     return ordered
 
 
 def _first(rep: int, prompt: str, seed: int) -> str:
     """The policy that runs first in pair `rep` of an engine prompt."""
-    return pair_orders(rep + 1, seed, prompt)[rep][0]
+    return _firsts(1 << rep.bit_length(), seed, prompt)[rep]
+
+
+@functools.lru_cache(maxsize=256)
+def _firsts(n: int, seed: int, prompt: str) -> tuple[str, ...]:
+    """The first policy of pairs 0 .. n-1 (pair_orders is one seeded sequence: its first n
+    pairs are the same whatever the number asked for). `n` a power of two, so that a prompt's
+    pairs take log2(pairs) calls, not one per pair."""
+    return tuple(first for first, _ in pair_orders(n, seed, prompt))
 
 
 def _paired(rcs: list, seed: int) -> list[list]:
