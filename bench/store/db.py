@@ -290,6 +290,16 @@ def _sqlite_file(u) -> Path | None:
     return Path(u.database).expanduser()
 
 
+def check_database(url: str | None = None, *, write: bool = True) -> None:
+    """make_engine's checks of a SQLite path (dbfile.check_sqlite_file), creating nothing: a
+    command that works before it opens the store (a demo's trace, a schedule's probes) calls
+    this first, so that a --db it would refuse is refused before that work. A server's URL
+    passes (its errors come when it is opened)."""
+    path = _sqlite_file(_parse_url(resolve_url(url)))
+    if path is not None:
+        check_sqlite_file(path, write=write)
+
+
 def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     """An engine for `url` (resolve_url: a URL or a SQLite path; None: the default).
     create=False (readers): a SQLite file must already exist; nothing is created."""

@@ -206,3 +206,17 @@ def test_a_full_disk_during_ingest_is_one_line_and_stores_nothing(tmp_path):
         assert runs.returncode == 0 and json.loads(runs.stdout) == []   # rolled back
         again = bench(*argv, cwd=tmp_path)
         assert again.returncode == 0 and "r-full-1: ingested" in again.stderr + again.stdout
+
+
+def test_a_filesystem_error_no_command_handled_is_one_line(tmp_path):
+    """The CLI's last resort (bench.cli.app.as_bench_error): an OSError that reaches it
+    unhandled (here, mkdir -p under a file) is one line with a fix; -vv says what it was."""
+    (tmp_path / "junk").write_text("x")
+    argv = ("pool", "make", "junk/pool/x", "--parents", "--layers", "1", "--experts", "2",
+            "--expert-bytes", "4096")
+    p = bench(*argv, cwd=tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode in (1, 2) and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith("error: ") and "junk" in lines[0] and "not a directory" in \
+        lines[0] and lines[-1].startswith("fix: ") and len(lines) == 2, lines
+    assert (tmp_path / "junk").read_text() == "x"

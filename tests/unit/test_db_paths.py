@@ -104,3 +104,17 @@ def test_sqlite_failures_are_named_with_the_database_and_a_fix(tmp_path):
     with pytest.raises(sqlite3.IntegrityError) as e:
         c.execute("INSERT INTO t VALUES (1)")
     assert sqlite_failure("sqlite://", None, e.value) is None
+
+
+def test_check_database_refuses_up_front_and_creates_nothing(tmp_path):
+    from bench.store.db import check_database
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(StoreError, match="a FIFO"):
+        check_database(str(tmp_path / "fifo"))
+    with pytest.raises(StoreError, match="not a directory"):
+        check_database(f"sqlite:///{tmp_path / 'fifo' / 'x.db'}")
+    check_database(str(tmp_path / "new.db"))              # a writer may make it: fine
+    with pytest.raises(StoreError, match="no database at"):
+        check_database(str(tmp_path / "new.db"), write=False)
+    check_database("postgresql://nobody@localhost/none")  # a server's URL: opened later
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
