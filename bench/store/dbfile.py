@@ -128,8 +128,8 @@ _SQLITE_FAILURES = {
                                 "and -shm files beside the database"),
     "SQLITE_PERM": ("use", "check the owner and mode of {path} and {dir} (ls -ld)"),
     "SQLITE_NOTADB": ("open", NOT_OURS),
-    "SQLITE_CORRUPT": ("use", "the file is damaged: restore it from a copy, or give another "
-                              "--db (bench export reads what is still readable)"),
+    "SQLITE_CORRUPT": ("use", "the file is damaged: restore it from a copy (sqlite3's "
+                              ".recover may save some of it), or give another --db"),
 }
 
 

@@ -118,3 +118,20 @@ def test_check_database_refuses_up_front_and_creates_nothing(tmp_path):
         check_database(str(tmp_path / "new.db"), write=False)
     check_database("postgresql://nobody@localhost/none")  # a server's URL: opened later
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_a_database_error_that_reaches_the_cli_is_one_line(tmp_path):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import DBAPIError
+
+    from bench.cli.app import as_bench_error
+    engine = create_engine("sqlite://")
+    with pytest.raises(DBAPIError) as e, engine.connect() as c:
+        c.execute(text("SELECT * FROM no_such_table"))
+    err = as_bench_error(e.value)
+    assert err is not None and err.message == "the database failed: no such table: no_such_table"
+    assert "-vv" in (err.hint or "")
+    assert as_bench_error(ValueError("a bug")) is None      # a bug keeps its traceback
+    fs = as_bench_error(FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                          str(tmp_path / "gone")))
+    assert fs is not None and fs.message == f"{tmp_path / 'gone'}: No such file or directory"
