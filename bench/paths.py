@@ -5,19 +5,22 @@ command lines, process tables), and the database holds all of it again, so what 
 private to the user that runs it:
 
 - directories bench creates (the data directory, its plans/, traces/, bundles/<host>/ and
-  rejected/, the database's directory) are 0700, as the XDG base-directory rule asks of data
-  directories;
+  rejected/, the default database's directory) are 0700, as the XDG base-directory rule
+  asks of data directories;
 - bench's own directories found looser (made by an earlier bench) are tightened to their
   owner's bits: those inside a data directory, and the default data directory
-  ($XDG_DATA_HOME/bench) itself; a directory the user named (--data-dir, BENCH_DATA_DIR,
-  the directory of a --db file) is created 0700 but, when it exists, left as it is;
+  ($XDG_DATA_HOME/bench) itself; a directory the user named (--data-dir, BENCH_DATA_DIR)
+  is created 0700 but, when it exists, left as it is; the directory of a --db file must
+  exist (bench.store.dbfile) and is left as it is;
 - files bench writes there (plans, traces, collected bundles, the SQLite database with its
   -wal, -shm and .lock files) are 0600, and found looser they are tightened, silently: the
-  store is private by design; share results through PostgreSQL or `bench export`.
+  store is private by design; share results through PostgreSQL or `bench export`. Only
+  regular files and directories are ever chmodded (never a device, FIFO or socket).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -42,13 +45,15 @@ def default_data_dir() -> Path:
 
 def tighten(path: Path, mode: int) -> None:
     """Drop the permission bits of `path` that `mode` lacks (never adds any); a path that is
-    gone, a symlink, or not ours to chmod is left alone."""
+    gone, a symlink, not a regular file or directory, or not ours to chmod (another owner, a
+    read-only file system) is left alone."""
     try:
         st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o777 & ~mode:
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)) \
+                or not st.st_mode & 0o777 & ~mode:
             return
         os.chmod(path, stat.S_IMODE(st.st_mode) & mode)
-    except (FileNotFoundError, PermissionError):
+    except OSError:
         return
 
 
@@ -99,3 +104,47 @@ def private_tree(root: Path) -> None:
             tighten(Path(dirpath, d), PRIVATE_DIR)
         for f in files:
             tighten(Path(dirpath, f), PRIVATE_FILE)
+
+
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISLNK, "a symbolic link"))
+
+
+def file_kind(mode: int) -> str:
+    """What an st_mode says a path is, in words: 'a character device', 'a directory', ..."""
+    return next((word for test, word in _KINDS if test(mode)), "not a file")
+
+
+def not_a_directory(path: Path) -> Path | None:
+    """The first of `path`'s ancestors that exists and is not a directory (what ENOTDIR
+    meant), or None."""
+    for p in reversed(Path(path).parents):
+        try:
+            if not stat.S_ISDIR(os.stat(p).st_mode):
+                return p
+        except OSError:
+            return None
+    return None
+
+
+def os_failure(exc: OSError, path: Path | str | None = None) -> tuple[str, str]:
+    """(what went wrong, how to fix it) for an OSError on `path` (else the error's own
+    filename), in one line each: the CLI's words for a filesystem error."""
+    where = Path(path if path is not None else exc.filename or "?")
+    code = exc.errno
+    if code == errno.ENOTDIR and (blocker := not_a_directory(where)) is not None:
+        return (f"{blocker} is not a directory (it is {file_kind(os.stat(blocker).st_mode)}), "
+                f"so {where} cannot exist", f"give a path whose directories exist, not {where}")
+    cause = exc.strerror or os.strerror(code or 0)
+    fix = {errno.EACCES: f"check the owner and mode of {where} and of its directories "
+                         f"(ls -ld {where} {where.parent}), or use another path",
+           errno.EROFS: f"{where} is on a read-only file system: use a path on a writable one",
+           errno.ENOSPC: f"free space on the file system that holds {where} "
+                         f"(df -h {where.parent}) and run the command again",
+           errno.ENOENT: f"check the path: {where.parent} must exist",
+           errno.ELOOP: f"{where} is a symbolic link loop: point it at a file"}
+    fix[errno.EPERM] = fix[errno.EACCES]
+    fix[errno.EDQUOT] = fix[errno.ENOSPC].replace("free space on", "free space (a quota) on")
+    return f"{where}: {cause}", fix.get(code or 0, f"check {where} (ls -ld {where})")

@@ -155,20 +155,42 @@ def command(argv: list[str] | None = None) -> Any:
     return complete.attach(typer.main.get_command(build(areas)))
 
 
+def _report(exc: BenchError) -> int:
+    # the message and hint often quote what a host or a file said: literal text
+    views.err_console.print(compose(("error:", "bold red"), f" {exc.message}"), soft_wrap=True)
+    if exc.hint:
+        views.err_console.print(compose(("fix:", "bold"), f" {exc.hint}"), soft_wrap=True)
+    return exc.exit_code
+
+
+def as_bench_error(exc: Exception) -> BenchError | None:
+    """A filesystem or database error that no command turned into a BenchError, in bench's
+    words (one line and its fix); None for anything else (a bug: its traceback shows)."""
+    if isinstance(exc, OSError):
+        from bench.paths import os_failure
+        return BenchError(*os_failure(exc))
+    if "sqlalchemy" in sys.modules:        # else no database error can have been raised
+        from bench.store.db import as_store_error
+        return as_store_error(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the app and turns library errors into one message and an exit code."""
+    """Entry point: runs the app and turns library errors into one message and an exit code;
+    a filesystem or database error that reaches here unhandled too (its traceback at -vv)."""
     try:
         command(sys.argv[1:] if argv is None else argv).main(args=argv, prog_name="bench",
                                                                standalone_mode=True)
     except SystemExit as exc:
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except BenchError as exc:
-        # the message and hint often quote what a host or a file said: literal text
-        views.err_console.print(compose(("error:", "bold red"), f" {exc.message}"),
-                                soft_wrap=True)
-        if exc.hint:
-            views.err_console.print(compose(("fix:", "bold"), f" {exc.hint}"), soft_wrap=True)
-        return exc.exit_code
+        return _report(exc)
+    except Exception as exc:
+        err = as_bench_error(exc)
+        if err is None:
+            raise
+        logging.getLogger("bench").debug("where it failed", exc_info=True)
+        return _report(err)
     finally:
         views.set_quiet(False)
     return 0

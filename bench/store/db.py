@@ -25,10 +25,15 @@ transactional: the others then see the whole new schema or none of it). At head 
 held for the revision check alone (3 ms on SQLite on a 2-core test machine; a fresh
 database's migrations: 20 ms).
 
-A SQLite database is private to the user that runs bench (bench.paths): its directory is
-created 0700, the file is created 0600 before SQLite first opens it (SQLite gives its -wal
-and -shm files the database's mode), and a looser database, -wal, -shm or lock file (made
-by an earlier bench) is tightened to 0600 whenever bench opens it, without a word.
+A SQLite path is checked before anything touches it (bench.store.dbfile): a regular file
+with SQLite's header, or absent in a directory that exists (the default one is made, 0700);
+a device, a FIFO, a file that is not SQLite is refused in one line and left as it was. A
+SQLite database is private to the user that runs bench (bench.paths): the file is created
+0600 before SQLite first opens it (SQLite gives its -wal and -shm files the database's mode),
+and a looser database, -wal, -shm or lock file (made by an earlier bench) is tightened to
+0600 once the schema check has found it bench's, without a word. What the file system does
+to a SQLite database later (full, read-only, I/O errors) is a StoreError naming it, with
+the fix, on every statement (dbfile.sqlite_failure).
 """
 
 from __future__ import annotations
@@ -53,8 +58,10 @@ from sqlalchemy import (CursorResult, Result, create_engine, event, inspect, lit
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from bench.errors import BenchError, InputError
-from bench.paths import PRIVATE_FILE, bench_home, private_dir, tighten
+from bench.errors import InputError, StoreError
+from bench.paths import PRIVATE_FILE, bench_home, tighten
+from bench.store.dbfile import (check_sqlite_file, create_sqlite_file, failure,
+                                sqlite_failure)
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -64,10 +71,6 @@ if TYPE_CHECKING:
 # the schema lock's key: pg_advisory_xact_lock of b"benchmig" as a big-endian bigint
 PG_SCHEMA_LOCK_KEY = int.from_bytes(b"benchmig", "big")
 SQLITE_BUSY_S = 60.0            # how long a SQLite connection waits for a busy database
-
-
-class StoreError(BenchError):
-    """The results database cannot be opened or used."""
 
 
 T = TypeVar("T")
@@ -147,18 +150,12 @@ _BACKENDS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg",
 URL_EXAMPLES = "a path (./bench.db), sqlite:////abs/bench.db or postgresql+psycopg://user@host/db"
 
 
-def _private_sqlite(path: Path) -> None:
-    """The database file and its companions 0600; the file made so before SQLite makes it."""
-    private_dir(path.parent, own=False)
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                         PRIVATE_FILE))
-    except FileExistsError:
-        pass
-    except PermissionError:
-        return                  # a read-only place: SQLite will say so
-    for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
-        tighten(path.with_name(path.name + suffix), PRIVATE_FILE)
+def _own_sqlite(engine: Engine) -> None:
+    """A SQLite database found to be bench's: it and its companions tightened to 0600."""
+    path = sqlite_path(engine)
+    if path is not None:
+        for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
+            tighten(path.with_name(path.name + suffix), PRIVATE_FILE)
 
 
 def migrations_dir() -> Path:
@@ -225,26 +222,35 @@ def sqlite_path(engine: Engine) -> Path | None:
     return Path(db).expanduser()
 
 
-def _lock_fd(path: Path) -> int | None:
-    """An open descriptor of the lock file (made 0600); None where it can be neither made
-    nor opened (a read-only directory: then nobody can migrate the database there)."""
+def _lock_fd(path: Path) -> tuple[int | None, bool]:
+    """An open descriptor of the lock file (made 0600) and whether this call made it; None
+    where it can be neither made nor opened (a read-only directory: then nobody can migrate
+    the database there). Never through a symlink."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600), True
+    except FileExistsError:
+        pass
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
+            raise failure(exc, path, "lock") from None
+    for mode in (flags, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK):
+        try:
+            return os.open(path, mode), False
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise failure(exc, path, "lock") from None
+    return None, False
 
 
 @contextmanager
 def schema_lock(engine: Engine) -> Iterator[Connection]:
     """A connection in a transaction that holds bench's schema lock (see the module doc):
-    whoever holds it may read the revision and upgrade; the others wait."""
+    whoever holds it may read the revision and upgrade; the others wait. A lock file this
+    call made beside a database it then refuses (not bench's, newer) is removed again."""
     path = sqlite_path(engine)
-    fd = _lock_fd(path.with_name(path.name + ".lock")) if path is not None else None
+    lock = path.with_name(path.name + ".lock") if path is not None else None
+    fd, made = _lock_fd(lock) if lock is not None else (None, False)
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -253,6 +259,10 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"),
                              {"k": PG_SCHEMA_LOCK_KEY})
             yield conn
+    except StoreError:
+        if made and lock is not None:
+            lock.unlink(missing_ok=True)
+        raise
     finally:
         if fd is not None:
             os.close(fd)            # releases the flock
@@ -280,17 +290,14 @@ def _sqlite_file(u) -> Path | None:
     return Path(u.database).expanduser()
 
 
-def _existing_sqlite(path: Path) -> None:
-    """A reader's SQLite file: it must exist and be a file (never created here)."""
-    if not path.exists():
-        raise StoreError(f"no database at {path}",
-                         hint="run a campaign (or `bench db upgrade --db PATH` to make an "
-                              "empty one), or point --db / BENCH_DB at your database")
-    if not path.is_file():
-        raise StoreError(f"{path} is not a database file (a directory?)",
-                         hint="point --db at a SQLite file")
-    for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
-        tighten(path.with_name(path.name + suffix), PRIVATE_FILE)
+def check_database(url: str | None = None, *, write: bool = True) -> None:
+    """make_engine's checks of a SQLite path (dbfile.check_sqlite_file), creating nothing: a
+    command that works before it opens the store (a demo's trace, a schedule's probes) calls
+    this first, so that a --db it would refuse is refused before that work. A server's URL
+    passes (its errors come when it is opened)."""
+    path = _sqlite_file(_parse_url(resolve_url(url)))
+    if path is not None:
+        check_sqlite_file(path, write=write)
 
 
 def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
@@ -298,8 +305,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     create=False (readers): a SQLite file must already exist; nothing is created."""
     u = _parse_url(resolve_url(url))
     path = _sqlite_file(u)
-    if path is not None:
-        (_private_sqlite if create else _existing_sqlite)(path)
+    if path is not None and not check_sqlite_file(path, write=create):
+        create_sqlite_file(path)
     sqlite = u.get_backend_name() == "sqlite"
     try:
         engine = create_engine(u, future=True,
@@ -310,6 +317,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                 if u.get_backend_name() == "postgresql" else f"give {URL_EXAMPLES}")
         raise StoreError(f"no driver for {u.drivername}: {exc}", hint=hint) from None
     if engine.dialect.name == "sqlite":
+        event.listen(engine, "handle_error", _sqlite_failure)
         event.listen(engine, "connect", _sqlite_pragmas if create else _sqlite_reader_pragmas)
         if create:
             event.listen(engine, "connect", _own_transactions)
@@ -318,6 +326,27 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                 event.listen(engine, ev, _end_writer)
             event.listen(engine.pool, "checkin", _checkin_writer)
     return engine
+
+
+def _sqlite_failure(ctx) -> BaseException | None:
+    """What the file system did to a SQLite database (full, read-only, I/O error...) as a
+    StoreError naming it, for every statement of every command (dbfile.sqlite_failure)."""
+    engine = ctx.engine
+    if engine is None:
+        return None
+    return sqlite_failure(engine.url.render_as_string(), sqlite_path(engine),
+                          ctx.original_exception)
+
+
+def as_store_error(exc: BaseException) -> StoreError | None:
+    """A database error that reached the CLI unhandled, as one StoreError line (its cause and
+    the database's own words); None when `exc` is not a database error."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    first = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+    return StoreError(f"the database failed: {first}",
+                      hint="run the command again; if it fails the same way, run it with -vv "
+                           "and report what it shows")
 
 
 # A writer's SQLite transactions take the write lock when they begin (BEGIN IMMEDIATE), and a
@@ -381,7 +410,9 @@ def _checkin_writer(_dbapi_conn, record) -> None:
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
+    tables = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables or "alembic_version" in tables:   # new or bench's: never another's file
+        cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
@@ -446,6 +477,7 @@ def _check(engine: Engine, conn: Connection) -> str | None:
             raise StoreError(f"database is at schema revision {rev}, unknown to this bench "
                              f"(head {script.get_current_head()}): written by a newer bench?",
                              hint="upgrade bench, or use another database") from None
+    _own_sqlite(engine)         # bench's: now (never before) its files are made private
     return rev
 
 
@@ -489,6 +521,7 @@ def require_head(engine: Engine) -> str:
         with _opening(engine), schema_lock(engine) as conn:
             if engine.dialect.has_table(conn, "alembic_version") and conn.execute(
                     text("SELECT version_num FROM alembic_version")).scalars().all() == [head]:
+                _own_sqlite(engine)
                 return head
     where = engine.url.render_as_string()
     cur, head = check(engine), head_revision()

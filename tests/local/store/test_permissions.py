@@ -2,8 +2,8 @@
 data directory and the directories bench makes 0700, the SQLite database with its -wal, -shm
 and lock files 0600, collected bundles 0700/0600 (collected here from a bundle a "host" left
 0755/0644, through the real collect and the local transport), rejected/ likewise, plans and
-traces 0600. Looser ones from an earlier bench are tightened; a directory the user named is
-created 0700 but not changed when it exists."""
+traces 0600. Looser ones from an earlier bench are tightened; a directory the user named for a
+database must exist, and is not changed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bench.hosts.inventory import Host
 from bench.hosts.transport import LocalTransport
 from bench.paths import bench_home
 from bench.plan.prepared import plan_from_trace_file, workload_plan
-from bench.store.db import default_url, open_store
+from bench.store.db import StoreError, default_url, open_store
 from bench.store.ingest import ingest_bundle
 from tests.support.bundlegen import make_bundle
 from tests.support.runner import assert_private
@@ -79,9 +79,10 @@ def test_a_directory_the_user_named_is_left_as_it_is(tmp_path, home):
     os.chmod(shared, 0o755)
     _use(f"sqlite:///{shared / 'team.db'}")
     assert mode(shared) == 0o755                # the user's directory, the user's choice
-    new = tmp_path / "made" / "by" / "bench"
-    _use(f"sqlite:///{new / 'x.db'}")
-    assert [mode(p) for p in (new, new.parent, new.parent.parent)] == [0o700] * 3
+    new = tmp_path / "not" / "made"              # a new database's directory must exist
+    with pytest.raises(StoreError, match="no directory"):
+        open_store(f"sqlite:///{new / 'x.db'}")
+    assert not (tmp_path / "not").exists()
 
 
 def test_collected_bundles_plans_traces_and_rejected_are_private(tmp_path, home):
