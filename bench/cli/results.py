@@ -82,8 +82,10 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
         except BenchError as exc:
             failed += 1
             refusal: dict = {"bundle": str(b), "status": "refused", "error": exc.message}
-            if isinstance(exc, NotABundle):     # bad input: say what a bundle is
-                exit_code, refusal["fix"] = 2, exc.hint
+            if exc.hint:                        # a full disk, a bad bundle: say the fix
+                refusal["fix"] = exc.hint
+            if isinstance(exc, NotABundle):     # bad input (exit 2), not a failure of ours
+                exit_code = 2
             results.append(refusal)
     if json_out:
         views.emit_json(results)

@@ -198,7 +198,8 @@ def test_a_full_disk_during_ingest_is_one_line_and_stores_nothing(tmp_path):
         p = bench(*argv, cwd=tmp_path)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
         lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and str(db) in lines[0] and "disk is full" in lines[0], lines
+        assert len(lines) == 2 and str(db) in lines[0] and "disk is full" in lines[0], lines
+        assert lines[1].startswith("fix: free space"), lines
         assert {p.relative_to(bundle): p.read_bytes()
                 for p in bundle.rglob("*") if p.is_file()} == files     # the bundle stayed
         (full / "filler").unlink()
