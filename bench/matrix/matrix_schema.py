@@ -311,16 +311,16 @@ def _size(value: Any) -> int:
         raise bad(f"must be a size (a string like \"64G\" or \"6Gi\", or an integer of bytes), "
                   f"got {_got(value)}")
     try:
-        return parse_size(value, "")
+        return parse_size(value, "", unit_required=isinstance(value, str))   # "16": no unit
     except InputError as exc:
         raise bad(exc.message.strip(), hint=exc.hint) from None
 
 
-_SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]+)?|\.[0-9]+)\s*([KMGTkmgt][iI]?)?\s*[bB]?\s*$"
+_SIZE_PATTERN = r"^\s*([0-9]+(\.[0-9]+)?|\.[0-9]+)\s*([KMGTkmgt][iI]?\s*[bB]?|[bB])\s*$"
 Size = Annotated[int, PlainValidator(_size), WithJsonSchema({
     "anyOf": [{"type": "string", "pattern": _SIZE_PATTERN}, {"type": "integer", "minimum": 0}],
     "description": "decimal units as the paper writes capacities (64G = 64 x 10^9 bytes, 768M), "
-                   "binary Ki/Mi/Gi/Ti (6Gi = 6 x 2^30), or bytes (4096); case-insensitive"})]
+                   "binary Ki/Mi/Gi/Ti (6Gi = 6 x 2^30), bytes (4096B, an integer); any case"})]
 
 
 def parse_capacity(text: Any) -> tuple[str, str, float]:
@@ -338,7 +338,7 @@ def parse_capacity(text: Any) -> tuple[str, str, float]:
                              f"allowed: 0 < fraction <= {top:g}")
         return text.strip(), m.group(2), frac
     try:
-        b = parse_size(text, "capacity")
+        b = parse_size(text, "capacity", unit_required=True)
     except InputError:
         raise InputError(f"{text!r} is not a capacity",
                          "write an absolute size (64G = 64 x 10^9 bytes, 768M; 64Gi for binary), "

@@ -111,14 +111,14 @@ def test_relative_capacities_resolve_per_host_rounded_down_to_whole_mb():
 
 
 def test_absolute_capacities_keep_their_exact_bytes_and_binary_ones_say_so():
-    m = parse_matrix(doc(cells={"capacities": ["64g", "64Gi", "1.5G", "1000001"],
+    m = parse_matrix(doc(cells={"capacities": ["64g", "64Gi", "1.5G", "1000001B"],
                                 "mechanisms": ["cgroup"], "reclaims": ["classic"]}), "t.toml")
     assert [p.capacity.text for p in m.points] == ["64G", "64Gi", "1500M", "1000001B"]
     assert [p.capacity.value for p in m.points] == [64 * G, 64 * GiB, 1_500_000_000, 1_000_001]
     assert cells_of(expand(m, [host("h")])) == ["1000001B-cgroup-classic", "1500M-cgroup-classic",
                                                 "64G-cgroup-classic", "64Gi-cgroup-classic"]
     with pytest.raises(MatrixError, match="below 1M"):
-        parse_matrix(doc(cells={"capacities": ["4096"], "mechanisms": ["cgroup"],
+        parse_matrix(doc(cells={"capacities": ["4096B"], "mechanisms": ["cgroup"],
                                 "reclaims": ["classic"]}), "t.toml")
 
 
@@ -169,6 +169,9 @@ def test_tags_and_missing_machines_are_warned():
      "cells.mechanisms[0]", "cgroup, balloon, memboot, none"),
     ({"cells": {"capacities": ["64Q"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}},
      "cells.capacities[0]", "0.044pool"),
+    ({"cells": {"capacities": ["64"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}},
+     "cells.capacities[0]", "64G = 64 x 10^9"),                # a bare number has no unit
+    ({"protocol": {"cgroup_headroom": "16"}}, "protocol.cgroup_headroom", "has no unit"),
     ({"cells": {"capacities": ["1.5mem"], "mechanisms": ["cgroup"], "reclaims": ["mglru"]}},
      "cells.capacities[0]", "fraction <= 1"),
     ({"cells": {"capacities": ["64G"], "mechanisms": ["cgroup"], "reclaims": ["mglru"],
