@@ -21,9 +21,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from bench.cli.interrupt import Interrupted, signals_raise
 from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt, ScaleOpt
 from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
+from bench.results.views import compose
 
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Agent threads per run.")]
 RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retries per run "
@@ -191,13 +193,17 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             out["error"] = exc
     th = threading.Thread(target=work, name="executor", daemon=True)
-    th.start()
     try:
-        if not json_out:
-            campaign_views.campaign_live(lambda: progress(reader, cid),
-                                         lambda: not th.is_alive(),
-                                         journal=lambda after: journal_rows(reader, cid, after))
-        th.join()
+        with signals_raise():
+            try:
+                th.start()
+                if not json_out:
+                    campaign_views.campaign_live(
+                        lambda: progress(reader, cid), lambda: not th.is_alive(),
+                        journal=lambda after: journal_rows(reader, cid, after))
+                th.join()
+            except Interrupted as sig:
+                _interrupted(store, cid, sig, db_url)
         if "error" in out:
             raise out["error"]
         if json_out:
@@ -206,6 +212,31 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
     finally:
         reader.close()
         store.close()
+
+
+def _interrupted(store, cid: str, sig: Interrupted, db_url: str | None) -> None:
+    """A signal ended this controller (bench.cli.interrupt): the campaign recorded
+    `interrupted` and its lock released (unless another live controller drives it), one line
+    saying how to go on, and the signal's exit code."""
+    from bench.execute.campaign.watch import STALE_S
+    from bench.store.campaigns import mark_interrupted
+    from bench.store.controller_lock import live_holder, owner_info, release_lock
+    me = owner_info()
+    holder = live_holder(store, cid, STALE_S)
+    if holder is not None and holder.get("pid") != me["pid"]:
+        views.err_console.print(compose(
+            ("interrupted:", "bold yellow"), f" campaign {cid} is driven by pid "
+            f"{holder.get('pid')} on {holder.get('host')}, not by this process; nothing "
+            "recorded"), soft_wrap=True)
+        raise typer.Exit(sig.exit_code)
+    state = mark_interrupted(store, cid, f"{sig.name} to controller pid {me['pid']}")
+    release_lock(store, cid, me)
+    resume = f"bench resume {cid}" + (f" --db {db_url}" if db_url else "")
+    views.err_console.print(compose(
+        ("interrupted:", "bold yellow"), f" campaign {cid}; {resume} goes on"
+        if state == "interrupted" else f" campaign {cid} had finished ({state})"),
+        soft_wrap=True)
+    raise typer.Exit(sig.exit_code)
 
 
 def _execute(cid: str, settings, json_out: bool) -> None:
@@ -222,7 +253,7 @@ def _execute(cid: str, settings, json_out: bool) -> None:
 
 
 CampaignArg = Annotated[Optional[str], typer.Argument(
-    help="Campaign id (default: the newest campaign).")]
+    help="Campaign id (default: the newest unfinished campaign no live controller drives).")]
 
 
 def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDirOpt = None,
@@ -235,14 +266,10 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
     """Continue a campaign after the controller died at any point: finished runs are kept,
     running ones re-attached by run id and collected, the rest started; nothing is repeated."""
     from bench.execute.campaign.record import Settings, load_record
-    from bench.store.campaigns import latest_campaign
-    from bench.store.db import StoreError, open_store
+    from bench.store.db import open_store
     store = open_store(db)
     try:
-        cid = campaign or latest_campaign(store)
-        if cid is None:
-            raise StoreError("no campaign in the database", hint="start one with "
-                             "`bench schedule --matrix NAME --hosts a,b`")
+        cid = campaign or _newest_unfinished(store)
         rec = load_record(store, cid)
     finally:
         store.close()
@@ -250,6 +277,29 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
                              hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout)
     s.db_url = db
     _execute(cid, s, json_out)
+
+
+def _newest_unfinished(store) -> str:
+    """A bare `bench resume`: the newest campaign not hidden that is unfinished (any state but
+    done) and that no live controller drives, said on stderr; none is an error."""
+    from bench.execute.campaign.watch import STALE_S
+    from bench.store.campaigns import latest_campaign, unfinished_campaigns
+    from bench.store.controller_lock import live_holder
+    from bench.store.db import StoreError
+    driven = []
+    for c in unfinished_campaigns(store):
+        holder = live_holder(store, c.id, STALE_S)
+        if holder is None:
+            views.say(f"resuming campaign {c.id} ({c.state}): the newest unfinished campaign")
+            return c.id
+        driven.append(f"{c.id} (pid {holder.get('pid')} on {holder.get('host')})")
+    if latest_campaign(store) is None and not driven:
+        raise StoreError("no campaign in the database", hint="start one with "
+                         "`bench schedule --matrix NAME --hosts a,b`")
+    raise StoreError("no unfinished campaign to resume" + (
+        f": the unfinished ones are driven by live controllers: {', '.join(driven)}"
+        if driven else ": every campaign is done"),
+        hint="`bench campaigns` lists them; `bench resume ID` resumes one by id")
 
 
 def register(app: typer.Typer) -> None:
