@@ -9,8 +9,9 @@ anywhere is where a killed controller leaves it, which `bench resume` already re
 state is written before its action; a collected bundle stays on disk until it is ingested).
 
 A signal ignored when bench started stays ignored (a background job of a shell without job
-control ignores SIGINT: Ctrl-C in that terminal is not meant for it). A second signal while
-the first is being handled is ignored, so the record is written whole."""
+control ignores SIGINT: Ctrl-C in that terminal is not meant for it). The first signal puts the
+previous handlers back, so a second one does what it did before (Ctrl-C twice forces the exit
+should the record wait on a busy database)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -41,25 +43,26 @@ class Interrupted(BaseException):
 
 @contextmanager
 def signals_raise() -> Iterator[None]:
-    """Inside: the first SIGINT or SIGTERM raises Interrupted in the main thread, later ones
-    are ignored; the previous handlers come back on leaving. Outside the main thread it does
-    nothing (handlers can be set there only)."""
+    """Inside: the first SIGINT or SIGTERM raises Interrupted in the main thread and puts the
+    previous handlers back (as leaving does). Outside the main thread it does nothing
+    (handlers can be set there only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[int] = []
+    previous: dict[signal.Signals, Any] = {}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            # None: a handler not set from Python (an embedding program's); the default then
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
 
     def handler(signum: int, _frame) -> None:
-        if caught:
-            return
-        caught.append(signum)
+        restore()
         raise Interrupted(signum)
-    previous = {}
     for sig in SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
             previous[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        restore()

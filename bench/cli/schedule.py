@@ -17,7 +17,7 @@ import secrets
 import threading
 import time as _time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
@@ -134,44 +134,38 @@ def schedule_cmd(
     drawn = seed is None
     if seed is None:
         seed = secrets.randbelow(1_000_000)
-    sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
-                         facts_max_age, json_out)
-    if not dry_run and campaign is None:
-        campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
-                    + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
-    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
-    _refuse_empty(plan, exp, m)
-    if drawn and not json_out:      # after the checks, so an error is the first thing said
-        views.say(f"seed {seed}")
-    if not dry_run:
-        from bench.execute.campaign.record import Settings, create
-        from bench.store.db import open_store
-        from bench.hosts.inventory import find_hosts_dir
-        host_names = [h.name for h in sel]
-        # the inventory the plan was made from, absolute, so `bench resume` from another
-        # directory (or with another $BENCH_HOSTS) drives the same hosts
-        s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
-                     hosts_dir=find_hosts_dir(hosts_dir).path.absolute(),
-                     reconnect_timeout_s=reconnect_timeout,
-                     passes=int(m.workload.get("passes") or 2))
-        store = open_store(db)
+    # a signal anywhere in it says what it leaves (run_live handles the run itself)
+    with signals_raise():
         try:
-            cid = create(store, plan, exp, m, host_names, s, str(matrix), preflight=hf)
-        finally:
-            store.close()
-        if not json_out:
-            views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
-                      f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
-                      + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
-        _execute(cid, s, json_out)
-        return
-    if json_out:
-        views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
-                         "workload": m.workload,
-                         **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
-                         "warnings": exp.warnings, "facts": hf.as_dict()})
-    else:
-        print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+            sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
+                                 facts_max_age, json_out)
+            if not dry_run and campaign is None:
+                campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
+                            + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
+            plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
+            _refuse_empty(plan, exp, m)
+            if drawn and not json_out:  # after the checks, so an error is the first thing said
+                views.say(f"seed {seed}")
+            if not dry_run:
+                from bench.execute.campaign.record import Settings
+                from bench.hosts.inventory import find_hosts_dir
+                # the inventory the plan was made from, absolute, so `bench resume` from another
+                # directory (or with another $BENCH_HOSTS) drives the same hosts
+                s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
+                             hosts_dir=find_hosts_dir(hosts_dir).path.absolute(),
+                             reconnect_timeout_s=reconnect_timeout,
+                             passes=int(m.workload.get("passes") or 2))
+                _create_and_run(plan, exp, m, [h.name for h in sel], s, str(matrix), hf, json_out)
+                return
+            if json_out:
+                views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
+                                 "workload": m.workload,
+                                 **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
+                                 "warnings": exp.warnings, "facts": hf.as_dict()})
+            else:
+                print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+        except Interrupted as sig:
+            _interrupted_outside_run(None if dry_run else campaign, sig, db)
 
 
 def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
@@ -214,7 +208,52 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
         store.close()
 
 
-def _interrupted(store, cid: str, sig: Interrupted, db_url: str | None) -> None:
+def _create_and_run(plan, exp, m, host_names: list[str], s, matrix_ref: str, hf,
+                    json_out: bool) -> None:
+    from bench.execute.campaign.record import create
+    from bench.store.db import open_store
+    store = open_store(s.db_url)
+    try:
+        cid = create(store, plan, exp, m, host_names, s, matrix_ref, preflight=hf)
+    finally:
+        store.close()
+    if not json_out:
+        views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
+                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
+                  + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
+    _execute(cid, s, json_out)
+
+
+def _interrupted_outside_run(cid: str | None, sig: Interrupted,
+                             db_url: str | None) -> NoReturn:
+    """A signal while `bench schedule` probed, planned or created the campaign `cid` (None:
+    a dry run, or before its id), or after its controller ended: once the campaign's record
+    is written it is an interrupted campaign like any other; before, nothing is left to
+    resume."""
+    if cid is not None:
+        from bench.store.campaigns import journal_rows
+        from bench.store.db import StoreError, open_store
+        try:
+            store = open_store(db_url, write=False)
+        except StoreError:          # no database yet: nothing was created
+            store = None
+        if store is not None:
+            try:
+                planned = bool(journal_rows(store, cid, kinds=("plan",)))
+            finally:
+                store.close()
+            if planned:
+                store = open_store(db_url)
+                try:
+                    _interrupted(store, cid, sig, db_url)
+                finally:
+                    store.close()
+    views.err_console.print(compose(("interrupted:", "bold yellow"), " before a campaign was "
+                                    "created; nothing to resume"), soft_wrap=True)
+    raise typer.Exit(sig.exit_code)
+
+
+def _interrupted(store, cid: str, sig: Interrupted, db_url: str | None) -> NoReturn:
     """A signal ended this controller (bench.cli.interrupt): the campaign recorded
     `interrupted` and its lock released (unless another live controller drives it), one line
     saying how to go on, and the signal's exit code."""

@@ -25,35 +25,15 @@ from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.controller_lock import boot_id, lock_holder, start_ticks
 from bench.store.db import open_store
 from bench.store.models import JournalEntry
-from tests.support.local_host import local_hosts_dir
+from tests.support.local_host import local_hosts_dir, none_matrix
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
-
-MATRIX = """
-name = "local-int"
-description = "none/classic cells on the local host"
-repetitions = 2
-
-[workload]
-trace = "tiny"        # 4 layers x 32 experts x 64 KiB: an 8 MiB pool
-tokens = 40
-passes = 2
-
-[estimate]
-run_seconds = 2
-reboot_seconds = 30
-
-[cells]
-capacities = ["0.5pool", "2pool"]
-mechanisms = ["none"]
-reclaims = ["classic"]
-"""
 
 
 @pytest.fixture
 def lab(tmp_path):
     hosts = local_hosts_dir(tmp_path)
-    (tmp_path / "matrix.toml").write_text(MATRIX)
+    (tmp_path / "matrix.toml").write_text(none_matrix("local-int"))
     return {"tmp": tmp_path, "hosts": hosts, "db": f"sqlite:///{tmp_path / 'bench.db'}"}
 
 
