@@ -41,13 +41,13 @@ def _env(lab) -> dict:
     return dict(os.environ, COLUMNS="200", BENCH_DATA_DIR=str(lab["tmp"] / "data"))
 
 
-def _schedule(lab, cid: str) -> subprocess.Popen:
+def _schedule(lab, cid: str, group: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bench", "schedule", "--matrix", str(lab["tmp"] / "matrix.toml"),
          "--hosts", "local", "--hosts-dir", str(lab["hosts"]), "--data-dir",
          str(lab["tmp"] / "data"), "--db", lab["db"], "--seed", "5", "--campaign", cid],
         cwd=lab["tmp"], env=_env(lab), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, start_new_session=group)
 
 
 def _bench(lab, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -75,13 +75,18 @@ def _when_a_run_runs(db: str, cid: str, proc: subprocess.Popen, timeout: float =
     pytest.fail(f"no run of {cid} reached running in {timeout}s")
 
 
-def _signal_mid_run(lab, cid: str, sig: int) -> tuple[subprocess.CompletedProcess, float]:
+def _signal_mid_run(lab, cid: str, sig: int,
+                    group: bool = False) -> tuple[subprocess.CompletedProcess, float]:
     """`bench schedule` of campaign `cid` in a child, `sig` sent to its pid while a run is
-    running; (what it did, seconds from the signal to its exit)."""
-    proc = _schedule(lab, cid)
+    running (group: to its whole process group, as Ctrl-C in a terminal does, the local
+    runner included); (what it did, seconds from the signal to its exit)."""
+    proc = _schedule(lab, cid, group)
     _when_a_run_runs(lab["db"], cid, proc)
     t = time.monotonic()
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), \
         time.monotonic() - t
@@ -101,9 +106,11 @@ def _watch(lab, cid: str) -> dict:
     return json.loads(ran.stdout)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_records_the_campaign_interrupted_and_says_how_to_go_on(lab, sig):
-    ran, took = _signal_mid_run(lab, "sig", sig)
+@pytest.mark.parametrize("sig,group", [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                       (signal.SIGINT, True)],
+                         ids=["SIGINT", "SIGTERM", "ctrl-c-to-the-group"])
+def test_a_signal_records_the_campaign_interrupted_and_says_how_to_go_on(lab, sig, group):
+    ran, took = _signal_mid_run(lab, "sig", sig, group)
     assert ran.returncode == 128 + sig, (ran.returncode, ran.stderr[-2000:])
     assert "Traceback" not in ran.stderr, ran.stderr[-3000:]
     last = ran.stderr.strip().splitlines()[-1]
@@ -121,6 +128,9 @@ def test_a_signal_records_the_campaign_interrupted_and_says_how_to_go_on(lab, si
         ("interrupted", None, None, "bench resume sig")
     runs = _read(lab["db"], lambda s: run_rows(s, "sig"))
     assert any(r.state not in ("validated", "rejected") for r in runs), runs
+    ran = _bench(lab, "resume", "sig", timeout=180)     # goes on as the line says
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert {r.state for r in _read(lab["db"], lambda s: run_rows(s, "sig"))} == {"validated"}
 
 
 def test_a_bare_resume_takes_the_newest_unfinished_campaign_and_loses_no_run(lab):
