@@ -17,13 +17,15 @@ import secrets
 import threading
 import time as _time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
+from bench.cli.interrupt import Interrupted, signals_raise
 from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt, ScaleOpt
 from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
+from bench.results.views import compose
 
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Agent threads per run.")]
 RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retries per run "
@@ -132,44 +134,38 @@ def schedule_cmd(
     drawn = seed is None
     if seed is None:
         seed = secrets.randbelow(1_000_000)
-    sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
-                         facts_max_age, json_out)
-    if not dry_run and campaign is None:
-        campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
-                    + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
-    plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
-    _refuse_empty(plan, exp, m)
-    if drawn and not json_out:      # after the checks, so an error is the first thing said
-        views.say(f"seed {seed}")
-    if not dry_run:
-        from bench.execute.campaign.record import Settings, create
-        from bench.store.db import open_store
-        from bench.hosts.inventory import find_hosts_dir
-        host_names = [h.name for h in sel]
-        # the inventory the plan was made from, absolute, so `bench resume` from another
-        # directory (or with another $BENCH_HOSTS) drives the same hosts
-        s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
-                     hosts_dir=find_hosts_dir(hosts_dir).path.absolute(),
-                     reconnect_timeout_s=reconnect_timeout,
-                     passes=int(m.workload.get("passes") or 2))
-        store = open_store(db)
+    # a signal anywhere in it says what it leaves (run_live handles the run itself)
+    with signals_raise():
         try:
-            cid = create(store, plan, exp, m, host_names, s, str(matrix), preflight=hf)
-        finally:
-            store.close()
-        if not json_out:
-            views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
-                      f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
-                      + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
-        _execute(cid, s, json_out)
-        return
-    if json_out:
-        views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
-                         "workload": m.workload,
-                         **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
-                         "warnings": exp.warnings, "facts": hf.as_dict()})
-    else:
-        print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+            sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
+                                 facts_max_age, json_out)
+            if not dry_run and campaign is None:
+                campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
+                            + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
+            plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
+            _refuse_empty(plan, exp, m)
+            if drawn and not json_out:  # after the checks, so an error is the first thing said
+                views.say(f"seed {seed}")
+            if not dry_run:
+                from bench.execute.campaign.record import Settings
+                from bench.hosts.inventory import find_hosts_dir
+                # the inventory the plan was made from, absolute, so `bench resume` from another
+                # directory (or with another $BENCH_HOSTS) drives the same hosts
+                s = Settings(threads=threads, retries=retries, data_dir=data_dir, db_url=db,
+                             hosts_dir=find_hosts_dir(hosts_dir).path.absolute(),
+                             reconnect_timeout_s=reconnect_timeout,
+                             passes=int(m.workload.get("passes") or 2))
+                _create_and_run(plan, exp, m, [h.name for h in sel], s, str(matrix), hf, json_out)
+                return
+            if json_out:
+                views.emit_json({"matrix": m.name, "scale": m.scale, "source": m.source,
+                                 "workload": m.workload,
+                                 **plan.as_dict(), "skipped": exp.as_dict()["skipped"],
+                                 "warnings": exp.warnings, "facts": hf.as_dict()})
+            else:
+                print(plan_views.plan_text(m.as_dict(), plan.as_dict(), exp.as_dict()), end="")
+        except Interrupted as sig:
+            _interrupted_outside_run(None if dry_run else campaign, sig, db)
 
 
 def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dict:
@@ -191,13 +187,17 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             out["error"] = exc
     th = threading.Thread(target=work, name="executor", daemon=True)
-    th.start()
     try:
-        if not json_out:
-            campaign_views.campaign_live(lambda: progress(reader, cid),
-                                         lambda: not th.is_alive(),
-                                         journal=lambda after: journal_rows(reader, cid, after))
-        th.join()
+        with signals_raise():
+            try:
+                th.start()
+                if not json_out:
+                    campaign_views.campaign_live(
+                        lambda: progress(reader, cid), lambda: not th.is_alive(),
+                        journal=lambda after: journal_rows(reader, cid, after))
+                th.join()
+            except Interrupted as sig:
+                _interrupted(store, cid, sig, db_url)
         if "error" in out:
             raise out["error"]
         if json_out:
@@ -206,6 +206,76 @@ def run_live(cid: str, db_url: str | None, make_executor, json_out: bool) -> dic
     finally:
         reader.close()
         store.close()
+
+
+def _create_and_run(plan, exp, m, host_names: list[str], s, matrix_ref: str, hf,
+                    json_out: bool) -> None:
+    from bench.execute.campaign.record import create
+    from bench.store.db import open_store
+    store = open_store(s.db_url)
+    try:
+        cid = create(store, plan, exp, m, host_names, s, matrix_ref, preflight=hf)
+    finally:
+        store.close()
+    if not json_out:
+        views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
+                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
+                  + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
+    _execute(cid, s, json_out)
+
+
+def _interrupted_outside_run(cid: str | None, sig: Interrupted,
+                             db_url: str | None) -> NoReturn:
+    """A signal while `bench schedule` probed, planned or created the campaign `cid` (None:
+    a dry run, or before its id), or after its controller ended: once the campaign's record
+    is written it is an interrupted campaign like any other; before, nothing is left to
+    resume."""
+    if cid is not None:
+        from bench.store.campaigns import journal_rows
+        from bench.store.db import StoreError, open_store
+        try:
+            store = open_store(db_url, write=False)
+        except StoreError:          # no database yet: nothing was created
+            store = None
+        if store is not None:
+            try:
+                planned = bool(journal_rows(store, cid, kinds=("plan",)))
+            finally:
+                store.close()
+            if planned:
+                store = open_store(db_url)
+                try:
+                    _interrupted(store, cid, sig, db_url)
+                finally:
+                    store.close()
+    views.err_console.print(compose(("interrupted:", "bold yellow"), " before a campaign was "
+                                    "created; nothing to resume"), soft_wrap=True)
+    raise typer.Exit(sig.exit_code)
+
+
+def _interrupted(store, cid: str, sig: Interrupted, db_url: str | None) -> NoReturn:
+    """A signal ended this controller (bench.cli.interrupt): the campaign recorded
+    `interrupted` and its lock released (unless another live controller drives it), one line
+    saying how to go on, and the signal's exit code."""
+    from bench.execute.campaign.watch import STALE_S
+    from bench.store.campaigns import mark_interrupted
+    from bench.store.controller_lock import live_holder, owner_info, release_lock
+    me = owner_info()
+    holder = live_holder(store, cid, STALE_S)
+    if holder is not None and holder.get("pid") != me["pid"]:
+        views.err_console.print(compose(
+            ("interrupted:", "bold yellow"), f" campaign {cid} is driven by pid "
+            f"{holder.get('pid')} on {holder.get('host')}, not by this process; nothing "
+            "recorded"), soft_wrap=True)
+        raise typer.Exit(sig.exit_code)
+    state = mark_interrupted(store, cid, f"{sig.name} to controller pid {me['pid']}")
+    release_lock(store, cid, me)
+    resume = f"bench resume {cid}" + (f" --db {db_url}" if db_url else "")
+    views.err_console.print(compose(
+        ("interrupted:", "bold yellow"), f" campaign {cid}; {resume} goes on"
+        if state == "interrupted" else f" campaign {cid} had finished ({state})"),
+        soft_wrap=True)
+    raise typer.Exit(sig.exit_code)
 
 
 def _execute(cid: str, settings, json_out: bool) -> None:
@@ -222,7 +292,7 @@ def _execute(cid: str, settings, json_out: bool) -> None:
 
 
 CampaignArg = Annotated[Optional[str], typer.Argument(
-    help="Campaign id (default: the newest campaign).")]
+    help="Campaign id (default: the newest unfinished campaign no live controller drives).")]
 
 
 def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDirOpt = None,
@@ -235,14 +305,10 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
     """Continue a campaign after the controller died at any point: finished runs are kept,
     running ones re-attached by run id and collected, the rest started; nothing is repeated."""
     from bench.execute.campaign.record import Settings, load_record
-    from bench.store.campaigns import latest_campaign
-    from bench.store.db import StoreError, open_store
+    from bench.store.db import open_store
     store = open_store(db)
     try:
-        cid = campaign or latest_campaign(store)
-        if cid is None:
-            raise StoreError("no campaign in the database", hint="start one with "
-                             "`bench schedule --matrix NAME --hosts a,b`")
+        cid = campaign or _newest_unfinished(store)
         rec = load_record(store, cid)
     finally:
         store.close()
@@ -250,6 +316,29 @@ def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDir
                              hosts_dir=hosts_dir, reconnect_timeout_s=reconnect_timeout)
     s.db_url = db
     _execute(cid, s, json_out)
+
+
+def _newest_unfinished(store) -> str:
+    """A bare `bench resume`: the newest campaign not hidden that is unfinished (any state but
+    done) and that no live controller drives, said on stderr; none is an error."""
+    from bench.execute.campaign.watch import STALE_S
+    from bench.store.campaigns import latest_campaign, unfinished_campaigns
+    from bench.store.controller_lock import live_holder
+    from bench.store.db import StoreError
+    driven = []
+    for c in unfinished_campaigns(store):
+        holder = live_holder(store, c.id, STALE_S)
+        if holder is None:
+            views.say(f"resuming campaign {c.id} ({c.state}): the newest unfinished campaign")
+            return c.id
+        driven.append(f"{c.id} (pid {holder.get('pid')} on {holder.get('host')})")
+    if latest_campaign(store) is None and not driven:
+        raise StoreError("no campaign in the database", hint="start one with "
+                         "`bench schedule --matrix NAME --hosts a,b`")
+    raise StoreError("no unfinished campaign to resume" + (
+        f": the unfinished ones are driven by live controllers: {', '.join(driven)}"
+        if driven else ": every campaign is done"),
+        hint="`bench campaigns` lists them; `bench resume ID` resumes one by id")
 
 
 def register(app: typer.Typer) -> None:

@@ -19,10 +19,12 @@ def campaign_renderable(p: dict):
     per host (phase, cell, run, pass and iteration as the host last reported them, elapsed,
     ETA), an overall bar, the last verdicts, quarantined hosts and warnings. Every name and
     message in it is literal text (bench.results.views)."""
-    ctl = p.get("controller")
+    ctl, gone = p.get("controller"), p.get("controller_gone")
     head = compose((str(p["campaign"]), "bold"), f"  matrix {p['matrix']}  seed {p['seed']}  "
                    "state ", (str(p["state"]), "bold"), "  controller ",
-                   f"pid {ctl['pid']} on {ctl['host']}" if ctl else ("none", "yellow"))
+                   f"pid {ctl['pid']} on {ctl['host']}" if ctl else
+                   (f"gone (pid {gone.get('pid')} on {gone.get('host')} no longer runs)", "red")
+                   if gone else ("none", "yellow"))
     t = LiteralTable(expand=False)
     for col in ("host", "phase", "cell", "run", "pass", "iteration", "elapsed", "done", "ETA"):
         t.add_column(col)
@@ -38,6 +40,9 @@ def campaign_renderable(p: dict):
                 f"ETA {dur(p['eta_s'])} (run ~{dur(p['run_seconds'])}, reboot "
                 f"~{dur(p['reboot_seconds'])})")
     parts: list[RenderableType] = [head, t, Group(bar, line)]
+    if p.get("resume"):
+        parts.append(compose(("not driven:", "yellow"), " no controller runs this campaign; `",
+                             (str(p["resume"]), "bold"), "` goes on"))
     if p["verdicts"]:
         v = LiteralTable(title="last verdicts", show_header=False, box=None)
         for x in p["verdicts"]:

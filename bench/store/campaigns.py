@@ -17,7 +17,8 @@ from bench.matrix.cells import parse_cell
 from bench.store.db import Store, StoreError, get_or_create, referenced
 from bench.store.models import Campaign, Cell, Host, JournalEntry, Run
 from bench.store.rows import CampaignRow, JournalRow, RunRow
-from bench.store.states import INITIAL, check_state, check_transition
+from bench.store.states import (CAMPAIGN_FINISHED, INITIAL, check_state,
+                                check_transition)
 from bench.store.workloads import workload_id
 
 
@@ -151,6 +152,23 @@ def set_campaign_state(store: Store, campaign_id: str, state: str, message: str 
                                    + (f": {message}" if message else "")))
 
 
+def mark_interrupted(store: Store, campaign_id: str, why: str) -> str:
+    """Record that a signal ended the campaign's controller: the campaign becomes `interrupted`
+    (with `why` in its journal) unless it finished first. Its runs are left as they are, as a
+    crash leaves them, for `bench resume`. Returns the campaign's state now."""
+    with store.session() as s, s.begin():
+        c = s.get(Campaign, campaign_id)
+        if c is None:
+            raise StoreError(f"no campaign {campaign_id}")
+        if c.state in CAMPAIGN_FINISHED:
+            return c.state
+        old, c.state = c.state, "interrupted"
+        s.add(JournalEntry(campaign_id=campaign_id, kind="campaign",
+                           message=f"{campaign_id}: {old} -> interrupted: {why}",
+                           data={"from": old, "to": "interrupted", "why": why}))
+        return c.state
+
+
 def journal(store: Store, kind: str, message: str, *, campaign_id: str | None = None,
             data: dict | None = None) -> None:
     with store.session() as s, s.begin():
@@ -182,14 +200,18 @@ def journal_rows(store: Store, campaign_id: str, after_id: int = 0,
                            data=j.data, run_ref=j.run_ref) for j in s.scalars(q)]
 
 
+def _as_row(c: Campaign, states: dict[str, int] | None = None) -> CampaignRow:
+    return CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
+                       created=_iso(c.created), workload=c.workload, note=c.note,
+                       states=states or {}, demo=bool(c.demo), hidden=bool(c.hidden))
+
+
 def campaign_row(store: Store, campaign_id: str) -> CampaignRow | None:
     with store.session() as s:
         c = s.get(Campaign, campaign_id)
         if c is None:
             return None
-        return CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
-                           created=_iso(c.created), workload=c.workload, note=c.note,
-                           demo=bool(c.demo), hidden=bool(c.hidden))
+        return _as_row(c)
 
 
 def campaign_list(store: Store, *, include_hidden: bool = False) -> list[CampaignRow]:
@@ -204,10 +226,7 @@ def campaign_list(store: Store, *, include_hidden: bool = False) -> list[Campaig
         for cid, st, n in s.execute(select(Run.campaign_id, Run.state, func.count())
                                     .group_by(Run.campaign_id, Run.state)):
             counts.setdefault(cid, {})[st] = n
-        return [CampaignRow(id=c.id, matrix=c.matrix, seed=c.seed, state=c.state,
-                            created=_iso(c.created), workload=c.workload, note=c.note,
-                            states=counts.get(c.id, {}), demo=bool(c.demo),
-                            hidden=bool(c.hidden)) for c in cs]
+        return [_as_row(c, counts.get(c.id, {})) for c in cs]
 
 
 def latest_campaign(store: Store) -> str | None:
@@ -215,6 +234,15 @@ def latest_campaign(store: Store) -> str | None:
     with store.session() as s:
         return s.scalar(select(Campaign.id).where(Campaign.hidden.is_(False))
                         .order_by(Campaign.created.desc()).limit(1))
+
+
+def unfinished_campaigns(store: Store) -> list[CampaignRow]:
+    """The campaigns not hidden that `bench resume` has work in (every state but done),
+    newest first."""
+    with store.session() as s:
+        q = (select(Campaign).where(Campaign.hidden.is_(False))
+             .where(Campaign.state.not_in(CAMPAIGN_FINISHED)).order_by(Campaign.created.desc()))
+        return [_as_row(c) for c in s.scalars(q)]
 
 
 def demo_capacities(store: Store, mechanism: str = "balloon") -> list[int]:

@@ -1,16 +1,20 @@
 """One controller per campaign: a lock row in the journal with a lease.
 
-One journal row per campaign, kind "lock", updated in place, data {owner, pid, host, heartbeat,
-clock: "db", started}. Taking it is a compare-and-set inside a transaction that first writes
-the campaign row (a row lock on PostgreSQL, the write lock on SQLite), so two controllers
-cannot both win.
+One journal row per campaign, kind "lock", updated in place, data {owner, pid, host, boot_id,
+start_ticks, heartbeat, clock: "db", started}. Taking it is a compare-and-set inside a
+transaction that first writes the campaign row (a row lock on PostgreSQL, the write lock on
+SQLite), so two controllers cannot both win.
 
 Whether the holder is alive is decided without the controllers' wall clocks, which may be
 skewed (a controller whose clock ran 120 s ahead used to find a live holder's heartbeat "old"
 and take its lock):
-- on the holder's own machine (same host name) its pid decides: alive holds the lock, gone (a
-  SIGKILLed controller, or a zombie) frees it at once;
-- from another machine the lease decides, timed by the database's own clock: the heartbeat is
+- on the holder's own machine (same host name and boot id) its process decides: the holder is
+  (pid, process start time), and only that process, alive, holds the lock; gone (a SIGKILLed
+  controller, or a zombie), or its pid now another process's (a pid wrap: the start time,
+  /proc/PID/stat field 22, differs) frees it at once;
+- from another machine, or a holder whose boot id differs from this machine's (this machine
+  before a reboot, or another machine of the same host name: either way its pid says nothing
+  here), the lease decides, timed by the database's own clock: the heartbeat is
   the database's time when it was written (SQLite: julianday('now') in the database engine;
   PostgreSQL: clock_timestamp() on the server), and the lock is free once the database's now is
   more than `stale_s` past it. Controllers on machines with skewed clocks read one clock.
@@ -52,8 +56,31 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def boot_id() -> str | None:
+    """This machine's boot id (a new one each boot); None where the kernel does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat field 22): with
+    the pid and the boot id it names one process, whatever pid wraps came after it. None when
+    there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces and ")": the fields after it start at 3
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def owner_info(purpose: str = "bench campaign") -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "owner": purpose,
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "boot_id": boot_id(),
+            "start_ticks": start_ticks(pid), "owner": purpose,
             "heartbeat": time.time(), "started": time.time()}
 
 
@@ -81,13 +108,35 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _this_machine(holder: dict) -> bool:
+    """The holder ran on this machine in this boot: same host name, and the same boot id
+    (a row written before boot ids were kept has none: its host name decides)."""
+    if holder.get("host") != socket.gethostname():
+        return False
+    theirs, ours = holder.get("boot_id"), boot_id()
+    return theirs is None or ours is None or theirs == ours
+
+
+def _holder_alive(holder: dict) -> bool:
+    """The holder's process (pid and start time) still runs on this machine."""
+    pid = int(holder["pid"])
+    if not _pid_alive(pid):
+        return False
+    theirs = holder.get("start_ticks")
+    if theirs is None:              # written before start times were kept: the pid decides
+        return True
+    now = start_ticks(pid)
+    return now is None or now == theirs
+
+
 def lock_is_stale(holder: dict | None, stale_s: float, db_time: float) -> bool:
-    """Free to take: no holder; a holder on this machine whose pid is gone; a holder on another
-    machine whose lease (its heartbeat by the database clock) ran out at db_time."""
+    """Free to take: no holder; a holder on this machine (this boot) whose process is gone or
+    whose pid another process has now; a holder on another machine or from another boot whose
+    lease (its heartbeat by the database clock) ran out at db_time."""
     if not holder or not holder.get("pid"):
         return True
-    if holder.get("host") == socket.gethostname():
-        return not _pid_alive(int(holder["pid"]))
+    if _this_machine(holder):
+        return not _holder_alive(holder)
     try:
         beat = float(holder.get("heartbeat") or 0)
     except (TypeError, ValueError):
@@ -97,10 +146,12 @@ def lock_is_stale(holder: dict | None, stale_s: float, db_time: float) -> bool:
 
 def lock_wait_hint(holder: dict, stale_s: float) -> str:
     """When the lock that `holder` has passes on, as lock_is_stale decides it, in words."""
-    if holder.get("host") == socket.gethostname():
+    if _this_machine(holder):
         return f"the lock passes on when pid {holder.get('pid')} exits (it is on this machine)"
+    where = ("another boot of this machine, or another machine of that name"
+             if holder.get("host") == socket.gethostname() else "another machine")
     return (f"the lock passes on {stale_s:.0f}s after its last heartbeat by the database "
-            f"clock (pid {holder.get('pid')} runs on another machine, {holder.get('host')})")
+            f"clock (pid {holder.get('pid')} runs on {where}, {holder.get('host')})")
 
 
 def _bound_stall(s) -> None:
@@ -118,7 +169,11 @@ def _lock_row(s, campaign_id: str, *, write: bool = False) -> JournalEntry | Non
 
 
 def _ours(data: dict | None, me: dict) -> bool:
-    return data is not None and data.get("pid") == me["pid"] and data.get("host") == me["host"]
+    """The row names this process: host and pid, and boot id and start time where both say."""
+    if data is None or data.get("pid") != me["pid"] or data.get("host") != me["host"]:
+        return False
+    return all(data.get(k) is None or me.get(k) is None or data.get(k) == me.get(k)
+               for k in ("boot_id", "start_ticks"))
 
 
 def acquire_lock(store: Store, campaign_id: str, me: dict, stale_s: float = 60.0) -> dict | None:
@@ -179,11 +234,17 @@ def lock_holder(store: Store, campaign_id: str) -> dict | None:
         return row.data if row is not None and row.data and row.data.get("pid") else None
 
 
-def live_holder(store: Store, campaign_id: str, stale_s: float) -> dict | None:
-    """The lock's holder while it is live (as acquire_lock would judge it), else None."""
+def judged_holder(store: Store, campaign_id: str, stale_s: float) -> tuple[dict | None, bool]:
+    """(the lock's holder or None, whether that holder is live as acquire_lock would judge
+    it): a holder that is not live is a controller that is gone (killed, its machine
+    rebooted) without releasing the lock."""
     with store.session() as s:
         row = _lock_row(s, campaign_id)
         holder = row.data if row is not None and row.data and row.data.get("pid") else None
-        if holder is None or lock_is_stale(holder, stale_s, db_now(s)):
-            return None
-        return holder
+        return holder, holder is not None and not lock_is_stale(holder, stale_s, db_now(s))
+
+
+def live_holder(store: Store, campaign_id: str, stale_s: float) -> dict | None:
+    """The lock's holder while it is live (as acquire_lock would judge it), else None."""
+    holder, alive = judged_holder(store, campaign_id, stale_s)
+    return holder if alive else None

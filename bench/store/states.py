@@ -47,6 +47,16 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# A campaign's own state (the campaigns row; no machine checks its moves, the executor and the
+# CLI's interruption write it): planned (created), running (a controller drives it), then
+# done (nothing left to do), incomplete (runs left: failed past their retries, parked
+# pending), stopped (the controller stopped after its current runs: its lock lost, the
+# controller's disk), interrupted (SIGINT or SIGTERM ended the controller; its runs are where
+# a crash leaves them). Every state but done is unfinished: `bench resume` has work there.
+CAMPAIGN_STATES = ("planned", "running", "done", "incomplete", "stopped", "interrupted")
+CAMPAIGN_FINISHED = ("done",)
+
+
 class IllegalTransition(BenchError):
     """A state change the run state machine does not allow (a bug or a second writer)."""
 

@@ -40,3 +40,27 @@ def local_settings(tmp_path: Path, hosts: Path, db: str, *, retries: int = 0,
     """Campaign settings for a short local campaign: 2 threads, 2 passes, 1 s chunks."""
     return Settings(threads=2, passes=2, retries=retries, data_dir=data_dir or tmp_path / "data",
                     db_url=db, hosts_dir=hosts, chunk_s=1.0, retry_pause_s=0.1)
+
+
+def none_matrix(name: str, capacities: str = '"0.5pool", "2pool"') -> str:
+    """A short matrix of `none`/classic cells for the local host: the tiny trace (an 8 MiB
+    pool), two passes, two repetitions, ~1 s a run."""
+    return f"""
+name = "{name}"
+description = "none/classic cells on the local host"
+repetitions = 2
+
+[workload]
+trace = "tiny"
+tokens = 40
+passes = 2
+
+[estimate]
+run_seconds = 2
+reboot_seconds = 30
+
+[cells]
+capacities = [{capacities}]
+mechanisms = ["none"]
+reclaims = ["classic"]
+"""

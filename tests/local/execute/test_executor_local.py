@@ -17,30 +17,12 @@ from bench.execute.campaign.record import Settings, create
 from bench.store.campaigns import journal_rows, run_rows, transition
 from bench.store.db import open_store
 from bench.store.states import TRANSITIONS
-from tests.support.local_host import local_hosts_dir, local_settings
+from tests.support.local_host import local_hosts_dir, local_settings, none_matrix
 from tests.support.runner import assert_private
 
 pytestmark = [pytest.mark.root, pytest.mark.native]
 
-MATRIX = """
-name = "local-exec"
-description = "none/classic cells on the local host"
-repetitions = 2
-
-[workload]
-trace = "tiny"        # 4 layers x 32 experts x 64 KiB: an 8 MiB pool
-tokens = 40
-passes = 2
-
-[estimate]
-run_seconds = 2
-reboot_seconds = 30
-
-[cells]
-capacities = ["0.5pool", "2pool"]
-mechanisms = ["none"]
-reclaims = ["classic"]
-"""
+MATRIX = none_matrix("local-exec")
 
 
 @pytest.fixture
