@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from bench.cli.options import JsonOpt, ints
+from bench.cli.options import JsonOpt, ints, size_option
 from bench.errors import InputError
 from bench.results import store_views, trace_views, views
 from bench.results.views import LiteralTable, compose
-from bench.units import parse_size
 
 if TYPE_CHECKING:
     from bench.execute.demo import DemoCampaign
@@ -51,7 +50,10 @@ def demo(
     from bench.execute.demo import balloon_notes, not_validated, root_needs, run_demo, tool_needs
     if trace_only and no_trace:
         raise InputError("--trace-only and --no-trace exclude each other")
-    lock = parse_size(max_lock, "--max-lock")
+    lock = size_option(max_lock, "--max-lock")
+    if not trace_only:      # a --db it would refuse, refused before the trace and hosts are written
+        from bench.store.db import check_database
+        check_database(db)
     t0 = time.monotonic()
 
     def step(msg: str) -> None:

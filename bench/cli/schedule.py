@@ -137,6 +137,9 @@ def schedule_cmd(
     # a signal anywhere in it says what it leaves (run_live handles the run itself)
     with signals_raise():
         try:
+            if not dry_run:     # a --db it would refuse, refused before the hosts are probed
+                from bench.store.db import check_database
+                check_database(db)
             sel, hf = _preflight(matrix, scale, names, hosts_dir, data_dir, dry_run, facts_file,
                                  facts_max_age, json_out)
             if not dry_run and campaign is None:

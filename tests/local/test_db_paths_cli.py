@@ -114,14 +114,16 @@ def test_a_foreign_sqlite_database_gets_no_lock_and_no_chmod(tmp_path):
     untouched(p, before, listing)
 
 
-@pytest.mark.parametrize("argv", [["db", "upgrade"], ["demo", "--no-trace", "--out", "demo"]],
-                         ids=["db-upgrade", "demo"])
+@pytest.mark.parametrize("argv", [["db", "upgrade"], ["demo", "--no-trace", "--out", "demo"],
+                                  ["schedule", "--matrix", "smoke", "--hosts", "local"]],
+                         ids=["db-upgrade", "demo", "schedule"])
 def test_a_parent_that_is_a_file_is_one_line(tmp_path, argv):
     junk = tmp_path / "junk.db"
     junk.write_text("junk\n")
     before = state(junk)
     refused(bench(*argv, "--db", f"{junk}/x.db", cwd=tmp_path), f"{junk} is not a directory")
     assert state(junk) == before
+    assert not (tmp_path / "demo").exists()     # refused before the demo wrote anything
 
 
 def test_a_new_database_needs_its_directory(tmp_path):

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.hosts.inventory import Host, SSHOptions, render_host_toml
 from tests.support.paths import REPO
 
@@ -105,3 +107,15 @@ def test_a_command_over_every_host_names_the_broken_file_and_how_to_go_on(tmp_pa
     r = bench(tmp_path, "hosts", "list", "--hosts-dir", str(d), "--json")
     assert r.returncode == 2 and [h["name"] for h in json.loads(r.stdout)] == ["local"]
     assert "gh200-b" in r.stderr
+
+
+def test_resuming_a_campaign_on_a_broken_host_names_that_files_error(tmp_path):
+    """The campaign executor (what `bench resume` builds) raises the broken host file's own
+    error, with its line, rather than 'host not in the inventory'."""
+    from bench.execute.campaign.executor import Executor
+    from bench.hosts.inventory import InventoryError, load_inventory
+    inv = load_inventory(inventory(tmp_path))
+    assert "local" in inv and "gh200-b" in inv.broken
+    with pytest.raises(InventoryError, match=r"gh200-b\.toml:\d+: key 'transprot'"):
+        Executor(None, "c1", inventory=inv,  # type: ignore[arg-type]
+                 record={"hosts": ["local", "gh200-b"]})

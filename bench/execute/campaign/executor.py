@@ -123,6 +123,10 @@ class Executor:
         self.rec = record if record is not None else load_record(store, campaign_id)
         self.s = settings or Settings()
         inv = inventory if inventory is not None else load_inventory(self.s.hosts_dir)
+        for h in self.rec["hosts"]:     # a campaign host whose file is broken: that file's error
+            broken = getattr(inv, "broken", {})
+            if h not in inv and h in broken:
+                raise broken[h]
         missing = [h for h in self.rec["hosts"] if h not in inv]
         if missing:
             raise InputError(f"campaign {campaign_id}: host(s) {', '.join(missing)} not in the "
