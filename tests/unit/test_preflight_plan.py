@@ -134,7 +134,7 @@ def test_under_a_mem_boot_the_probed_memtotal_is_not_the_hosts_memory():
 def test_a_capacity_above_the_probed_memtotal_is_skipped():
     total = meminfo_kb(DEBIAN, "MemTotal")
     above, below = (total // MB + 1) * MB, total // MB * MB
-    m = matrix(f'capacities = ["{above}", "{below}"]\nmechanisms = ["none"]\n'
+    m = matrix(f'capacities = ["{above}B", "{below}B"]\nmechanisms = ["none"]\n'
                'reclaims = ["classic"]')
     # the inventory says more, but the probe of a boot without mem= is what the run checks
     exp = expand(m, [host(mem="1T")], {"h": fixture_facts(DEBIAN)})
@@ -146,7 +146,7 @@ def test_a_capacity_above_the_probed_memtotal_is_skipped():
 def test_a_balloon_above_the_protocols_cap_is_skipped_from_the_probed_memavailable():
     avail = meminfo_kb(DEBIAN, "MemAvailable")
     fits = (avail - 2 * 10 ** 9) // MB * MB + MB          # locks just under 2G
-    m = matrix(f'capacities = ["1G", "{fits}"]\nmechanisms = ["balloon", "none"]\n'
+    m = matrix(f'capacities = ["1G", "{fits}B"]\nmechanisms = ["balloon", "none"]\n'
                'reclaims = ["classic"]', protocol='[protocol]\nballoon_max = "2G"')
     exp = expand(m, [host()], {"h": fixture_facts(DEBIAN)})
     assert list(skipped(exp)) == ["1G-balloon-classic@h"]
