@@ -225,9 +225,8 @@ def sim(
     if plot is not None and view not in ("curves", "off-domain"):
         raise InputError("--plot draws --view curves or --view off-domain")
     if view != "rates":
-        _sim_view(view, _traces(files, k, batch, dry_run_ref), tuple(split_csv(policy,
-                  "--policy")), regime,
-                  budget_list, window, json_out, plot)
+        _sim_view(view, _traces(files, k, batch, dry_run_ref),
+                  tuple(split_csv(policy, "--policy")), regime, budget_list, window, json_out, plot)
         return
     rows = []
     for t in _traces(files, k, batch, dry_run_ref):
