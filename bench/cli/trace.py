@@ -28,9 +28,24 @@ trace_app = typer.Typer(no_args_is_help=True, help="Router traces: parse, check,
                                                    "analyse locality, score predictions.")
 
 
-def _traces(files: list[Path], k: int | None, batch: bool = False):
-    from bench.trace.parse import merge, parse_trace
-    traces = [parse_trace(f, k) for f in files]
+DryRunRefOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--dry-run-ref", help="Another prompt's trace of the same model (repeatable), read only to "
+    "find llama.cpp's dry-run first pass: a first iteration bit-identical to its first is "
+    "excluded (the FILES are also compared with each other).")]
+
+
+def _traces(files: list[Path], k: int | None, batch: bool = False,
+            refs: list[Path] | None = None):
+    """The FILES through the canonical parser, together: a dry-run first pass is excluded with
+    a warning on stderr (counted in parse and stats), then --batch merges."""
+    from bench.trace.dryrun import parse_traces
+    from bench.trace.parse import merge
+    traces = parse_traces(files, k, refs or ())
+    for t in traces:
+        if t.dry_run:
+            views.say(compose(("warning:", "yellow"), f" {t.source}: first iteration excluded as "
+                              f"llama.cpp's dry-run pass (bit-identical to the first of "
+                              f"{', '.join(t.meta['dry_run_twins'])}; {t.dry_run[0].reads} reads)"))
     return [merge(traces)] if batch else traces
 
 
@@ -38,9 +53,10 @@ def _traces(files: list[Path], k: int | None, batch: bool = False):
 
 @trace_app.command("parse")
 def trace_parse(files: FilesArg, k: KOpt = None, batch: BatchOpt = False,
-                json_out: JsonOpt = False) -> None:
-    """Type every iteration (normal, spec-accept, spec-fallback) and count tokens, passes, reads."""
-    summaries = [t.summary() for t in _traces(files, k, batch)]
+                json_out: JsonOpt = False, dry_run_ref: DryRunRefOpt = None) -> None:
+    """Type every iteration (normal, spec-accept, spec-fallback) and count tokens, passes, reads;
+    prefill and a dry-run first pass are excluded and counted."""
+    summaries = [t.summary() for t in _traces(files, k, batch, dry_run_ref)]
     if json_out:
         views.emit_json(summaries[0] if len(summaries) == 1 else summaries)
     else:
@@ -50,8 +66,8 @@ def trace_parse(files: FilesArg, k: KOpt = None, batch: BatchOpt = False,
 @trace_app.command("check")
 def trace_check(files: FilesArg, k: KOpt = None, json_out: JsonOpt = False) -> None:
     """Flag a suspicious first pass that is bit-identical across traces (exit 1 if any)."""
-    from bench.trace.parse import suspicious_first_passes
-    groups = suspicious_first_passes(_traces(files, k))
+    from bench.trace.parse import parse_trace, suspicious_first_passes
+    groups = suspicious_first_passes([parse_trace(f, k) for f in files])
     if json_out:
         views.emit_json({"suspicious_first_pass": groups, "ok": not groups})
     else:
@@ -134,12 +150,12 @@ def trace_synth(
 def trace_stats(files: FilesArg, k: KOpt = None,
                 top: Annotated[int, typer.Option(help="Experts per layer in each trace's top set "
                                                  "(for the domain Jaccard).")] = 8,
-                json_out: JsonOpt = False) -> None:
+                json_out: JsonOpt = False, dry_run_ref: DryRunRefOpt = None) -> None:
     """Locality: Zipf slope, reuse W1/W8/W64, top-8 share, coverage, domain Jaccard."""
     from bench.trace.locality import locality
     if top < 1:
         raise InputError("--top must be at least 1")
-    result = locality(_traces(files, k), top)
+    result = locality(_traces(files, k, refs=dry_run_ref), top)
     if json_out:
         views.emit_json(result)
     else:
@@ -188,17 +204,19 @@ def sim(
         "--plot", help="Also draw the curves or off-domain view into this image file "
                        "(format from the suffix: .png, .pdf, .svg).")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+    dry_run_ref: DryRunRefOpt = None,
 ) -> None:
     """Simulate cache policies under fair windows and print hit rates."""
     from bench.sim.build import ensure as build_kernels
     from bench.sim.simulate import simulate
     build_kernels()  # the C kernels, compiled once into the cache dir; else the numpy fallbacks
-    from bench.trace.parse import parse_trace
+    from bench.trace.dryrun import parse_traces
     trained: str | Trace | None = train
     if train not in (None, "window", "oracle"):
         if not Path(train).exists():
             raise InputError(f"--train {train!r} is neither window, oracle nor a trace file")
-        trained = parse_trace(Path(train), k)
+        trained = parse_traces([Path(train)], k, [*files, *(dry_run_ref or ())])[0]
+        dry_run_ref = [*(dry_run_ref or ()), Path(train)]   # and the FILES beside it
     from bench.trace.parse import LIMITS
     budget_list = tuple(ints(budgets, "--budgets"))
     bad = [b for b in budget_list if not 1 <= b <= LIMITS["slots"]]
@@ -207,11 +225,11 @@ def sim(
     if plot is not None and view not in ("curves", "off-domain"):
         raise InputError("--plot draws --view curves or --view off-domain")
     if view != "rates":
-        _sim_view(view, _traces(files, k, batch), tuple(split_csv(policy, "--policy")), regime,
-                  budget_list, window, json_out, plot)
+        _sim_view(view, _traces(files, k, batch, dry_run_ref),
+                  tuple(split_csv(policy, "--policy")), regime, budget_list, window, json_out, plot)
         return
     rows = []
-    for t in _traces(files, k, batch):
+    for t in _traces(files, k, batch, dry_run_ref):
         rows += simulate(t, policies=tuple(split_csv(policy, "--policy")), regime=regime,
                          budgets=budget_list, window=window,
                          train=None if trained == "window" else trained)
@@ -254,6 +272,7 @@ def demand(
     expert_bytes: Annotated[Optional[int], typer.Option(
         help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+    dry_run_ref: DryRunRefOpt = None,
 ) -> None:
     """Nominal miss GB per iteration: LRU over C / S experts, plan replayed twice (warm,
     measure)."""
@@ -261,7 +280,7 @@ def demand(
     from bench.sim.demand import demand as run_demand
     caps = [size_option(c, "--capacity") for c in split_csv(capacity, "--capacity")]
     rows = []
-    for t in _traces(files, k, batch):
+    for t in _traces(files, k, batch, dry_run_ref):
         rows += run_demand(plan_from_trace(t, expert_bytes, {"source": t.source}), caps)
     if json_out:
         views.emit_json(rows)
@@ -269,14 +288,17 @@ def demand(
         views.print_table(trace_views.demand_table(rows))
 
 
-def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int | None):
+def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int | None,
+              refs: list[Path] | None = None):
     from bench.plan.planfile import plan_from_trace
-    traces = _traces(files, k, batch)
+    traces = _traces(files, k, batch, refs)
     if len(traces) != 1:
         raise InputError("one plan is made from one trace; pass --batch to merge several")
     t = traces[0]
-    return plan_from_trace(t, expert_bytes, {"source": t.source, "model": t.model.as_dict(),
-                                             "accepted_tokens": t.accepted_tokens})
+    meta = {"source": t.source, "model": t.model.as_dict(), "accepted_tokens": t.accepted_tokens}
+    if t.dry_run:   # only then: a clean trace's plan keeps its bytes
+        meta["dry_run_iterations_excluded"] = len(t.dry_run)
+    return plan_from_trace(t, expert_bytes, meta)
 
 
 def _hints_for(plan, hints: str):
@@ -303,6 +325,7 @@ def plan(
     expert_bytes: Annotated[Optional[int], typer.Option(
         help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
+    dry_run_ref: DryRunRefOpt = None,
 ) -> None:
     """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints
     (every output's directory must exist)."""
@@ -312,8 +335,10 @@ def plan(
         output_file(hints_out or out.with_name(out.stem + ".hints.bin"), "--hints-out")
     if freq_out:
         output_file(freq_out, "--freq-out")
-    p = _plan_for(files, k, batch, expert_bytes)
+    p = _plan_for(files, k, batch, expert_bytes, dry_run_ref)
     info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
+            "accepted_tokens": p.meta["accepted_tokens"],
+            "dry_run_iterations_excluded": p.meta.get("dry_run_iterations_excluded", 0),
             "passes": p.passes, "reads": p.reads, "logical_bytes": p.logical_bytes,
             "distinct_experts": len(p.distinct_experts())}
     if hints:

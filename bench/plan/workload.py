@@ -25,7 +25,8 @@ from pathlib import Path
 
 from bench.errors import InputError
 from bench.paths import PRIVATE_FILE, private_dir, tighten, write_private
-from bench.trace.parse import NORMAL, Iteration, Pass, Trace, merge, parse_trace
+from bench.trace.dryrun import parse_traces
+from bench.trace.parse import NORMAL, Iteration, Pass, Trace, merge
 from bench.trace.synth import PRESETS, generate, params_digest, preset
 
 DOMAINS = ("prose", "code", "math", "chat")   # index = the synth presets' domain number
@@ -128,7 +129,7 @@ def read_streams(s: Streams, k: int | None = None) -> tuple[Trace, str]:
     for p in s.paths:
         check_trace_file(p)
     shas = [file_sha256(p) for p in s.paths]
-    traces = [parse_trace(p, k=k) for p in s.paths]
+    traces = parse_traces(s.paths, k)  # a batch's streams show their dry-run pass
     if len(traces) == 1:
         return traces[0], shas[0]
     digest = hashlib.sha256(("batch:" + ",".join(shas)).encode()).hexdigest()

@@ -12,13 +12,14 @@ from bench.results.views import LiteralTable, num, pct, source_name
 def parse_table(summaries: Sequence[dict]) -> LiteralTable:
     t = LiteralTable(title="Parsed traces (canonical parser)")
     for col in ("trace", "iterations", "normal", "spec-accept", "spec-fallback", "tokens",
-                "passes", "reads", "reads/it", "reads/token", "prefill excl."):
+                "passes", "reads", "reads/it", "reads/token", "prefill excl.", "dry-run excl."):
         t.add_column(col, justify="left" if col == "trace" else "right")
     for s in summaries:
         t.add_row(source_name(s["source"]), str(s["iterations"]), str(s["normal"]),
                   str(s["spec_accept"]), str(s["spec_fallback"]), str(s["accepted_tokens"]),
                   str(s["passes"]), str(s["reads"]), f"{s['reads_per_iteration']:.0f}",
-                  f"{s['reads_per_accepted_token']:.0f}", str(s["prefill_records_excluded"]))
+                  f"{s['reads_per_accepted_token']:.0f}", str(s["prefill_records_excluded"]),
+                  str(s["dry_run_iterations_excluded"]))
     return t
 
 
@@ -39,6 +40,11 @@ def stats_table(result: dict) -> LiteralTable:
         lo, hi = result["jaccard_range"]
         top = result["traces"][0]["top_set"]
         t.caption = f"domain Jaccard of top-{top} sets: {lo:.3f}-{hi:.3f}"
+    dry = [source_name(s["source"]) for s in result["traces"]
+           if s.get("dry_run_iterations_excluded")]
+    if dry:
+        note = "dry-run first iteration excluded: " + ", ".join(dry)
+        t.caption = f"{t.caption}\n{note}" if t.caption else note
     return t
 
 

@@ -114,6 +114,7 @@ def trace_stats(trace: Trace, top: int = 8) -> dict:
         "source": trace.source,
         "iterations": len(trace.iterations),
         "accepted_tokens": trace.accepted_tokens,
+        "dry_run_iterations_excluded": len(trace.dry_run),
         "layers": counts.shape[0],
         "experts_per_layer": counts.shape[1],
         "selections": int(counts.sum()),

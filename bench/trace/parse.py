@@ -20,6 +20,8 @@ iteration, a token and a read are. The rules are those of docs/design.md:
 * A pass reads the distinct experts of its record in order of first appearance, once each.
 * Prefill is excluded: records tagged ``"phase": "prefill"`` (production engine) or carrying
   ``"n_tokens" > 1`` (the llama.cpp eval-callback batch shape) are counted and skipped.
+* llama.cpp's scheduler dry-run first pass is excluded and counted (`Trace.dry_run`) when the
+  traces are read together: bench.trace.dryrun.parse_traces, what every command reads with.
 * A trace is untrusted input: a line is at most MAX_LINE_CHARS characters (read that far and
   no further), an integer at most MAX_INT_DIGITS digits (checked before Python converts it;
   a longer one is kept as a BigInt marker and refused by the key that holds it), NaN and
@@ -127,6 +129,7 @@ class Trace(Iterations):
     iterations: tuple[Iteration, ...]
     prefill_records: int = 0
     meta: dict = field(default_factory=dict)
+    dry_run: tuple[Iteration, ...] = ()  # first iterations excluded as a scheduler dry run
 
     @property
     def accepted_tokens(self) -> int:
@@ -163,6 +166,8 @@ class Trace(Iterations):
             "reads_per_accepted_token": (self.reads / self.accepted_tokens
                                          if self.accepted_tokens else 0.0),
             "prefill_records_excluded": self.prefill_records,
+            "dry_run_iterations_excluded": len(self.dry_run),
+            "dry_run_reads_excluded": sum(it.reads for it in self.dry_run),
         }
 
 
@@ -531,7 +536,8 @@ def merge(traces: Sequence[Trace]) -> Trace:
     first = traces[0].model
     return Trace("+".join(t.source for t in traces), first, tuple(merged),
                  sum(t.prefill_records for t in traces),
-                 {"batch": len(traces), "truncated_to": n})
+                 {"batch": len(traces), "truncated_to": n},
+                 tuple(it for t in traces for it in t.dry_run))
 
 
 @dataclass(frozen=True)
@@ -589,3 +595,4 @@ def suspicious_first_passes(traces: Sequence[Trace]) -> list[list[str]]:
     for t in traces:
         groups.setdefault(first_pass_signature(t), []).append(t.source)
     return [srcs for srcs in groups.values() if len(srcs) > 1]
+

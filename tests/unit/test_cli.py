@@ -65,7 +65,11 @@ def test_command_tree_is_complete():
             "run": ["balloon_max", "cgroup_headroom",
                     "hints"],   # the hint plan a prefetch cell ships (oracle, pilot, a file)
             # Fig. 1 / Fig. 5 / §3 views; the synthetic traces' non-stationarity
-            "sim": ["plot", "view"], "trace synth": ["burst", "drift", "order", "phase"],
+            "sim": ["dry_run_ref", "plot", "view"],
+            "trace synth": ["burst", "drift", "order", "phase"],
+            # another prompt's trace, to find one trace's llama.cpp dry-run first pass
+            "trace parse": ["dry_run_ref"], "trace stats": ["dry_run_ref"],
+            "demand": ["dry_run_ref"], "plan": ["dry_run_ref"],
             # a run in progress refuses them; --force names the run it kills
             "hosts reboot": ["force"], "hosts restore": ["force"], "hosts mglru": ["force"]}
 

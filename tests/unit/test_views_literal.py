@@ -133,7 +133,7 @@ def _trace_views(s: str) -> dict:
     summary = {"source": src, "iterations": 9, "normal": 7, "spec_accept": 1,
                "spec_fallback": 1, "accepted_tokens": 10, "passes": 10, "reads": 100,
                "reads_per_iteration": 11.1, "reads_per_accepted_token": 10.0,
-               "prefill_records_excluded": 0}
+               "prefill_records_excluded": 0, "dry_run_iterations_excluded": 0}
     loc = {"traces": [{"source": src, "zipf_alpha": 1.1, "reuse": {"w1": .3, "w8": .5, "w64": .8},
                        "top8_share": {"first_layer": .1, "last_layer": .2, "min": .1, "max": .3},
                        "union_coverage": {"min": 1, "max": 2, "of": 3}, "pool_coverage": .5,
