@@ -117,3 +117,15 @@ def error_data(exc: BaseException, output: int | None = None) -> dict:
     if output is not None and isinstance(exc, CommandFailed):
         d["output"] = (exc.stderr or "")[-output:] if output else exc.stderr
     return d
+
+
+class CannotConnect(Unreachable):
+    """No connection to a host, in bench's words: `cannot connect to HOST (ADDRESS:PORT):
+    CAUSE` (refused, unreachable, timed out, a name that does not resolve ...); the hint says
+    what to check."""
+
+    def __init__(self, host: str, address: str, cause: str, hint: str | None = None):
+        BenchError.__init__(self, f"cannot connect to {host} ({address}): {cause}", hint)
+        self.host = host
+        self.address = address
+        self.cause = cause
