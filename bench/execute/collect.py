@@ -251,7 +251,11 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path, *,
     if r.rc != 0:
         raise CommandFailed(host.name, ["tar", "-czf", remote_tar], r.rc, r.stderr)
     limit = archive_max(Caps.from_env())
-    data = _inline(r.stdout, host.name, remote_tar, limit)
+    try:
+        data = _inline(r.stdout, host.name, remote_tar, limit)
+    except HostError:
+        t.run(["rm", "-f", remote_tar], timeout=30, check=False)
+        raise
     inline = data is not None
     with _local_disk(dest.parent):
         private_dir(dest.parent.parent)             # bundles/
