@@ -119,13 +119,6 @@ def error_data(exc: BaseException, output: int | None = None) -> dict:
     return d
 
 
-class CannotConnect(Unreachable):
-    """No connection to a host, in bench's words: `cannot connect to HOST (ADDRESS:PORT):
-    CAUSE` (refused, unreachable, timed out, a name that does not resolve ...); the hint says
-    what to check."""
-
-    def __init__(self, host: str, address: str, cause: str, hint: str | None = None):
-        BenchError.__init__(self, f"cannot connect to {host} ({address}): {cause}", hint)
-        self.host = host
-        self.address = address
-        self.cause = cause
+class StoreError(BenchError):
+    """The results database cannot be opened or used (bench.store; defined here so that the
+    store's SQLAlchemy-free path checks, bench.store.dbfile, raise it too)."""

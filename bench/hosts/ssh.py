@@ -44,8 +44,8 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 
-from bench.errors import (AuthError, BenchError, CannotConnect, ChangedHostKey, CommandFailed,
-                          CommandTimeout, HostError, HostKeyError, InputError, RevokedHostKey,
+from bench.errors import (AuthError, BenchError, ChangedHostKey, CommandFailed, CommandTimeout,
+                          HostError, HostKeyError, InputError, RevokedHostKey,
                           Unreachable, UnknownHostKey)
 from bench.hosts import knownhosts, sshconfig
 from bench.hosts.inventory import Host
@@ -286,11 +286,20 @@ def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
     if ep is not None and ep.jumps:
         cause += " (through ProxyJump " + " -> ".join(j.where for j in ep.jumps) + ")"
     if connecting:
-        return CannotConnect(host.name, address, cause, fix)
+        return _cannot_connect(host.name, address, cause, fix)
     return Unreachable(host.name, f"lost the connection to {address}: {cause}", fix)
 
 
 _UP = "is the host up, and sshd running on it?"
+
+
+def _cannot_connect(host: str, address: str, cause: str, fix: str) -> Unreachable:
+    """Unreachable (the type per-host results report), worded `cannot connect to HOST
+    (ADDRESS:PORT): CAUSE`: the host is named in the sentence, not as HostError's prefix."""
+    err = Unreachable(host, cause, fix)
+    err.message = f"cannot connect to {host} ({address}): {cause}"
+    err.args = (err.message,)
+    return err
 
 
 def _cause(host: Host, exc: BaseException) -> tuple[str | None, str]:

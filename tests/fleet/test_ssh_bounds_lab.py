@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.cli import main
-from bench.errors import CannotConnect, HostError
+from bench.errors import Unreachable, HostError
 from bench.hosts.ssh import RUN_OUTPUT_MAX, SSHTransport
 from bench.judge.bundle_files import JSON_BYTES
 
@@ -80,7 +80,7 @@ def test_get_copies_at_most_its_limit(ssh, tmp_path):
 def test_no_route_is_named(lab_inventory):
     subnet = os.environ.get("BENCH_FLEET_SUBNET", "10.200.77")
     host = dataclasses.replace(lab_inventory[NAME], address=f"{subnet}.250")
-    with pytest.raises(CannotConnect) as exc:
+    with pytest.raises(Unreachable) as exc:
         SSHTransport(host).run(["true"])
     assert exc.value.message == (f"cannot connect to {NAME} ({subnet}.250:22): no route to "
                                  "the host")
