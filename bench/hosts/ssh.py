@@ -30,10 +30,8 @@ The only module that imports fabric or paramiko. Rules it enforces:
 from __future__ import annotations
 
 import base64
-import errno
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -47,7 +45,7 @@ from fabric import Config, Connection
 from bench.errors import (AuthError, BenchError, ChangedHostKey, CommandFailed, CommandTimeout,
                           HostError, HostKeyError, InputError, RevokedHostKey,
                           Unreachable, UnknownHostKey)
-from bench.hosts import knownhosts, sshconfig
+from bench.hosts import knownhosts, sshconfig, sshio
 from bench.hosts.inventory import Host
 from bench.hosts.knownhosts import KnownHosts, Verdict
 from bench.hosts.sshconfig import Endpoint, SSHConfigError
@@ -280,7 +278,7 @@ def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
                          "check ssh.identity_file (or IdentityFile in ssh_config) and the "
                          "host's authorized_keys")
     address = f"{ep.hostname}:{ep.port}" if ep is not None else host.address
-    cause, fix = _cause(host, exc)
+    cause, fix = _cause(host, exc, ep.hostname if ep is not None else host.address)
     if cause is None:
         return HostError(host.name, f"{where}: {type(exc).__name__}: {exc}")
     if ep is not None and ep.jumps:
@@ -288,9 +286,6 @@ def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
     if connecting:
         return _cannot_connect(host.name, address, cause, fix)
     return Unreachable(host.name, f"lost the connection to {address}: {cause}", fix)
-
-
-_UP = "is the host up, and sshd running on it?"
 
 
 def _cannot_connect(host: str, address: str, cause: str, fix: str) -> Unreachable:
@@ -302,122 +297,23 @@ def _cannot_connect(host: str, address: str, cause: str, fix: str) -> Unreachabl
     return err
 
 
-def _cause(host: Host, exc: BaseException) -> tuple[str | None, str]:
+def _cause(host: Host, exc: BaseException, hostname: str) -> tuple[str | None, str]:
     """Why a connection failed, in bench's words, and what to check; (None, "") for an
     exception that is no connection's."""
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
-        # paramiko's "[Errno None] Unable to connect to port 22 on ADDR": the cause per address
-        causes = {_cause(host, e) for e in exc.errors.values()}
-        if len(causes) == 1:
-            return causes.pop()
-        return "; ".join(sorted(c for c, _ in causes if c)), _UP
-    if isinstance(exc, socket.gaierror):
-        return (f"the name does not resolve ({exc.strerror})",
-                "check the address (inventory `address`, or HostName in ssh_config) and DNS")
-    if isinstance(exc, (socket.timeout, TimeoutError)):
-        return (f"no answer within {host.ssh.connect_timeout:g} s (timed out)",
-                "is the host up? a firewall may drop the connection; for a slow host raise "
-                "ssh.connect_timeout in the inventory")
-    code = exc.errno if isinstance(exc, OSError) else None
-    if isinstance(exc, ConnectionRefusedError) or code == errno.ECONNREFUSED:
-        return ("connection refused (nothing listens on that port)",
-                "start sshd on the host, or fix the port (inventory `port`, or Port in "
-                "ssh_config)")
-    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-        what = "no route to the host" if code == errno.EHOSTUNREACH else "network unreachable"
-        return (what, "is the host up and on a network this machine reaches? check the "
-                f"address and `ip route get {host.address}`")
+    known = sshio.connect_cause(exc, host.ssh.connect_timeout, hostname)
+    if known is not None:
+        return known
     if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
         return (f"no SSH server answered ({exc})",
                 "is that port an SSH server's, and is sshd accepting connections?")
     if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
         text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) \
             or type(exc).__name__
-        return text, _UP
+        return text, sshio.UP
     return None, ""
 
 
 REST_MAX = 64 << 10          # bytes of a spawned command's remaining output kept
-LINE_MAX = 64 << 10          # bytes of one line a spawned command prints (longer: cut there)
-# bytes of one command's stdout (and of its stderr) read before the command is refused: twice
-# the largest JSON document a bundle may hold (bench.judge.bundle_files.JSON_BYTES, 16 MiB),
-# so any document a command prints whole fits; what bench runs prints far less (a collected
-# archive sent inline is at most bench.execute.collect.INLINE_MAX, 256 KiB, in base64)
-RUN_OUTPUT_MAX = 32 << 20
-_CHUNK = 64 << 10
-
-
-class _TimedOut(Exception):
-    pass
-
-
-class _TooMuch(Exception):
-    """The command printed more than its bound on the stream named."""
-
-
-def _exchange(chan: paramiko.Channel, command: str, stdin: str | None, timeout: float | None,
-              limit: int) -> tuple[int, str, str]:
-    """Run `command` on the fresh channel: feed it `stdin` (then end its input: a command
-    never waits on an input nobody sends), read its stdout and stderr as they come, each at
-    most `limit` bytes, until its end or `timeout` seconds. (rc, stdout, stderr); rc -1 when
-    the channel closed without an exit status (the connection dropped)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pending = (stdin or "").encode()
-    out, err = bytearray(), bytearray()
-    chan.exec_command(command)
-    if not pending:
-        chan.shutdown_write()
-    while True:
-        busy = False
-        if pending and chan.send_ready():
-            try:
-                pending = pending[chan.send(pending[:_CHUNK]):]
-            except OSError:         # it ended without reading all its input
-                pending = b""
-            busy = True
-            if not pending and not chan.closed:
-                chan.shutdown_write()
-        if chan.recv_ready():
-            out += chan.recv(_CHUNK)
-            busy = True
-        if chan.recv_stderr_ready():
-            err += chan.recv_stderr(_CHUNK)
-            busy = True
-        if len(out) > limit or len(err) > limit:
-            raise _TooMuch("stdout" if len(out) > limit else "stderr")
-        if busy:
-            continue
-        # what the command printed arrives before its end of file (one ordered stream)
-        if (chan.eof_received and chan.exit_status_ready()) or chan.closed:
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            raise _TimedOut
-        if chan.eof_received:
-            time.sleep(0.002)       # the exit status follows the end of file at once
-        else:
-            select.select([chan], [], [], 0.05)
-    rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
-    return rc, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def _copy_bounded(sftp: paramiko.SFTPClient, remote: str, local: Path, limit: int) -> int:
-    """Copy remote to local, stopping once more than `limit` bytes came: the bytes copied
-    (limit + 1 or more: refused)."""
-    with sftp.open(remote, "rb") as f:
-        size = f.stat().st_size or 0
-        if size > limit:
-            return size
-        f.prefetch(size)
-        seen = 0
-        with open(local, "wb") as dst:
-            while chunk := f.read(_CHUNK):
-                seen += len(chunk)
-                if seen > limit:
-                    break
-                dst.write(chunk)
-    return seen
-
-
 class RemoteProcess:
     """A long-running command on an open channel (used by the host lock): read its stdout
     lines, close its stdin to let it finish."""
@@ -429,7 +325,7 @@ class RemoteProcess:
     def readline(self, timeout: float = 30.0) -> str:
         self._chan.settimeout(timeout)
         try:
-            line = self._out.readline(LINE_MAX)
+            line = self._out.readline(sshio.LINE_MAX)
         except socket.timeout:
             return ""
         return line.decode() if isinstance(line, bytes) else line
@@ -470,7 +366,7 @@ class SSHTransport:
 
     local = False
 
-    def __init__(self, host: Host, output_max: int = RUN_OUTPUT_MAX):
+    def __init__(self, host: Host, output_max: int = sshio.RUN_OUTPUT_MAX):
         self.host = host.name
         self.entry = host
         self.output_max = output_max
@@ -516,16 +412,16 @@ class SSHTransport:
             self.close()
             raise self._error(exc) from None
         try:
-            rc, out, err = _exchange(chan, command, stdin, timeout, self.output_max)
-        except _TimedOut:
+            rc, out, err = sshio.exchange(chan, command, stdin, timeout, self.output_max)
+        except sshio.TimedOut:
             self.close()  # the channel may still be busy: start afresh next time
             raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
-        except _TooMuch as exc:
+        except sshio.TooMuch as exc:
             raise HostError(self.host, f"`{' '.join(argv)[:200]}` sent more than "
                             f"{self.output_max} bytes on its {exc}: refused (bench reads at "
                             "most that much of a command's output)",
                             "check what the command prints on the host; the bound is "
-                            "bench.hosts.ssh.RUN_OUTPUT_MAX") from None
+                            "bench.hosts.sshio.RUN_OUTPUT_MAX") from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             self.close()
             raise self._error(exc, connecting=False) from None
@@ -551,7 +447,7 @@ class SSHTransport:
         conn = self._open()
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
-            copied = _copy_bounded(conn.sftp(), remote, Path(local), limit)
+            copied = sshio.copy_bounded(conn.sftp(), remote, Path(local), limit)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             Path(local).unlink(missing_ok=True)
             raise self._io_error("get", remote, exc) from None

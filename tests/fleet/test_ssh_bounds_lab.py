@@ -15,7 +15,8 @@ import pytest
 
 from bench.cli import main
 from bench.errors import Unreachable, HostError
-from bench.hosts.ssh import RUN_OUTPUT_MAX, SSHTransport
+from bench.hosts.ssh import SSHTransport
+from bench.hosts.sshio import RUN_OUTPUT_MAX
 from bench.judge.bundle_files import JSON_BYTES
 
 NAME = "lab-netns-1"
