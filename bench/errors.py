@@ -117,8 +117,3 @@ def error_data(exc: BaseException, output: int | None = None) -> dict:
     if output is not None and isinstance(exc, CommandFailed):
         d["output"] = (exc.stderr or "")[-output:] if output else exc.stderr
     return d
-
-
-class StoreError(BenchError):
-    """The results database cannot be opened or used (bench.store; defined here so that the
-    store's SQLAlchemy-free path checks, bench.store.dbfile, raise it too)."""

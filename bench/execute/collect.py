@@ -1,7 +1,8 @@
 """Bundles home: collect a finished run's bundle from its host into
-`<data_dir>/bundles/<host>/<run_id>/` (tarred on the host, member names checked, unpacked in a
-temp dir and renamed into place once its manifest verifies and its spec names this run on
-this host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
+`<data_dir>/bundles/<host>/<run_id>/` (tarred on the host; the archive's size, then its
+members checked as they stream, every one counted against the caps; unpacked in a temp dir
+and renamed into place once its manifest verifies and its spec names this run on this
+host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
 its directories 0700 and files 0600 here, as the runner made them on the host, where the
 archive sits in a 0700 collect/ for the copy.
 
@@ -185,10 +186,10 @@ PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
                'n=$(wc -c < "$4") || exit $?; '
                'if [ "$n" -le "$5" ]; then echo "bench-collect inline $n"; '
                'base64 < "$4" && rm -f "$4"; else echo "bench-collect file $n"; fi')
-# archive bytes sent on the command's stdout (larger: by file). Small: the transport's command
-# runner (invoke) joins all it has captured once per 1000 bytes read, so a command's output
-# costs time quadratic in its size; a lab run's bundle is some tens of KiB, and a run whose
-# bundle is larger is long enough not to miss two round trips
+# archive bytes sent on the command's stdout (larger: by file). Small: a command's output is
+# held whole in memory (within the transport's bound, bench.hosts.sshio.RUN_OUTPUT_MAX); a lab
+# run's bundle is some tens of KiB, and a run whose bundle is larger is long enough not to
+# miss two round trips
 INLINE_MAX = 256 << 10
 
 

@@ -21,7 +21,10 @@ The only module that imports fabric or paramiko. Rules it enforces:
   environment is passed as `env -- K=V argv...` (quoted too), never through the server's
   AcceptEnv and never pasted into a shell string.
 - paramiko's connect, banner and auth timeouts come from the inventory; a command's timeout
-  is CommandTimeout. Connection problems are Unreachable, refused credentials AuthError.
+  is CommandTimeout. Connection problems are Unreachable, worded `cannot connect to HOST
+  (ADDRESS:PORT): CAUSE` with a fix; refused credentials AuthError.
+- every read is bounded (bench.hosts.sshio): a command's stdout and stderr (output_max), a
+  copied file (get's limit), a spawned command's line and rest; past the bound, one line.
 - paramiko's log goes to the `bench.ssh` logger (its records at DEBUG or INFO, never higher:
   its errors reach the caller as typed HostErrors), with what each host resolved to; nothing
   shows unless that logger is enabled (`bench -v`).
@@ -360,7 +363,7 @@ class RemoteProcess:
 
 class SSHTransport:
     """Transport over SSH for one inventory host. Connects lazily on first use; one connection
-    is shared by the calls of one transport (fabric runs each command on its own channel),
+    is shared by the calls of one transport (each command runs on its own channel),
     and a call after the connection dropped (host rebooted, sshd restarted) connects afresh:
     proof of a reboot is the boot_id, never the connection."""
 

@@ -6,8 +6,9 @@ module that imports fabric/paramiko) runs over SSH. Both implement the whole `Tr
 protocol, so no caller needs to know which one it holds (`local` says whether commands run on
 the controller's own machine, which safety checks need). Both raise the typed errors of
 bench.errors (CommandFailed with stderr, CommandTimeout, Unreachable, AuthError, HostKeyError)
-and return `Result`s. Commands are argv lists; the SSH side quotes every element with shlex,
-so no user string is ever pasted into a shell.
+and return `Result`s. `get` copies at most a limit (GET_MAX unless the caller gives one);
+the SSH side also bounds a command's output. Commands are argv lists; the SSH side quotes
+every element with shlex, so no user string is ever pasted into a shell.
 """
 
 from __future__ import annotations
