@@ -1,7 +1,8 @@
 """Bundles home: collect a finished run's bundle from its host into
-`<data_dir>/bundles/<host>/<run_id>/` (tarred on the host, member names checked, unpacked in a
-temp dir and renamed into place once its manifest verifies and its spec names this run on
-this host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
+`<data_dir>/bundles/<host>/<run_id>/` (tarred on the host; the archive's size, then its
+members checked as they stream, every one counted against the caps; unpacked in a temp dir
+and renamed into place once its manifest verifies and its spec names this run on this
+host), its key figures, and its ingest into the store. A bundle is private (bench.paths):
 its directories 0700 and files 0600 here, as the runner made them on the host, where the
 archive sits in a 0700 collect/ for the copy.
 
@@ -33,6 +34,7 @@ from bench.hosts.inventory import Host
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.hosts.transport import Transport
 from bench.judge.bundle import BundleError, Caps, bind, check, load, read_dir, scan_dir
+from bench.judge.bundle_files import ENV
 from bench.judge.measured import devices, metrics
 from bench.matrix.runspec import check_run_id
 from bench.paths import default_data_dir, private_dir, private_tree
@@ -89,32 +91,80 @@ def bundle_path(data_dir: Path, host: str, run_id: str) -> Path:
     return Path(data_dir) / "bundles" / host / run_id
 
 
-def _safe_extract(tar: tarfile.TarFile, dest: Path, run_id: str) -> None:
-    """Regular files and directories under run_id/ only, within the bundle caps (checked on
-    the archive's member list before anything is written)."""
-    caps, total, files = Caps.from_env(), 0, 0
-    for m in tar.getmembers():
+# an extended header (pax, GNU long name) holds a path of at most MAX_PATH characters and a
+# few times: tarfile reads one whole before it returns the member, so its size is bounded first
+EXT_HEADER_MAX = 8 << 10
+_EXT_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+              tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+_CAPS_HINT = "see docs/bundle.md, Limits (BENCH_BUNDLE_MAX_* variables)"
+
+
+class _Refused(Exception):
+    """A member of the archive refused while it is read (message, hint)."""
+
+    def __init__(self, message: str, hint: str | None = _CAPS_HINT):
+        super().__init__(message)
+        self.hint = hint
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """tarfile's member reader with what it would read whole bounded: an extended header of at
+    most EXT_HEADER_MAX bytes, no sparse member (its map is read whole; a bundle holds none)."""
+
+    def _proc_member(self, tf):
+        if self.type in _EXT_TYPES and self.size > EXT_HEADER_MAX:
+            raise _Refused(f"an extended header of {self.size} bytes (at most "
+                           f"{EXT_HEADER_MAX})")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _Refused(f"member {self.name!r} is sparse (a bundle holds none)", None)
+        return super()._proc_member(tf)  # type: ignore[misc]  # private in typeshed
+
+    def _proc_gnusparse_10(self, next, pax_headers, tf):
+        raise _Refused(f"member {next.name!r} is sparse (a bundle holds none)", None)
+
+
+def _members(tar: tarfile.TarFile, run_id: str, caps: Caps) -> Iterator[tarfile.TarInfo]:
+    """The archive's members as they are read, each checked: a regular file or directory
+    under run_id/, within the bundle caps. Every member counts against caps.files (a
+    directory or a link costs the controller an entry as a file does), and tarfile's list of
+    the members read is emptied as it goes: memory stays bounded, whatever the archive holds."""
+    total = count = 0
+    while (m := tar.next()) is not None:
+        tar.members.clear()  # type: ignore[attr-defined]  # not in typeshed
+        count += 1
+        if count > caps.files:
+            raise _Refused(f"more than {caps.files} members (files, directories and links "
+                           f"count alike; {ENV['files']})")
         parts = Path(m.name).parts
         if not parts or parts[0] != run_id or m.name.startswith("/") or ".." in parts:
-            raise HostError("collect", f"unexpected member {m.name!r} in the bundle archive")
+            raise _Refused(f"unexpected member {m.name!r}", None)
         if not (m.isfile() or m.isdir()):
-            raise HostError("collect", f"bundle archive member {m.name!r} is not a file")
-        total, files = total + m.size, files + m.isfile()
-        if m.size > caps.cap_for(m.name) or total > caps.total_bytes or files > caps.files:
-            raise HostError("collect", f"bundle archive member {m.name!r} goes over the bundle "
-                            f"caps ({m.size} bytes; {total} bytes and {files} files so far)",
-                            "see docs/bundle.md, Limits (BENCH_BUNDLE_MAX_* variables)")
-    tar.extractall(dest, filter="data")
+            raise _Refused(f"member {m.name!r} is not a regular file or directory", None)
+        total += m.size
+        if m.size > caps.cap_for(m.name) or total > caps.total_bytes:
+            raise _Refused(f"member {m.name!r} goes over the bundle caps ({m.size} bytes; "
+                           f"{total} bytes and {count} members so far)")
+        yield m
 
 
-def _unpack(archive: Path, dest: Path, run_id: str, where: str) -> None:
-    """Unpack the bundle archive (checked by _safe_extract); a damaged archive is the host's
-    error, naming it."""
+def _unpack(archive: Path, dest: Path, run_id: str, host: str, where: str) -> None:
+    """Unpack the bundle archive: every member checked (_members) in a first pass that writes
+    nothing, then extracted in a second, both streamed. A refused or damaged archive is the
+    host's error, naming it."""
+    caps = Caps.from_env()
     try:
-        with tarfile.open(archive, "r:gz") as tar:
-            _safe_extract(tar, dest, run_id)
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise HostError("collect", f"{where}: not a readable tar.gz archive ({exc})") from None
+        with tarfile.open(archive, "r|gz", tarinfo=_BoundedInfo) as tar:
+            for _ in _members(tar, run_id, caps):
+                pass
+        with tarfile.open(archive, "r|gz", tarinfo=_BoundedInfo) as tar:
+            for m in _members(tar, run_id, caps):
+                tar.extract(m, dest, filter="data")
+    except _Refused as exc:
+        raise HostError(host, f"collect {where}: bundle archive refused: {exc}",
+                        exc.hint) from None
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, RecursionError) as exc:
+        raise HostError(host, f"collect {where}: not a readable tar.gz archive "
+                        f"({exc})") from None
 
 
 def verified(bundle: Path, host: str, run_id: str, where: str) -> dict:
@@ -136,14 +186,21 @@ PACK_SCRIPT = ('test -f "$1/$2/manifest.json" || exit 3; '
                'n=$(wc -c < "$4") || exit $?; '
                'if [ "$n" -le "$5" ]; then echo "bench-collect inline $n"; '
                'base64 < "$4" && rm -f "$4"; else echo "bench-collect file $n"; fi')
-# archive bytes sent on the command's stdout (larger: by file). Small: the transport's command
-# runner (invoke) joins all it has captured once per 1000 bytes read, so a command's output
-# costs time quadratic in its size; a lab run's bundle is some tens of KiB, and a run whose
-# bundle is larger is long enough not to miss two round trips
+# archive bytes sent on the command's stdout (larger: by file). Small: a command's output is
+# held whole in memory (within the transport's bound, bench.hosts.sshio.RUN_OUTPUT_MAX); a lab
+# run's bundle is some tens of KiB, and a run whose bundle is larger is long enough not to
+# miss two round trips
 INLINE_MAX = 256 << 10
 
 
-def _inline(out: str, host: str, remote_tar: str) -> bytes | None:
+def archive_max(caps: Caps) -> int:
+    """The largest archive of a bundle within `caps` that collect copies: its files, up to
+    1 KiB of tar header and padding per member, gzip's worst case on data that does not
+    compress (under 1 %), and 1 MiB to spare."""
+    return caps.total_bytes + caps.total_bytes // 100 + caps.files * 1024 + (1 << 20)
+
+
+def _inline(out: str, host: str, remote_tar: str, limit: int) -> bytes | None:
     """The archive a PACK_SCRIPT run sent on its stdout; None when it left it in a file."""
     head, _, rest = out.partition("\n")
     words = head.split()
@@ -151,6 +208,10 @@ def _inline(out: str, host: str, remote_tar: str) -> bytes | None:
                                             ["bench-collect", "file"]) \
             or not words[2].isdigit():
         raise HostError(host, f"collect {remote_tar}: unexpected answer {head[:80]!r}")
+    if int(words[2]) > limit:
+        raise HostError(host, f"collect {remote_tar}: the bundle archive is {words[2]} bytes, "
+                        f"more than the {limit} a bundle within the caps takes: refused",
+                        _CAPS_HINT)
     if words[1] == "file":
         return None
     try:
@@ -190,7 +251,12 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path, *,
                         f"check `runner.py status {run_id}` on the host; collect again later")
     if r.rc != 0:
         raise CommandFailed(host.name, ["tar", "-czf", remote_tar], r.rc, r.stderr)
-    data = _inline(r.stdout, host.name, remote_tar)
+    limit = archive_max(Caps.from_env())
+    try:
+        data = _inline(r.stdout, host.name, remote_tar, limit)
+    except HostError:
+        t.run(["rm", "-f", remote_tar], timeout=30, check=False)
+        raise
     inline = data is not None
     with _local_disk(dest.parent):
         private_dir(dest.parent.parent)             # bundles/
@@ -200,12 +266,12 @@ def collect(t: Transport, host: Host, run_id: str, data_dir: Path, *,
         local_tar = tmpdir / "bundle.tar.gz"
         with _local_disk(local_tar, only_disk=True):
             if data is None:
-                t.get(remote_tar, local_tar)
+                t.get(remote_tar, local_tar, limit=limit)
             else:
                 local_tar.write_bytes(data)
         data = None
         with _local_disk(tmpdir / run_id, only_disk=True):
-            _unpack(local_tar, tmpdir, run_id, f"{host.name}:{remote_tar}")
+            _unpack(local_tar, tmpdir, run_id, host.name, remote_tar)
         m = verified(tmpdir / run_id, host.name, run_id, f"{host.name}:{src}")
         with _local_disk(dest):
             private_tree(tmpdir / run_id)

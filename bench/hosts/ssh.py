@@ -21,7 +21,10 @@ The only module that imports fabric or paramiko. Rules it enforces:
   environment is passed as `env -- K=V argv...` (quoted too), never through the server's
   AcceptEnv and never pasted into a shell string.
 - paramiko's connect, banner and auth timeouts come from the inventory; a command's timeout
-  is CommandTimeout. Connection problems are Unreachable, refused credentials AuthError.
+  is CommandTimeout. Connection problems are Unreachable, worded `cannot connect to HOST
+  (ADDRESS:PORT): CAUSE` with a fix; refused credentials AuthError.
+- every read is bounded (bench.hosts.sshio): a command's stdout and stderr (output_max), a
+  copied file (get's limit), a spawned command's line and rest; past the bound, one line.
 - paramiko's log goes to the `bench.ssh` logger (its records at DEBUG or INFO, never higher:
   its errors reach the caller as typed HostErrors), with what each host resolved to; nothing
   shows unless that logger is enabled (`bench -v`).
@@ -30,7 +33,6 @@ The only module that imports fabric or paramiko. Rules it enforces:
 from __future__ import annotations
 
 import base64
-import io
 import logging
 import os
 import socket
@@ -42,16 +44,15 @@ from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut
 
 from bench.errors import (AuthError, BenchError, ChangedHostKey, CommandFailed, CommandTimeout,
-                          HostError, HostKeyError, InputError, RevokedHostKey, Unreachable,
-                          UnknownHostKey)
-from bench.hosts import knownhosts, sshconfig
+                          HostError, HostKeyError, InputError, RevokedHostKey,
+                          Unreachable, UnknownHostKey)
+from bench.hosts import knownhosts, sshconfig, sshio
 from bench.hosts.inventory import Host
 from bench.hosts.knownhosts import KnownHosts, Verdict
 from bench.hosts.sshconfig import Endpoint, SSHConfigError
-from bench.hosts.transport import LocalTransport, Result, Transport, quote_argv
+from bench.hosts.transport import GET_MAX, LocalTransport, Result, Transport, quote_argv
 
 log = logging.getLogger("bench.ssh")
 _paramiko_log = logging.getLogger("paramiko")
@@ -265,8 +266,9 @@ def _connection(host: Host) -> tuple[Connection, Endpoint, KnownHosts]:
 
 
 def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
-               known: KnownHosts | None = None) -> BenchError:
-    """A paramiko/socket exception raised while connecting or talking -> a typed error."""
+               known: KnownHosts | None = None, connecting: bool = True) -> BenchError:
+    """A paramiko/socket exception raised while connecting (or, not `connecting`, talking on
+    an open connection) -> a typed error: `cannot connect to HOST (ADDRESS:PORT): CAUSE`."""
     where = ep.where if ep is not None else f"{host.user or '?'}@{host.address}"
     if isinstance(exc, _KeyRefused):
         return _key_error(host, exc.ep, exc.verdict)
@@ -278,20 +280,43 @@ def _translate(host: Host, ep: Endpoint | None, exc: BaseException,
         return AuthError(host.name, f"{where} refused our credentials ({exc})",
                          "check ssh.identity_file (or IdentityFile in ssh_config) and the "
                          "host's authorized_keys")
-    if isinstance(exc, (socket.timeout, TimeoutError)):
-        return Unreachable(host.name, f"{where}: timed out connecting", "is the host up?")
-    if isinstance(exc, socket.gaierror):
-        return Unreachable(host.name, f"{where}: cannot resolve the name ({exc.strerror})",
-                           "is the address (or ssh_config HostName) right?")
+    address = f"{ep.hostname}:{ep.port}" if ep is not None else host.address
+    cause, fix = _cause(host, exc, ep.hostname if ep is not None else host.address)
+    if cause is None:
+        return HostError(host.name, f"{where}: {type(exc).__name__}: {exc}")
+    if ep is not None and ep.jumps:
+        cause += " (through ProxyJump " + " -> ".join(j.where for j in ep.jumps) + ")"
+    if connecting:
+        return _cannot_connect(host.name, address, cause, fix)
+    return Unreachable(host.name, f"lost the connection to {address}: {cause}", fix)
+
+
+def _cannot_connect(host: str, address: str, cause: str, fix: str) -> Unreachable:
+    """Unreachable (the type per-host results report), worded `cannot connect to HOST
+    (ADDRESS:PORT): CAUSE`: the host is named in the sentence, not as HostError's prefix."""
+    err = Unreachable(host, cause, fix)
+    err.message = f"cannot connect to {host} ({address}): {cause}"
+    err.args = (err.message,)
+    return err
+
+
+def _cause(host: Host, exc: BaseException, hostname: str) -> tuple[str | None, str]:
+    """Why a connection failed, in bench's words, and what to check; (None, "") for an
+    exception that is no connection's."""
+    known = sshio.connect_cause(exc, host.ssh.connect_timeout, hostname)
+    if known is not None:
+        return known
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
+        return (f"no SSH server answered ({exc})",
+                "is that port an SSH server's, and is sshd accepting connections?")
     if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
-        text = str(exc) or type(exc).__name__
-        return Unreachable(host.name, f"{where}: {text}", "is the host up and sshd running?")
-    return HostError(host.name, f"{where}: {type(exc).__name__}: {exc}")
+        text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) \
+            or type(exc).__name__
+        return text, sshio.UP
+    return None, ""
 
 
 REST_MAX = 64 << 10          # bytes of a spawned command's remaining output kept
-
-
 class RemoteProcess:
     """A long-running command on an open channel (used by the host lock): read its stdout
     lines, close its stdin to let it finish."""
@@ -303,7 +328,7 @@ class RemoteProcess:
     def readline(self, timeout: float = 30.0) -> str:
         self._chan.settimeout(timeout)
         try:
-            line = self._out.readline()
+            line = self._out.readline(sshio.LINE_MAX)
         except socket.timeout:
             return ""
         return line.decode() if isinstance(line, bytes) else line
@@ -338,15 +363,16 @@ class RemoteProcess:
 
 class SSHTransport:
     """Transport over SSH for one inventory host. Connects lazily on first use; one connection
-    is shared by the calls of one transport (fabric runs each command on its own channel),
+    is shared by the calls of one transport (each command runs on its own channel),
     and a call after the connection dropped (host rebooted, sshd restarted) connects afresh:
     proof of a reboot is the boot_id, never the connection."""
 
     local = False
 
-    def __init__(self, host: Host):
+    def __init__(self, host: Host, output_max: int = sshio.RUN_OUTPUT_MAX):
         self.host = host.name
         self.entry = host
+        self.output_max = output_max
         self._conn: Connection | None = None
         self._ep: Endpoint | None = None
         self._known: KnownHosts | None = None
@@ -365,8 +391,8 @@ class SSHTransport:
             self._conn = conn
             return conn
 
-    def _error(self, exc: BaseException) -> BenchError:
-        return _translate(self.entry, self._ep, exc, self._known)
+    def _error(self, exc: BaseException, connecting: bool = True) -> BenchError:
+        return _translate(self.entry, self._ep, exc, self._known, connecting)
 
     def connect(self) -> None:
         self._open()
@@ -384,23 +410,29 @@ class SSHTransport:
         conn = self._open()
         t0 = time.monotonic()
         try:
-            r = conn.run(command, hide=True, warn=True, pty=False,
-                         timeout=None if timeout is None else max(1, int(round(timeout))),
-                         in_stream=io.StringIO(stdin) if stdin is not None else False)
-        except CommandTimedOut:
-            self.close()  # the channel may still be busy: start afresh next time
-            raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
+            chan = conn.transport.open_session()
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             self.close()
             raise self._error(exc) from None
-        res = Result(self.host, tuple(argv), r.exited, r.stdout, r.stderr, time.monotonic() - t0)
-        if r.exited == -1 and timeout is not None and res.seconds >= max(1, round(timeout)):
-            # invoke's timer closed the channel before it could raise CommandTimedOut (a race
-            # seen under load): no exit status came back, so this is the timeout, not a failure
+        try:
+            rc, out, err = sshio.exchange(chan, command, stdin, timeout, self.output_max)
+        except sshio.TimedOut:
+            self.close()  # the channel may still be busy: start afresh next time
+            raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s") from None
+        except sshio.TooMuch as exc:
+            raise HostError(self.host, f"`{' '.join(argv)[:200]}` sent more than "
+                            f"{self.output_max} bytes on its {exc}: refused (bench reads at "
+                            "most that much of a command's output)",
+                            "check what the command prints on the host; the bound is "
+                            "bench.hosts.sshio.RUN_OUTPUT_MAX") from None
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             self.close()
-            raise CommandTimeout(self.host, f"`{' '.join(argv)}` ran past {timeout}s")
-        if check and r.exited != 0:
-            raise CommandFailed(self.host, argv, r.exited, r.stderr)
+            raise self._error(exc, connecting=False) from None
+        finally:
+            chan.close()
+        res = Result(self.host, tuple(argv), rc, out, err, time.monotonic() - t0)
+        if check and rc != 0:
+            raise CommandFailed(self.host, argv, rc, err)
         return res
 
     def put(self, local: Path, remote: str) -> None:
@@ -410,13 +442,24 @@ class SSHTransport:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
             raise self._io_error("put", remote, exc) from None
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, limit: int | None = None) -> None:
+        """Copy the host's file `remote` to `local`, at most `limit` bytes (default GET_MAX):
+        a larger file, or one that grows past it while copied, is refused and nothing is
+        left at `local`."""
+        limit = GET_MAX if limit is None else limit
         conn = self._open()
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
-            conn.get(remote, str(local))
+            copied = sshio.copy_bounded(conn.sftp(), remote, Path(local), limit)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed error
+            Path(local).unlink(missing_ok=True)
             raise self._io_error("get", remote, exc) from None
+        if copied > limit:
+            Path(local).unlink(missing_ok=True)
+            raise HostError(self.host, f"get {remote}: the file holds more than {limit} "
+                            "bytes: refused (bench copies at most that much of it)",
+                            "check the file on the host; see docs/bundle.md, Limits "
+                            "(BENCH_BUNDLE_MAX_* variables) for a bundle's")
 
     def _io_error(self, what: str, remote: str, exc: Exception) -> BenchError:
         if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):

@@ -6,8 +6,9 @@ module that imports fabric/paramiko) runs over SSH. Both implement the whole `Tr
 protocol, so no caller needs to know which one it holds (`local` says whether commands run on
 the controller's own machine, which safety checks need). Both raise the typed errors of
 bench.errors (CommandFailed with stderr, CommandTimeout, Unreachable, AuthError, HostKeyError)
-and return `Result`s. Commands are argv lists; the SSH side quotes every element with shlex,
-so no user string is ever pasted into a shell.
+and return `Result`s. `get` copies at most a limit (GET_MAX unless the caller gives one);
+the SSH side also bounds a command's output. Commands are argv lists; the SSH side quotes
+every element with shlex, so no user string is ever pasted into a shell.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from bench.errors import CommandFailed, CommandTimeout, InputError
+from bench.errors import CommandFailed, CommandTimeout, HostError, InputError
+
+# bytes one `get` copies before it refuses the file: a bundle's archive within the judge's
+# caps (bench.judge.bundle_files: 1 GiB of files, 100000 of them, each at most 1 KiB of tar
+# header and padding) with room to spare; bench.execute.collect passes the bound its caps give
+GET_MAX = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ class Transport(Protocol):
 
     def put(self, local: Path, remote: str) -> None: ...
 
-    def get(self, remote: str, local: Path) -> None: ...
+    def get(self, remote: str, local: Path, *, limit: int | None = None) -> None: ...
 
     def spawn(self, argv: Sequence[str]) -> Process: ...
 
@@ -154,9 +160,21 @@ class LocalTransport:
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(local, remote)
 
-    def get(self, remote: str, local: Path) -> None:
+    def get(self, remote: str, local: Path, *, limit: int | None = None) -> None:
+        """Copy remote to local, at most `limit` bytes (default GET_MAX), as the SSH side."""
+        limit = GET_MAX if limit is None else limit
         local.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(remote, local)
+        seen = 0
+        with open(remote, "rb") as src, open(local, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                seen += len(chunk)
+                if seen > limit:
+                    break
+                dst.write(chunk)
+        if seen > limit:
+            local.unlink(missing_ok=True)
+            raise HostError(self.host, f"get {remote}: the file holds more than {limit} bytes: "
+                            "refused (bench copies at most that much of it)")
 
     def spawn(self, argv: Sequence[str]) -> LocalProcess:
         quote_argv(argv)

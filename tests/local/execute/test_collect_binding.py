@@ -83,9 +83,9 @@ def test_one_command_collects_inline_or_leaves_a_large_archive_for_a_copy(tmp_pa
             self.calls.append(argv[0])
             return super().run(argv, **kw)
 
-        def get(self, remote, local):
+        def get(self, remote, local, **kw):
             self.calls.append("get")
-            return super().get(remote, local)
+            return super().get(remote, local, **kw)
 
     t = Counting()
     res = collect(t, host, "r5", tmp_path / "data", inline_max=inline_max)
