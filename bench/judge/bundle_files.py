@@ -135,14 +135,23 @@ class Listing:
 
 def walk(root: Path, caps: Caps, where: str) -> list[tuple[str, int]]:
     """(relative POSIX path, size) of every file under root, sorted, checked against the caps
-    from lstat alone: nothing is opened, nothing followed."""
+    from lstat alone: nothing is opened, nothing followed. Files and directories count alike
+    against caps.files, as they are read (a bundle of a million empty directories is refused
+    at the cap, not listed first)."""
     out: list[tuple[str, int]] = []
-    total = 0
+    total = seen = 0
     stack: list[tuple[Path, str, int]] = [(root, "", 0)]
     while stack:
         d, prefix, depth = stack.pop()
-        with os.scandir(d) as it:
-            entries = sorted(it, key=lambda e: e.name)
+        entries = []
+        with os.scandir(d) as it:   # every entry counts as it is read (collect counts alike)
+            for e in it:
+                seen += 1
+                if seen > caps.files:
+                    raise BundleError(where, ".", f"more than {caps.files} files and "
+                                      f"directories ({ENV['files']})")
+                entries.append(e)
+        entries.sort(key=lambda e: e.name)
         for e in entries:
             rel = prefix + _name(e.name, prefix, where)
             st = e.stat(follow_symlinks=False)
@@ -162,8 +171,6 @@ def walk(root: Path, caps: Caps, where: str) -> list[tuple[str, int]]:
                                   f"bytes per {what} ({ENV['file_bytes']})")
             total += st.st_size
             out.append((rel, st.st_size))
-            if len(out) > caps.files:
-                raise BundleError(where, ".", f"more than {caps.files} files ({ENV['files']})")
             if total > caps.total_bytes:
                 raise BundleError(where, ".", f"more than {caps.total_bytes} bytes in all "
                                   f"({ENV['total_bytes']})")

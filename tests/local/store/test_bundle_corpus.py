@@ -226,8 +226,8 @@ def _counts(url: str) -> dict[str, int]:
 
 def _ingest(capsys, url, *argv) -> tuple[int, list[str]]:
     rc = main(["ingest", *map(str, argv), "--db", url])
-    err = capsys.readouterr().err
-    return rc, [ln for ln in err.splitlines() if ln.strip()]
+    err = capsys.readouterr().err     # the problem lines (a refusal's `fix:` line follows it)
+    return rc, [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("fix:")]
 
 
 @pytest.fixture
@@ -318,6 +318,23 @@ def test_too_many_files_is_refused(tmp_path, db, capsys, monkeypatch):
     p = make_bundle(tmp_path, "r1", "64m-cgroup-mglru")
     rc, lines = _ingest(capsys, db, p)
     assert rc == 1 and len(lines) == 1 and f"{p}: .: more than 50 files" in lines[0], lines
+
+
+def test_directories_count_against_the_files_cap_as_they_are_read(tmp_path, db, capsys,
+                                                                   monkeypatch):
+    """A bundle that holds few files but many (empty) directories is refused at the cap, as
+    collect refuses its archive: every entry counts."""
+    p = make_bundle(tmp_path / "a", "r1", "64m-cgroup-mglru")
+    entries = sum(1 for _ in p.rglob("*"))
+    monkeypatch.setenv("BENCH_BUNDLE_MAX_FILES", str(entries + 5))
+    q = make_bundle(tmp_path / "b", "r2", "64m-cgroup-mglru")
+    for i in range(10):
+        (q / f"d{i}").mkdir()
+    rc, lines = _ingest(capsys, db, q)
+    assert rc == 1 and len(lines) == 1 and \
+        f"more than {entries + 5} files and directories" in lines[0], lines
+    rc, lines = _ingest(capsys, db, p)
+    assert rc == 0, lines                               # the same bundle without them is in
 
 
 def test_ingest_never_opens_a_path_the_bundle_names(tmp_path, db, capsys):
