@@ -32,10 +32,21 @@ def matrix_list(json_out: JsonOpt = False) -> None:
 def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = False) -> None:
     """Validate a matrix (and every scale it offers) and show it: workload, repetitions,
     ordering, hosts, cells; with --scale, whether each capacity keeps the paper's regime (the
-    demand model's miss fraction at the paper's C and at the scale's)."""
+    demand model's miss fraction at the paper's C and at the scale's, and the share of the
+    host's memory a balloon or arena locks), or why the matrix can have no such scale."""
     from bench.matrix.load import load_matrix
-    from bench.matrix.regime import regime, regime_lines
+    from bench.matrix.regime import fixed_set_lines, no_scale_reason, regime, regime_lines
     from bench.paths import default_data_dir
+    full = load_matrix(matrix)
+    reason = no_scale_reason(full) if scale and scale not in full.scales else None
+    if reason:      # a scale that cannot exist is an answer (exit 0), not an error
+        m = full.as_dict() | {"no_scale_reason": f"no scale {scale!r}: {reason}"}
+        if json_out:
+            views.emit_json(m)
+        else:
+            print(plan_views.matrix_text(full.as_dict()), end="")
+            print(views.visible(f"  regime       {m['no_scale_reason']}"))
+        return
     loaded = load_matrix(matrix, scale)
     points = regime(loaded, default_data_dir()) if scale else []
     m = loaded.as_dict()
@@ -43,7 +54,7 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
         views.emit_json(m | ({"regime": [p.as_dict() for p in points]} if scale else {}))
     else:
         print(plan_views.matrix_text(m), end="")
-        for line in regime_lines(points):
+        for line in regime_lines(points) + (fixed_set_lines(loaded) if scale else []):
             print(views.visible(line))
 
 
