@@ -317,14 +317,7 @@ def throttled_reads(dev: str, bps: int, name: str = "bench-native-throttle"):
                 f.write(f"{os.getpid()}\n")
         yield enter
     finally:
-        for attempt in range(50):
-            try:
-                path.rmdir()
-                break
-            except OSError:
-                if attempt == 49:
-                    raise
-                time.sleep(0.1)   # the last task is still being reaped
+        rmdir_cgroup(path)
 
 
 def pool_on(fs: LoopFs, layers: int, experts: int, expert_bytes: int) -> Path:
@@ -334,3 +327,16 @@ def pool_on(fs: LoopFs, layers: int, experts: int, expert_bytes: int) -> Path:
     make_pool(d, PoolSpec(layers, experts, expert_bytes))
     os.sync()
     return d
+
+
+def rmdir_cgroup(path: Path) -> None:
+    """Remove a cgroup directory once its last task is gone (an exited one may still be being
+    reaped: retried for 5 s, then the error is raised)."""
+    for attempt in range(50):
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            if attempt == 49:
+                raise
+            time.sleep(0.1)

@@ -1,18 +1,25 @@
 """Validity proofs of the replay agent on the real kernel (paper audit pitfalls 2 and 13):
 
-1. The agent's reads really run in parallel on its threads (pitfall 2: a serialized baseline
-   passes for a parallel one). The device is made slow enough to measure, per thread: each
-   worker thread is put in a cgroup v1 blkio group of its own, throttled to THROTTLE_BPS reads
-   of the loop device (blkio.throttle.read_bps_device; v1 takes thread ids in `tasks`), and
-   the pool is read with O_DIRECT (nothing cached, every pass reads the device). A pass then
-   takes bytes / THROTTLE_BPS with one thread; with N threads it takes 1/N of that only if N
-   reads are in flight at once, whatever the backing device could do: a serialized agent (a
-   lock around its reads) delivers one group's rate, 1x. Measured: N threads deliver
-   N x +-25% the bandwidth of one thread (explicit tolerance), and the reads' intervals,
-   recorded by the agent itself (`--read-log`, every read's CLOCK_MONOTONIC start and end on
-   its thread), overlap: the sum of the read intervals of the pass is at least 0.75 N times
-   its wall time and N of them are in flight at once. (dm-delay would give a per-read latency
-   instead; this machine's kernel has no device mapper, see the skip.)
+1. The agent's reads really run in parallel on its threads, in every mode: nocache, pagecache,
+   pinned and hybrid (pitfall 2, R1.2: a serialized baseline passes for a parallel one). The
+   device is made slow enough to measure, per thread: each worker thread is put in a cgroup v1
+   blkio group of its own, throttled to THROTTLE_BPS reads of the loop device
+   (blkio.throttle.read_bps_device; v1 takes thread ids in `tasks`). The measured pass (the
+   second) must read the device: nocache reads with O_DIRECT; the cached modes run in a cgroup
+   v1 memory group whose limit leaves the page cache less room than lies between two reads of
+   one expert (the arena, when there is one, is charged there too), and the pool's pages are
+   evicted from the cache before each run, so every read that is not an arena hit misses
+   (checked: the pass's device bytes, from the agent's own /proc/diskstats snapshots, cover
+   its misses). A pass then takes bytes / THROTTLE_BPS with one thread; with N threads it takes
+   1/N of that only if N reads are in flight at once, whatever the backing device could do: an
+   agent that serializes its reads (a lock around the read loop, one shared descriptor's
+   offset) delivers one group's rate, 1x. A CPU quota per thread would not do: serialized
+   threads each still get their own quota. Measured: N threads deliver N x +-25% the
+   bandwidth of one thread (explicit tolerance), and the reads' intervals, recorded by the
+   agent itself (`--read-log`, every read's CLOCK_MONOTONIC start and end on its thread),
+   overlap: the sum of the read intervals of the pass is at least 0.75 N times its wall time
+   and N of them are in flight at once. (dm-delay would give a per-read latency instead; this
+   machine's kernel has no device mapper, see the skip.)
 2. The prefetch worker stays one bounded thread with one overwritable slot under a flood of
    hints (pitfall 13: the counter identity also holds for an unbounded design). A hint plan
    naming every other expert of the next layer at every router pass, delivered by blocking
@@ -42,22 +49,40 @@ pytestmark = [pytest.mark.native, pytest.mark.root]
 THROTTLE_BPS = 4_000_000          # per worker thread
 N_THREADS = 4
 TOLERANCE = 0.25
+ROUTER_PASSES = 4                 # of N_THREADS distinct experts each: 16 experts, 24 MB a pass
+ARENA_EXPERTS = N_THREADS         # pinned/hybrid: the arena holds router pass 0's experts
+# The cached modes' memory group: the arena plus this. It holds the workers' buffers
+# (N x 1.5 MB) and leaves under 10 MB for the page cache, less than the 16.5 MB read between
+# two reads of one expert (11 other misses in pinned/hybrid, 15 in pagecache).
+MEMCG_EXTRA_BYTES = 16 << 20
+MODE_ARGS = {
+    "nocache": ["--mode", "nocache", "--nocache", "direct"],
+    "pagecache": ["--mode", "pagecache"],
+    "pinned": ["--mode", "pinned", "--arena-bytes", str(ARENA_EXPERTS * EXPERT_BYTES)],
+    "hybrid": ["--mode", "hybrid", "--arena-bytes", str(ARENA_EXPERTS * EXPERT_BYTES)],
+}
+
+
+def _v1_root(controller: str, knob: str, why: str) -> Path:
+    for line in Path("/proc/mounts").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 4 and f[2] == "cgroup" and controller in f[3].split(",") and \
+                Path(f[1], knob).exists():
+            return Path(f[1])
+    pytest.skip(f"no cgroup v1 {controller} hierarchy with {knob}: {why}")
 
 
 def _blkio_root() -> Path:
-    for line in Path("/proc/mounts").read_text().splitlines():
-        f = line.split()
-        if len(f) >= 4 and f[2] == "cgroup" and "blkio" in f[3].split(",") and \
-                Path(f[1], "blkio.throttle.read_bps_device").exists():
-            return Path(f[1])
-    pytest.skip("no cgroup v1 blkio hierarchy with blkio.throttle.read_bps_device: per-thread "
-                "read throttling needs v1 (v2's io controller is not threaded), and this "
-                "kernel has no device mapper for a dm-delay target either")
+    return _v1_root("blkio", "blkio.throttle.read_bps_device",
+                    "per-thread read throttling needs v1 (v2's io controller is not threaded), "
+                    "and this kernel has no device mapper for a dm-delay target either")
 
 
 class ThreadGroups:
     """n+1 blkio groups throttled to `bps` reads of `dev` each: `start` (the process, until
-    its workers exist) and one per worker thread. Removed on exit (tasks must be gone)."""
+    its workers exist: it keeps pass 0 slow enough that the workers are moved long before the
+    measured pass; pinned/hybrid's preload reads there too) and one per worker thread.
+    Removed on exit (tasks must be gone)."""
 
     def __init__(self, dev: str, bps: int, n: int):
         root = _blkio_root()
@@ -71,8 +96,9 @@ class ThreadGroups:
         with open(self.paths[0] / "cgroup.procs", "w") as f:
             f.write(f"{os.getpid()}\n")
 
-    def spread(self, pid: int, n: int, timeout: float = 10.0) -> list[int]:
-        """Wait for pid's n worker threads, move each into a group of its own."""
+    def spread(self, pid: int, n: int, timeout: float = 10.0) -> int:
+        """Wait for pid's n worker threads, move each into a group of its own; the
+        CLOCK_MONOTONIC time (the read log's clock) when the last one was moved."""
         deadline = time.monotonic() + timeout
         while True:
             tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
@@ -82,40 +108,76 @@ class ThreadGroups:
         assert len(tids) == n, f"expected {n} worker threads, /proc/{pid}/task has {tids}"
         for tid, p in zip(tids, self.paths[1:]):
             (p / "tasks").write_text(f"{tid}\n")
-        return tids
+        return time.monotonic_ns()
 
     def close(self) -> None:
         for p in self.paths:
-            for attempt in range(50):
-                try:
-                    p.rmdir()
-                    break
-                except OSError:
-                    if attempt == 49:
-                        raise
-                    time.sleep(0.1)
+            nl.rmdir_cgroup(p)
 
 
-def _wide_plan(passes: int = 3, k: int = N_THREADS) -> Plan:
+class MemoryGroup:
+    """A cgroup v1 memory group limited to `limit` bytes (page cache, the arena and the
+    buffers of whatever runs in it); `enter` is a preexec_fn. Emptied and removed on exit."""
+
+    def __init__(self, limit: int):
+        root = _v1_root("memory", "memory.limit_in_bytes",
+                        "a page cache smaller than the pass needs a memory limit per process")
+        self.path = root / f"bench-validity-{os.getpid()}-mem"
+        self.path.mkdir()
+        (self.path / "memory.limit_in_bytes").write_text(f"{limit}\n")
+
+    def enter(self) -> None:
+        with open(self.path / "cgroup.procs", "w") as f:
+            f.write(f"{os.getpid()}\n")
+
+    def close(self) -> None:
+        try:   # uncharge the pool's pages now rather than leave an offline group holding them
+            (self.path / "memory.force_empty").write_text("0\n")
+        except OSError:
+            pass
+        nl.rmdir_cgroup(self.path)
+
+
+def _wide_plan(passes: int = ROUTER_PASSES, k: int = N_THREADS) -> Plan:
     """`passes` router passes of k distinct experts each (different layers in turn)."""
     its = [[(p % LAYERS, tuple(range((p * k) % EXPERTS, (p * k) % EXPERTS + k)))]
            for p in range(passes)]
     return make_plan(its)
 
 
-def _replay_throttled(pool, plan_file, tmp_path, threads: int) -> tuple[dict, list[dict]]:
-    """Two passes with O_DIRECT reads, each worker thread in its own throttled group from
-    early in pass 0; (summary, read log records of pass 1)."""
-    log, out = tmp_path / f"reads-{threads}.jsonl", tmp_path / f"agent-{threads}.jsonl"
+def _evict(pool_dir: Path) -> None:
+    """The pool's pages out of the page cache (this test's files only, no global drop): the
+    first pass starts cold, and no page stays cached on another group's charge, where the
+    memory group's limit could not evict it."""
+    for f in pool_dir.rglob("*.bin"):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _replay_throttled(pool, plan_file, tmp_path, threads: int,
+                      mode: str) -> tuple[dict, list[dict], int]:
+    """Two passes, each worker thread in its own throttled group from early in pass 0 (and
+    the cached modes in a memory group); (summary, read log records of pass 1, device bytes
+    read during pass 1)."""
+    tag = f"{mode}-{threads}"
+    log, out, snap = (tmp_path / f"reads-{tag}.jsonl", tmp_path / f"agent-{tag}.jsonl",
+                      tmp_path / f"snap-{tag}")
+    arena = ARENA_EXPERTS * EXPERT_BYTES if mode in ("pinned", "hybrid") else 0
+    _evict(pool.dir)
     groups = ThreadGroups(pool.dev, THROTTLE_BPS, threads)
+    mem = MemoryGroup(arena + MEMCG_EXTRA_BYTES) if mode != "nocache" else None
     try:
         proc = subprocess.Popen(
             [str(nl.AGENT), "replay", "--pool", str(pool.dir), "--plan", str(plan_file),
-             "--threads", str(threads), "--passes", "2", "--mode", "nocache", "--nocache",
-             "direct", "--read-log", str(log), "--out", str(out)],
-            preexec_fn=groups.enter_start, stderr=subprocess.PIPE, text=True)
+             "--threads", str(threads), "--passes", "2", *MODE_ARGS[mode],
+             "--snapshot-dir", str(snap), "--snapshot-file", "/proc/diskstats",
+             "--read-log", str(log), "--out", str(out)],
+            preexec_fn=lambda: _enter(groups, mem), stderr=subprocess.PIPE, text=True)
         try:
-            groups.spread(proc.pid, threads)
+            spread_ns = groups.spread(proc.pid, threads)
             _, err = proc.communicate(timeout=300)
         finally:
             if proc.poll() is None:
@@ -124,10 +186,21 @@ def _replay_throttled(pool, plan_file, tmp_path, threads: int) -> tuple[dict, li
         assert proc.returncode == 0, err
     finally:
         groups.close()
+        if mem:
+            mem.close()
     summary = [json.loads(x) for x in out.read_text().splitlines()][-1]
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert lines[-1]["read_log"] and lines[-1]["dropped"] == 0
-    return summary, [r for r in lines[:-1] if r["pass"] == 1]
+    measured = [r for r in lines[:-1] if r["pass"] == 1]
+    # every read measured ran on a thread already in its own group
+    assert spread_ns < min(r["t0_ns"] for r in measured)
+    return summary, measured, nl.snapshot_device_bytes(snap, 1, pool.dev)
+
+
+def _enter(groups: ThreadGroups, mem: MemoryGroup | None) -> None:
+    groups.enter_start()
+    if mem:
+        mem.enter()
 
 
 class _Pool:
@@ -145,25 +218,34 @@ def _max_in_flight(reads: list[dict]) -> int:
     return best
 
 
+@pytest.mark.parametrize("mode", list(MODE_ARGS))
 def test_n_threads_deliver_n_times_one_thread_with_overlapping_reads(agent, loopfs, pool,
-                                                                     tmp_path):
+                                                                     tmp_path, mode):
     _blkio_root()
     plan = _wide_plan()
     pf = tmp_path / "plan.bpln"
     write_plan(pf, plan)
     p = _Pool(loopfs, pool)
-    one, reads1 = _replay_throttled(p, pf, tmp_path, 1)
-    many, reads_n = _replay_throttled(p, pf, tmp_path, N_THREADS)
+    one, reads1, dev1 = _replay_throttled(p, pf, tmp_path, 1, mode)
+    many, reads_n, dev_n = _replay_throttled(p, pf, tmp_path, N_THREADS, mode)
+    hits = ARENA_EXPERTS if mode in ("pinned", "hybrid") else 0
+    misses = plan.reads - hits
     assert one["pass_bytes"][1] == many["pass_bytes"][1] == plan.reads * EXPERT_BYTES
+    assert one["pass_arena_hits"][1] == many["pass_arena_hits"][1] == hits
     rate1 = one["pass_bytes"][1] / one["pass_wall_ns"][1]
     rate_n = many["pass_bytes"][1] / many["pass_wall_ns"][1]
     ratio = rate_n / rate1
     wall_n = many["pass_wall_ns"][1]
     busy = sum(r["t1_ns"] - r["t0_ns"] for r in reads_n) / wall_n
-    print(f"1 thread {rate1 * 1e3:.2f} MB/s, {N_THREADS} threads {rate_n * 1e3:.2f} MB/s: "
-          f"x{ratio:.2f}; reads in flight at once: {_max_in_flight(reads1)} / "
-          f"{_max_in_flight(reads_n)}; read time / wall with {N_THREADS}: {busy:.2f}")
-    assert len(reads1) == len(reads_n) == plan.reads
+    print(f"{mode}: 1 thread {rate1 * 1e3:.2f} MB/s, {N_THREADS} threads {rate_n * 1e3:.2f} "
+          f"MB/s: x{ratio:.2f} (needs {(1 - TOLERANCE) * N_THREADS:.2f}..."
+          f"{(1 + TOLERANCE) * N_THREADS:.2f}); reads in flight at once: "
+          f"{_max_in_flight(reads1)} / {_max_in_flight(reads_n)}; read time / wall with "
+          f"{N_THREADS}: {busy:.2f}; device bytes of the pass {dev1} / {dev_n} for "
+          f"{misses} misses")
+    # the throttle measured every miss: each one read the device in the measured pass
+    assert min(dev1, dev_n) >= 0.9 * misses * EXPERT_BYTES
+    assert len(reads1) == len(reads_n) == misses
     assert len({r["tid"] for r in reads_n}) == N_THREADS   # every thread read
     assert (1 - TOLERANCE) * N_THREADS <= ratio <= (1 + TOLERANCE) * N_THREADS
     assert _max_in_flight(reads1) == 1
