@@ -14,7 +14,7 @@ here. The structure mirrors what the paper measures on real routing (Table 1, Fa
 * domains: popularity ranks map to expert ids through a per-layer permutation; every domain
   keeps a fraction `overlap` of the base permutation's rank positions and shuffles the rest,
   so hot sets of different domains overlap by a tunable amount (Fact 5);
-* non-stationarity (off unless set; on in the k3 preset): phases of geometric length (mean
+* non-stationarity (off unless set; on in the k3 and dsv3 presets): phases of geometric length (mean
   `phase` tokens, each layer's phases ending on their own) each give a fresh hot set of `phase_set`
   experts per layer, drawn uniformly, a share `drift` of the popularity (Zipf `phase_alpha`
   inside it), so the hot set drifts within a request and a table of past counts ages while
@@ -140,10 +140,20 @@ PRESETS: dict[str, SynthParams] = {
                       gradient=0.8, reuse=0.24, overlap=0.75, spec_accept=0.05, fallback=0.15,
                       drift=0.3, phase=30.0, phase_set=24, phase_alpha=1.5, burst=0.08,
                       burst_window=3, order="score"),
-    "qwen3": SynthParams("qwen3-30b-a3b-synth", 8, 128, 48, 2_864_583, tokens=401, alpha=1.18,
-                         reuse=0.3, spec_accept=0.0, fallback=0.0),
-    "dsv3": SynthParams("deepseek-v3-synth", 8, 256, 58, 44_040_192, tokens=301, alpha=0.9,
-                        reuse=0.22, spec_accept=0.0, fallback=0.0),
+    # qwen3 and dsv3 (llama.cpp traces: no speculation; the paper's 400 and 300 steps) are
+    # fitted by tests/perf/fit_synth_presets.py to the §3 numbers in
+    # tests/support/preset_targets.py FITTED (seed 11, four domains); the other §3 numbers are
+    # held-out checks (tests/unit/test_synth_paper_models.py). qwen3: W1, W64, top-8 share and
+    # Fig. 1's B=32 tie (LRU 75 vs static 73): a flattened head (alpha 2.7 on rank + 10), a
+    # shallow layer ramp and bursts over the last 64 positions, stationary.
+    "qwen3": SynthParams("qwen3-30b-a3b-synth", 8, 128, 48, 2_864_583, tokens=401, alpha=2.7,
+                         head=10.0, gradient=0.3, reuse=0.2875, burst=0.2625, burst_window=64,
+                         spec_accept=0.0, fallback=0.0),
+    # dsv3: W1, W64 and Fig. 1's B=32 (LRU 48 vs static 35): phases of 65 tokens carrying 35%
+    # of the popularity, as in k3, are what let LRU lead a static table.
+    "dsv3": SynthParams("deepseek-v3-synth", 8, 256, 58, 44_040_192, tokens=301, alpha=0.7,
+                        reuse=0.16, drift=0.35, phase=65.0, phase_set=24, phase_alpha=1.0,
+                        spec_accept=0.0, fallback=0.0),
     "tiny": SynthParams("tiny-synth", 4, 32, 4, 65_536, tokens=60, alpha=1.0, reuse=0.3),
 }
 
