@@ -175,7 +175,9 @@ def test_completion_offers_hosts_matrices_and_choices(tmp_path):
 def test_completion_scripts_are_offered(capsys):
     rc, out, _ = run(capsys, "--help")
     assert "--install-completion" in out and "--show-completion" in out
-    p = subprocess.run([sys.executable, "-m", "bench", "--show-completion", "bash"],
+    # from a bash, as a user types it: typer names the shell from its parent process (a test
+    # run with no shell above it, e.g. under nohup, would get "Shell not supported")
+    p = subprocess.run(["bash", "-c", '"$0" -m bench --show-completion; exit $?', sys.executable],
                        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and "_BENCH_COMPLETE" in p.stdout

@@ -20,6 +20,18 @@ def _deliver(sig: int) -> None:
     time.sleep(0.2)             # the handler runs between bytecodes of this (main) thread
 
 
+@pytest.fixture(autouse=True)
+def _as_a_foreground_job():
+    """Python's own handlers, as a terminal's foreground job has them: a test run started as a
+    background job inherits SIGINT ignored (which signals_raise keeps ignored, tested below)."""
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in old.items():
+        signal.signal(s, handler)
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_the_first_signal_raises_with_its_exit_code_and_a_second_does_what_it_did(sig, code):
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -37,6 +37,13 @@ def lab(tmp_path):
     return {"tmp": tmp_path, "hosts": hosts, "db": f"sqlite:///{tmp_path / 'bench.db'}"}
 
 
+def _ctrl_c_reaches_it() -> None:
+    """The child's SIGINT as a terminal's foreground job has it: a test run started as a
+    background job (nohup, `cmd &` without job control) hands its children SIGINT ignored,
+    which bench keeps ignored (bench.cli.interrupt), so Ctrl-C could not be tested there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(lab) -> dict:
     return dict(os.environ, COLUMNS="200", BENCH_DATA_DIR=str(lab["tmp"] / "data"))
 
@@ -47,7 +54,7 @@ def _schedule(lab, cid: str, group: bool = False) -> subprocess.Popen:
          "--hosts", "local", "--hosts-dir", str(lab["hosts"]), "--data-dir",
          str(lab["tmp"] / "data"), "--db", lab["db"], "--seed", "5", "--campaign", cid],
         cwd=lab["tmp"], env=_env(lab), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=group)
+        text=True, start_new_session=group, preexec_fn=_ctrl_c_reaches_it)
 
 
 def _bench(lab, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -219,7 +226,8 @@ def test_ctrl_c_in_bench_demo_is_an_interrupted_campaign_that_resumes(tmp_path):
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.Popen([sys.executable, "-m", "bench", "demo", "--no-trace", "--out",
                              str(tmp_path / "demo"), "--db", db], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_reaches_it)
     cid = None
     end = time.monotonic() + 180
     while cid is None and time.monotonic() < end:
