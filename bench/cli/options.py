@@ -88,7 +88,7 @@ def _id_pattern(what: str) -> re.Pattern[str]:
         return NAME_RE
     from bench.judge import bundle_schema
     return {"run id": bundle_schema.RUN_ID_RE, "campaign id": bundle_schema.CAMPAIGN_RE,
-            "workload digest prefix": re.compile("[0-9a-fA-F]{1,64}")}[what]
+            "hex digest prefix": re.compile("[0-9a-fA-F]{1,64}")}[what]
 
 
 def id_text(option: str, what: str, *, csv: bool = False
@@ -138,8 +138,8 @@ ID_RULES = {"run id": "1-64 of A-Z, a-z, 0-9, '.', '_' and '-' (not . or ..)",
             "campaign id": "1-64 of A-Z, a-z, 0-9, '.', '_' and '-'",
             "host name": "an inventory name: 1-64 of A-Z, a-z, 0-9, '.', '_' and '-', "
                          "starting with a letter or digit",
-            "workload digest prefix": "1-64 hex digits, the start of a digest that "
-                                      "`bench results --cell` shows"}
+            "hex digest prefix": "1-64 hex digits, the start of a workload digest that "
+                                 "`bench results --cell` shows"}
 
 
 HostNameArg = Annotated[str, typer.Argument(help="Host name from the inventory.",

@@ -41,7 +41,7 @@ def placement(bandwidths: Annotated[Path, typer.Option(
               workload: Annotated[Optional[str], typer.Option(
                   "--workload", help="Sizing: only runs of this workload (a prefix of the "
                                      "workload digest).",
-                  callback=id_text("--workload", "workload digest prefix"))] = None,
+                  callback=id_text("--workload", "hex digest prefix"))] = None,
               include_demo: IncludeDemoOpt = False,
               db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Placement rules 2 and 3 (paper §8) from measured bandwidths: the breakeven reuse of an

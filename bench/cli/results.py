@@ -26,7 +26,7 @@ CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of
 WorkloadOpt = Annotated[Optional[str], typer.Option(
     "--workload", help="Only runs of this workload: a prefix of the workload digest that "
                        "`bench results --cell` shows (an ambiguous prefix is refused).",
-    callback=id_text("--workload", "workload digest prefix"))]
+    callback=id_text("--workload", "hex digest prefix"))]
 # 10^6 GB (a petabyte) a token: far above any model, and 10^9 times it is still finite
 NOMINAL_GB_MAX = 1e6
 PoolOpt = Annotated[bool, typer.Option(
