@@ -142,7 +142,7 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
                prompt: Optional[str] = None) -> None:
     """Refuse fields that make no cell (a replay cell, or an engine cell when prompt is set)."""
     if prompt is not None:
-        if not LABEL.match(prompt):
+        if not LABEL.fullmatch(prompt):
             raise GrammarError(f"bad prompt label {prompt!r}", "a prompt label is 1-32 of "
                                "a-z, 0-9 and _ (prose, code, chat)")
         if (capacity_bytes, mechanism, reclaim, hints, delivery) != (
@@ -161,7 +161,7 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
         raise GrammarError("prefetch needs both a hint plan label and a delivery",
                            f"write e.g. -pilot-advice; deliveries: {', '.join(DELIVERIES)}")
     if hints is not None:
-        if not LABEL.match(hints) or hints in MODES or hints == "none":
+        if not LABEL.fullmatch(hints) or hints in MODES or hints == "none":
             raise GrammarError(f"bad hint plan label {hints!r}",
                                "a label is 1-32 of a-z, 0-9 and _ (oracle, pilot, ...)")
         if delivery not in DELIVERIES:
@@ -215,7 +215,7 @@ def parse_cell(name: object) -> Fields:
                                "allowed")
     cap, parts = name.split("-")[0], name.lower().split("-")
     if parts[0] == ENGINE_PREFIX:
-        if len(parts) != 3 or not LABEL.match(parts[1]) or parts[2] not in POLICY_MODES:
+        if len(parts) != 3 or not LABEL.fullmatch(parts[1]) or parts[2] not in POLICY_MODES:
             raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}} with a "
                               f"prompt label of a-z, 0-9, _ and policy "
                               f"{' or '.join(POLICY_MODES)}")

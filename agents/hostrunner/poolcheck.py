@@ -52,7 +52,7 @@ def _sums(d: str, raw: dict[str, Any], n: int, rep: Report) -> IO[bytes] | None:
     if s is None:
         return None
     ok = (isinstance(s, dict) and s.get("file") == poolfmt.SUMS
-          and isinstance(s.get("sha256"), str) and SHA256.match(s["sha256"])
+          and isinstance(s.get("sha256"), str) and SHA256.fullmatch(s["sha256"])
           and s.get("block") == poolfmt.SAMPLE_BLOCK and s.get("blocks") == poolfmt.SAMPLE_BLOCKS)
     if not ok:
         rep.add(poolfmt.MANIFEST, "manifest", "its `sums` member is not one this bench writes "
@@ -143,7 +143,7 @@ def _digests(sums: IO[bytes] | None, n: int, rep: Report) -> Iterator[str | None
             yield None
             continue
         line = sums.readline().decode("ascii", "replace").rstrip("\n")
-        if not HEX32.match(line):
+        if not HEX32.fullmatch(line):
             rep.add(poolfmt.SUMS, "sums", "a line is not 32 hex digits")
             sums = None
             yield None
@@ -166,7 +166,7 @@ def _extras(d: str, f: dict[str, Any], rep: Report) -> None:
             rel = n if rel_top == "." else rel_top + "/" + n
             if rel in (poolfmt.MANIFEST, poolfmt.SUMS):
                 continue
-            m = rx.match(rel)
+            m = rx.fullmatch(rel)
             if m and int(m.group("layer")) < f["layers"] \
                     and int(m.group("expert")) < f["experts_per_layer"] \
                     and poolfmt.relpath(f["path"], int(m.group("layer")),

@@ -74,7 +74,7 @@ def settings_from_files(files: dict[str, str | None], queue_devs: list[str]) -> 
     governors: dict[str, int] = {}
     for path in sorted(files):
         text = files[path]
-        node, gov = NODE_MEMINFO.match(path), GOVERNOR.match(path)
+        node, gov = NODE_MEMINFO.fullmatch(path), GOVERNOR.fullmatch(path)
         if node and text is not None:
             nodes[node.group(1)] = node_mem_total(text)
         elif gov and parse_choice(text) is not None:

@@ -64,7 +64,7 @@ def choose_wall(systemd: bool, backend: str) -> tuple[str, str]:
 def _unit_part(run_id: str) -> str:
     """A run id as a unit-name part (run ids are [A-Za-z0-9._-], checked by spec.py); refused
     when it is not, so no argv ever carries a name systemd would escape or reject."""
-    if not _UNIT_SAFE.match(run_id) or run_id.startswith("-"):
+    if not _UNIT_SAFE.fullmatch(run_id) or run_id.startswith("-"):
         raise ValueError(f"run id {run_id!r} cannot be part of a unit name")
     return run_id
 
@@ -98,7 +98,7 @@ def runner_argv(run_id: str, python: str, runner_py: str, work_dir: str,
             "-p", "KillMode=mixed", "-p", "TimeoutStopSec=90"]
     env = env or {}
     for k in sorted(env):
-        if _ENV_NAME.match(k) and "\n" not in env[k]:
+        if _ENV_NAME.fullmatch(k) and "\n" not in env[k]:
             argv.append(f"--setenv={k}={env[k]}")
     return argv + ["--", python, runner_py, "daemon", run_id, "--work-dir", work_dir]
 

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import DbOpt, JsonOpt
+from bench.cli.options import SECONDS_MAX, DbOpt, JsonOpt, id_text, ids_text, number
 from bench.errors import InputError
 from bench.results import campaign_views, views
 
@@ -22,9 +22,11 @@ campaigns_app = typer.Typer(
 
 AllOpt = Annotated[bool, typer.Option("--all", help="Also hidden campaigns.")]
 IdsArg = Annotated[list[str], typer.Argument(help="Campaign ids (`bench campaigns --all`).",
-                                             show_default=False)]
+                                             show_default=False,
+                                             callback=ids_text("CAMPAIGN", "campaign id"))]
 CampaignArg = Annotated[Optional[str], typer.Argument(
-    help="Campaign id (default: the newest campaign that is not hidden).")]
+    help="Campaign id (default: the newest campaign that is not hidden).",
+    callback=id_text("CAMPAIGN", "campaign id"))]
 
 
 def _listing(db: str | None, include_hidden: bool, json_out: bool) -> None:
@@ -139,7 +141,9 @@ def _confirm(question: str) -> None:
 
 def watch_cmd(campaign: CampaignArg = None, db: DbOpt = None,
               interval: Annotated[float, typer.Option("--interval", help="Seconds between "
-                                                      "polls.")] = 1.0,
+                                                      "polls (at most a week).",
+                                                      callback=number("--interval", SECONDS_MAX,
+                                                                      unit=" s"))] = 1.0,
               once: Annotated[bool, typer.Option("--once", help="Print one snapshot and "
                                                  "exit.")] = False,
               json_out: JsonOpt = False) -> None:

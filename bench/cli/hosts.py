@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import DbOpt, HostsDirOpt, JsonOpt
+from bench.cli.options import DbOpt, HostNameArg, HostsDirOpt, JsonOpt, id_text, ids_text
 from bench.errors import BenchError, InputError, error_data
 from bench.results import fleet_views, views
 from bench.results.views import compose
@@ -19,7 +19,8 @@ hosts_app = typer.Typer(no_args_is_help=True, help="The fleet: inventory (NAME.t
                                                    "agent deploy.")
 
 HostsArg = Annotated[Optional[list[str]], typer.Argument(help="Host names (default: all).",
-                                                         show_default=False)]
+                                                         show_default=False,
+                                                         callback=ids_text("HOSTS", "host name"))]
 
 
 def _hosts(hosts_dir: Path | None, names: list[str] | None):
@@ -119,7 +120,7 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
                 campaign: Annotated[Optional[str], typer.Option(
                     "--campaign", help="Flag hosts whose kernel, cmdline, agent, controller or "
                     "settings differ from the fingerprint this campaign recorded for them "
-                    "(reads the database).")] = None,
+                    "(reads the database).", callback=id_text("--campaign", "campaign id"))] = None,
                 db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Probe hosts in parallel: kernel, arch, page size, cmdline, boot_id, memory, MGLRU,
     cgroup backend, systemd, pool device, python3, agent hash, and the settings that move
@@ -156,7 +157,8 @@ def hosts_probe(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
 @hosts_app.command("facts")
 def hosts_facts(hosts: Annotated[Optional[list[str]], typer.Argument(
                     help="Host names to write the facts for (default: gh200-a gh200-b, the "
-                    "example inventory's).", show_default=False)] = None,
+                    "example inventory's).", show_default=False,
+                    callback=ids_text("HOSTS", "host name"))] = None,
                 example: Annotated[Optional[str], typer.Option(
                     "--example", metavar="NAME", help="The shipped example to print: gh200 "
                     "(aarch64, 64 KiB pages, 480 GB, cgroup v2, MGLRU).")] = None) -> None:
@@ -193,7 +195,7 @@ def hosts_deploy(hosts: HostsArg = None, hosts_dir: HostsDirOpt = None,
 
 
 @hosts_app.command("trust")
-def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+def hosts_trust(host: HostNameArg,
                 hosts_dir: HostsDirOpt = None,
                 yes: Annotated[bool, typer.Option("--yes", help="Write without asking (only "
                                                   "after checking the fingerprint!).")] = False,
@@ -253,8 +255,9 @@ def hosts_trust(host: Annotated[str, typer.Argument(help="Host name from the inv
 
 
 @hosts_app.command("collect")
-def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
-                  run_id: Annotated[str, typer.Argument(help="Run id on that host.")],
+def hosts_collect(host: HostNameArg,
+                  run_id: Annotated[str, typer.Argument(help="Run id on that host.",
+                                                        callback=id_text("RUN_ID", "run id"))],
                   hosts_dir: HostsDirOpt = None,
                   data_dir: Annotated[Optional[Path], typer.Option(
                       "--data-dir", help="Where bundles go (default $BENCH_DATA_DIR, else "
@@ -285,7 +288,7 @@ def hosts_collect(host: Annotated[str, typer.Argument(help="Host name from the i
 
 
 @hosts_app.command("bandwidth")
-def hosts_bandwidth(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+def hosts_bandwidth(host: HostNameArg,
                     hosts_dir: HostsDirOpt = None,
                     threads: Annotated[int, typer.Option("--threads", help="Agent threads.")] = 8,
                     max_bytes: Annotated[str, typer.Option(

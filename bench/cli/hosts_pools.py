@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import HostsDirOpt, JsonOpt
+from bench.cli.options import HostNameArg, HostsDirOpt, JsonOpt
 from bench.results import views
 from bench.results.views import LiteralTable, styled
 
@@ -48,7 +48,7 @@ def pool_notes(res: dict) -> list[str]:
     return out
 
 
-def hosts_pools(host: Annotated[str, typer.Argument(help="Host name from the inventory.")],
+def hosts_pools(host: HostNameArg,
                 rm: Annotated[Optional[str], typer.Option(
                     "--rm", metavar="KEY", help="Remove the pool KEY (as listed, e.g. "
                     "92x896x17550000-s0); refused while another controller holds the host or "

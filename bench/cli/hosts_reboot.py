@@ -8,19 +8,20 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from bench.cli.hosts import hosts_app
-from bench.cli.options import HostsDirOpt, JsonOpt
+from bench.cli.options import SECONDS_MAX, HostNameArg, HostsDirOpt, JsonOpt, number
 from bench.errors import InputError
 from bench.results import views
 from bench.results.views import compose, styled
 
-HostArg = Annotated[str, typer.Argument(help="Host name from the inventory.")]
+HostArg = HostNameArg
 ForceOpt = Annotated[bool, typer.Option(
     "--force", help="Go ahead even when a run is in progress on the host or another controller "
                     "holds it (a campaign owns its hosts from start to end): says which run it "
                     "kills and whose campaign it disturbs. Without it such a host is refused, "
                     "naming the run or the campaign and its controller.")]
 TimeoutOpt = Annotated[Optional[float], typer.Option(
-    "--up-timeout", help="Seconds to wait for SSH with a new boot_id (default: inventory).")]
+    "--up-timeout", help="Seconds to wait for SSH with a new boot_id (default: inventory).",
+    callback=number("--up-timeout", SECONDS_MAX, unit=" s", example="600"))]
 
 
 def _host_and_transport(hosts_dir: Path | None, name: str):

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from bench.cli.options import DbOpt, IncludeDemoOpt, JsonOpt
+from bench.cli.options import SECONDS_MAX, DbOpt, IncludeDemoOpt, JsonOpt, id_text, number
 
 EXAMPLE = "paper-gh200"
 
@@ -29,14 +29,19 @@ def placement(bandwidths: Annotated[Path, typer.Option(
               target_seconds: Annotated[Optional[float], typer.Option(
                   "--target-seconds",
                   help="Target maximum seconds per iteration for the sizing example (the paper: "
-                       "2). Reads the database (--db) for its capacity curves.")] = None,
+                       "2). Reads the database (--db) for its capacity curves.",
+                  callback=number("--target-seconds", SECONDS_MAX, unit=" s",
+                                  example="2"))] = None,
               host: Annotated[Optional[str], typer.Option(
-                  "--host", help="Sizing: only runs on this host.")] = None,
+                  "--host", help="Sizing: only runs on this host.",
+                  callback=id_text("--host", "host name"))] = None,
               campaign: Annotated[Optional[str], typer.Option(
-                  "--campaign", help="Sizing: only runs of this campaign.")] = None,
+                  "--campaign", help="Sizing: only runs of this campaign.",
+                  callback=id_text("--campaign", "campaign id"))] = None,
               workload: Annotated[Optional[str], typer.Option(
                   "--workload", help="Sizing: only runs of this workload (a prefix of the "
-                                     "workload digest).")] = None,
+                                     "workload digest).",
+                  callback=id_text("--workload", "hex digest prefix"))] = None,
               include_demo: IncludeDemoOpt = False,
               db: DbOpt = None, json_out: JsonOpt = False) -> None:
     """Placement rules 2 and 3 (paper §8) from measured bandwidths: the breakeven reuse of an

@@ -10,7 +10,8 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bench.cli.options import DataDirOpt, DbOpt, IncludeDemoOpt, JsonOpt
+from bench.cli.options import (SECONDS_MAX, DataDirOpt, DbOpt, IncludeDemoOpt, JsonOpt, cell_text,
+                               id_text, number)
 from bench.errors import BenchError, InputError
 from bench.results import store_views, views
 from bench.results.views import compose
@@ -18,11 +19,16 @@ from bench.units import format_size
 
 MatrixKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission", "end-to-end"]
 PlotKind = Literal["capacity", "reclaim", "equal-memory", "prefetch", "admission"]
-HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.")]
-CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.")]
+HostOpt = Annotated[Optional[str], typer.Option("--host", help="Only runs on this host.",
+                                                callback=id_text("--host", "host name"))]
+CampOpt = Annotated[Optional[str], typer.Option("--campaign", help="Only runs of this campaign.",
+                                                callback=id_text("--campaign", "campaign id"))]
 WorkloadOpt = Annotated[Optional[str], typer.Option(
     "--workload", help="Only runs of this workload: a prefix of the workload digest that "
-                       "`bench results --cell` shows (an ambiguous prefix is refused).")]
+                       "`bench results --cell` shows (an ambiguous prefix is refused).",
+    callback=id_text("--workload", "hex digest prefix"))]
+# 10^6 GB (a petabyte) a token: far above any model, and 10^9 times it is still finite
+NOMINAL_GB_MAX = 1e6
 PoolOpt = Annotated[bool, typer.Option(
     "--pool", help="Pool runs across result groups (hosts, workloads, fingerprints); the "
                    "output says what differs and that it was pooled.")]
@@ -55,7 +61,9 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
            plan: Annotated[Optional[Path], typer.Option(help="Plan for the demand model's "
                                                         "nominal misses.")] = None,
            nominal_gb: Annotated[Optional[float], typer.Option(
-               "--nominal-gb", help="Nominal miss GB/iteration, if no plan.")] = None,
+               "--nominal-gb", help="Nominal miss GB/iteration, if no plan (> 0, at most 10^6).",
+               callback=number("--nominal-gb", NOMINAL_GB_MAX, unit=" GB",
+                               example="0.75"))] = None,
            data_dir: DataDirOpt = None,
            max_file_bytes: Annotated[Optional[str], typer.Option(
                "--max-file-bytes", help="Cap on one bundle file (default "
@@ -105,7 +113,8 @@ def ingest(bundles: Annotated[list[Path], typer.Argument(help="Run bundle direct
     if failed:
         raise typer.Exit(exit_code)
 
-def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.")] = None,
+def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this cell.",
+                                                     callback=cell_text("--cell"))] = None,
          rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected runs.")]
          = False, host: HostOpt = None, campaign: CampOpt = None,
          include_demo: IncludeDemoOpt = False, db: DbOpt = None,
@@ -124,7 +133,8 @@ def runs(cell: Annotated[Optional[str], typer.Option("--cell", help="Only this c
                     include_demo=include_demo)
 
 def results(cell: Annotated[Optional[str], typer.Option(
-                "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).")] = None,
+                "--cell", help="One cell, e.g. 64G-balloon-mglru (case-insensitive).",
+                callback=cell_text("--cell"))] = None,
             matrix: Annotated[Optional[MatrixKind], typer.Option(
                 "--matrix", help="A campaign-shaped matrix (end-to-end: the engine pairs "
                                  "of Table 3).")] = None,
@@ -197,7 +207,8 @@ def _sizing_answer(r: dict) -> str:
             "no_data": "no retained capacity runs"}[r["status"]]
 
 def sizing(target_seconds: Annotated[float, typer.Option(
-               "--target-seconds", help="Target seconds per iteration.")],
+               "--target-seconds", help="Target seconds per iteration (> 0).",
+               callback=number("--target-seconds", SECONDS_MAX, unit=" s", example="2"))],
            reclaim: Annotated[Literal["mglru", "classic"], typer.Option(
                help="Reclaim of the capacity curve to read.")] = "mglru",
            host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.text import Text
 
-from bench.cli.options import DbOpt, size_option
+from bench.cli.options import SECONDS_MAX, DbOpt, cell_text, id_text, number, size_option
 from bench.errors import InputError
 from bench.paths import default_data_dir
 from bench.results import views
@@ -54,8 +54,10 @@ def _table(results: list) -> LiteralTable:
 
 
 def run(cell: Annotated[str, typer.Argument(
-            help="Cell name, e.g. 64G-balloon-mglru (case-insensitive).")],
-        host: Annotated[str, typer.Option("--host", help="Host name(s), comma separated.")],
+            help="Cell name, e.g. 64G-balloon-mglru (case-insensitive).",
+            callback=cell_text("CELL"))],
+        host: Annotated[str, typer.Option("--host", help="Host name(s), comma separated.",
+                                          callback=id_text("--host", "host name", csv=True))],
         trace: Annotated[Path, typer.Option("--trace", help="Trace JSONL the plan is made "
                                             "from.")],
         k: Annotated[Optional[int], typer.Option("--k", help="top-k when the trace has no "
@@ -65,7 +67,8 @@ def run(cell: Annotated[str, typer.Argument(
                                             "passes + 1 measured).")] = 2,
         run_id: Annotated[Optional[str], typer.Option(
             "--run-id", help="Run id, also the id of its campaign (default r<UTC "
-            "time>-<random>); with several hosts each host's run id is <ID>-<host>.")] = None,
+            "time>-<random>); with several hosts each host's run id is <ID>-<host>.",
+            callback=id_text("--run-id", "run id"))] = None,
         mem: Annotated[Optional[str], typer.Option(
             "--mem", help="memboot cells: the mem= the host booted with, as bench writes "
             "sizes (93G = 93 x 10^9 bytes; bench reboots write mem= as exact bytes).")] = None,
@@ -88,10 +91,14 @@ def run(cell: Annotated[str, typer.Argument(
             "--hosts-dir", help="Inventory directory (default $BENCH_HOSTS, else ./hosts if "
             "it exists, else ~/.config/bench/hosts).")] = None,
         timeout: Annotated[float, typer.Option("--timeout", help="Longest a run may take "
-                                               "(seconds).")] = 6 * 3600.0,
+                                               "(seconds, at most a week).",
+                                               callback=number("--timeout", SECONDS_MAX, unit=" s",
+                                                               example="3600"))] = 6 * 3600.0,
         reconnect_timeout: Annotated[Optional[float], typer.Option(
             "--reconnect-timeout", help="Longest a host may stay unreachable before it is "
-            "quarantined (default: its reboot.up_timeout).")] = None,
+            "quarantined (default: its reboot.up_timeout).",
+            callback=number("--reconnect-timeout", SECONDS_MAX, unit=" s",
+                            example="600"))] = None,
         hints: Annotated[Optional[str], typer.Option(
             "--hints", help="prefetch cells: the hint plan shipped, oracle, pilot (the "
             "previous-token predictor), previous-token, or a hint plan FILE (default: the "

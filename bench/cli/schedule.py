@@ -22,7 +22,8 @@ from typing import Annotated, NoReturn, Optional
 import typer
 
 from bench.cli.interrupt import Interrupted, signals_raise
-from bench.cli.options import DataDirOpt, DbOpt, HostsDirOpt, JsonOpt, ScaleOpt
+from bench.cli.options import (SECONDS_MAX, DataDirOpt, DbOpt, HostsDirOpt, JsonOpt,
+                               ScaleOpt, id_text, number)
 from bench.errors import InputError
 from bench.results import campaign_views, plan_views, views
 from bench.results.views import compose
@@ -32,7 +33,8 @@ RetriesOpt = Annotated[int, typer.Option("--retries", help="Infrastructure retri
                                                            "(rejections are never retried).")]
 ReconnectOpt = Annotated[Optional[float], typer.Option(
     "--reconnect-timeout", help="Longest a host may stay unreachable before it is quarantined "
-                                "(default: its reboot.up_timeout).")]
+                                "(default: its reboot.up_timeout).",
+    callback=number("--reconnect-timeout", SECONDS_MAX, unit=" s", example="600"))]
 
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
@@ -97,13 +99,15 @@ FactsOpt = Annotated[Optional[Path], typer.Option(
                     "FILE`) instead of probing those hosts.")]
 FactsAgeOpt = Annotated[float, typer.Option(
     "--facts-max-age", help="Reuse a host's facts probed this many seconds ago or less (0: "
-                            "always probe).")]
+                            "always probe).",
+    callback=number("--facts-max-age", SECONDS_MAX, zero=True, unit=" s", example="300"))]
 
 
 def schedule_cmd(
     matrix: Annotated[str, typer.Option("--matrix", help="Matrix name or TOML file.")],
     hosts: Annotated[Optional[str], typer.Option(
-        "--hosts", help="Comma-separated host names (default: every inventory host).")] = None,
+        "--hosts", help="Comma-separated host names (default: every inventory host).",
+        callback=id_text("--hosts", "host name", csv=True))] = None,
     hosts_dir: HostsDirOpt = None,
     scale: ScaleOpt = None,
     seed: Annotated[Optional[int], typer.Option(
@@ -112,7 +116,8 @@ def schedule_cmd(
         "--dry-run", help="Print the ordered plan per host, reboots and estimated duration; "
                           "write nothing (the hosts are probed, read-only).")] = False,
     campaign: Annotated[Optional[str], typer.Option(
-        "--campaign", help="Campaign id (default <matrix>-s<seed>-<UTC time>).")] = None,
+        "--campaign", help="Campaign id (default <matrix>-s<seed>-<UTC time>).",
+        callback=id_text("--campaign", "campaign id"))] = None,
     facts_file: FactsOpt = None,
     facts_max_age: FactsAgeOpt = 300.0,
     db: DbOpt = None,
@@ -295,7 +300,8 @@ def _execute(cid: str, settings, json_out: bool) -> None:
 
 
 CampaignArg = Annotated[Optional[str], typer.Argument(
-    help="Campaign id (default: the newest unfinished campaign no live controller drives).")]
+    help="Campaign id (default: the newest unfinished campaign no live controller drives).",
+    callback=id_text("CAMPAIGN", "campaign id"))]
 
 
 def resume_cmd(campaign: CampaignArg = None, db: DbOpt = None, data_dir: DataDirOpt = None,

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Literal, Optional
 
 import typer
 
-from bench.cli.options import BatchOpt, FilesArg, JsonOpt, KOpt, ints, size_option, split_csv
+from bench.cli.options import (BatchOpt, FilesArg, JsonOpt, KOpt, ints, number, size_option,
+                               split_csv)
 from bench.cli.outpath import output_file
 from bench.errors import InputError
 from bench.results import trace_views, views
@@ -91,9 +92,11 @@ def trace_synth(
     domain: Annotated[Optional[int], typer.Option(
         help="Domain index (hot-set permutation).")] = None,
     alpha: Annotated[Optional[float], typer.Option(
-        help="Zipf exponent of selection counts.")] = None,
+        help="Zipf exponent of selection counts (0 to 20).",
+        callback=number("--alpha", 20, zero=True, example="1.1"))] = None,
     head: Annotated[Optional[float], typer.Option(
-        help="Zipf-Mandelbrot offset: popularity ~ (rank + head)^-alpha; 0 is pure Zipf.")] = None,
+        help="Zipf-Mandelbrot offset: popularity ~ (rank + head)^-alpha; 0 is pure Zipf (at "
+             "most 10^6).", callback=number("--head", 1e6, zero=True, example="2"))] = None,
     gradient: Annotated[Optional[float], typer.Option(
         help="Per-layer slope ramp: first layer alpha*(1-g/2), last alpha*(1+g/2).")] = None,
     reuse: Annotated[Optional[float], typer.Option(help="Probability a selection repeats the "
@@ -211,7 +214,9 @@ def sim(
     ] = "per-layer",
     budgets: Annotated[str, typer.Option(help="Comma list of B, experts per layer.")] = "8,16,32",
     window: Annotated[float, typer.Option(help="Warm on the first fraction of iterations, "
-                                          "score the rest.")] = 0.6,
+                                          "score the rest.",
+                                          callback=number("--window", 1, zero=True,
+                                                          example="0.6"))] = 0.6,
     train: Annotated[Optional[str], typer.Option(help="Static table: 'window' (default), "
                                                  "'oracle' (whole trace) or a trace FILE "
                                                  "(off-domain).")] = None,

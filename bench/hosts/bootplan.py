@@ -413,7 +413,7 @@ def grub_word(arg: str) -> str:
     """One kernel argument as a word of a GRUB `linux` line: bare when it holds only plain
     characters, else single-quoted (GRUB's lexer takes `$`, `;`, `{`, spaces and quotes as
     syntax; inside single quotes nothing is). A single quote in an argument is refused."""
-    if _GRUB_BARE.match(arg):
+    if _GRUB_BARE.fullmatch(arg):
         return arg
     if "'" in arg or "\n" in arg or "\\" in arg:
         raise InputError(f"kernel argument {arg!r} cannot be written into a GRUB entry")
@@ -421,7 +421,7 @@ def grub_word(arg: str) -> str:
 
 
 def check_grub_entry(entry: str) -> str:
-    if not isinstance(entry, str) or not _GRUB_ENTRY.match(entry):
+    if not isinstance(entry, str) or not _GRUB_ENTRY.fullmatch(entry):
         raise InputError(f"bad GRUB entry name {entry!r}",
                          hint="letters, digits, '.', '_' and '-' (at most 64), as "
                               "[reboot] grub_entry in the host's file")

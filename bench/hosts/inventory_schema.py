@@ -103,7 +103,7 @@ def _address(v: str) -> str:
             raise bad(f"{v!r} holds a port: the port goes in `port`",
                       hint=f"write address = {host!r} and port = {port}")
         raise bad(f"{v!r} is not a host name or IP address", hint=_ADDRESS_HINT)
-    if not HOST_RE.match(v):
+    if not HOST_RE.fullmatch(v):
         raise bad(f"{v!r} is not a host name or IP address", hint=_ADDRESS_HINT)
     return v
 
@@ -113,7 +113,7 @@ def _user(v: str) -> str:
         raise bad("must not be empty", hint="the SSH user, e.g. root")
     if "@" in v or ":" in v:
         raise bad(f"{v!r} is not a user name: the host goes in `address`, the port in `port`")
-    if not USER_RE.match(v):
+    if not USER_RE.fullmatch(v):
         raise bad(f"{v!r} is not a user name",
                   hint="letters, digits, '.', '-', '_' (at most 64), not starting with '-' or '.'")
     return v
@@ -263,7 +263,7 @@ class HostFile(Table):
     @staticmethod
     def rules(v: View, ctx: dict) -> Iterator[Problem]:
         path: Path = ctx["path"]
-        if not v.given("name") and not NAME_RE.match(path.stem):
+        if not v.given("name") and not NAME_RE.fullmatch(path.stem):
             yield Problem(("name",), f"{path.stem!r} (the file's stem) is not a valid host name",
                           hint=_NAME_HINT)
         if v.ok("name") and v.name is not None and v.name != path.stem:

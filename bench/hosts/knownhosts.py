@@ -174,7 +174,7 @@ def _parse_line(raw: str, lineno: int) -> Entry | str | None:
     if len(fields) < 3:
         return "expected: [marker] hostnames keytype base64-key [comment]"
     names, key_type, key_b64 = fields[:3]
-    if not _TYPE_RE.match(key_type):
+    if not _TYPE_RE.fullmatch(key_type):
         return f"bad key type {key_type[:40]!r}"
     inner = _blob_type(key_b64)
     if inner is None:

@@ -219,7 +219,7 @@ def _port(value: Any, what: str) -> int:
 
 def _name(value: Any, key: str, what: str) -> str:
     text = str(value).strip()
-    if not _NAME_RE.match(text):
+    if not _NAME_RE.fullmatch(text):
         raise SSHConfigError(f"{what}: {key} {text[:60]!r} is not a usable name (empty, "
                              "blanks or control characters)")
     return text

@@ -199,7 +199,7 @@ def _cell(field: bytes, name: str, source: str) -> tuple[Any, Problem | None]:
             return None, Problem((name,), "not ASCII", source=source)
     if not field:
         return None, None
-    if not _INT.match(field):
+    if not _INT.fullmatch(field):
         return None, Problem((name,), f"must be an integer, got {field[:40]!r}", source=source)
     return int(field), None
 

@@ -53,7 +53,7 @@ Phase = Literal["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
 
 
 def _run_id(v: str) -> str:
-    if not RUN_ID_RE.match(v) or v in (".", ".."):
+    if not RUN_ID_RE.fullmatch(v) or v in (".", ".."):
         raise bad(f"{v[:80]!r} is not a run id",
                   hint="a run id is 1-64 of A-Z, a-z, 0-9, '.', '_' and '-' (not . or ..)")
     return v

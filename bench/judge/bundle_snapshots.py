@@ -59,7 +59,7 @@ def reader(name: str) -> tuple[str, Callable[[str], Values]] | None:
         return f"/proc/{name[5:]}", lambda text: iter(parse(text).items())
     if name.startswith("proc_pressure_"):
         return "/proc/pressure", _psi
-    if _STATUS.match(name):
+    if _STATUS.fullmatch(name):
         return "/proc/PID/status", _status
     if name == "sys_kernel_mm_lru_gen_enabled":
         return "lru_gen/enabled", _lru_gen

@@ -125,7 +125,7 @@ def label_groups(groups: Sequence[dict]) -> list[dict]:
 
 
 def _short(v) -> str:
-    if isinstance(v, str) and len(v) > 16 and _HEX.match(v):
+    if isinstance(v, str) and len(v) > 16 and _HEX.fullmatch(v):
         return v[:12]
     return "-" if v is None else str(v)
 
@@ -226,8 +226,8 @@ def select_workload(runs: Sequence[dict], prefix: str | None) -> list[dict]:
     the candidates."""
     if prefix is None:
         return list(runs)
-    p = prefix.strip().lower()
-    if not p or not _HEX.match(p):
+    p = prefix.lower()
+    if not p or not _HEX.fullmatch(p):
         raise InputError(f"--workload {prefix!r} is not a hex digest prefix",
                          hint="give the first digits of a workload digest as `bench results "
                               "--cell C` shows it")

@@ -111,7 +111,7 @@ def legacy_cell(name: str) -> Cell | None:
     if not isinstance(name, str) or name != name.lower():
         return None
     cap, _, rest = name.partition("-")
-    if not _LEGACY_CAPACITY.match(cap):
+    if not _LEGACY_CAPACITY.fullmatch(cap):
         return None
     try:
         return parse_cell(f"{format_size(parse_kernel_size(cap))}-{rest}")

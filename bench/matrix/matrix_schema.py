@@ -410,7 +410,7 @@ def _distinct(message: str = "lists a value twice") -> AfterValidator:
 
 def matches(rx: re.Pattern, message: str, hint: str) -> AfterValidator:
     def check(text: str) -> str:
-        if not rx.match(text):
+        if not rx.fullmatch(text):
             raise bad(f"{text!r} {message}", hint=hint)
         return text
     return AfterValidator(check)

@@ -68,7 +68,7 @@ class RunOptions:
 
 
 def check_run_id(run_id: str) -> str:
-    if not isinstance(run_id, str) or not RUN_ID.match(run_id) or run_id in (".", ".."):
+    if not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
         raise InputError(f"bad run id {run_id!r}",
                          hint="a run id is 1-64 of A-Z, a-z, 0-9, '.', '_' and '-' "
                               "(and not . or ..): it becomes a directory name")
@@ -186,7 +186,7 @@ def build_spec(cell: Cell | str, host, plan: PlanInfo, *, run_id: str,
 def _check_plan_and_options(plan: PlanInfo, options: RunOptions) -> None:
     for name in ("sha256", "trace_sha256", "hints_sha256"):
         v = getattr(plan, name)
-        if v is not None and not SHA256.match(v):
+        if v is not None and not SHA256.fullmatch(v):
             raise InputError(f"plan {name} {v!r} is not a sha256 hex digest")
     for name in ("layers", "experts_per_layer", "expert_bytes", "iterations"):
         if getattr(plan, name) <= 0:

@@ -141,7 +141,7 @@ def _measured(t: dict, source: str) -> dict:
     if out["host"] is None:
         raise _bad(source, "measured.host", "missing: name the machine the bandwidths were "
                                             "measured on (they never carry across machines)")
-    if not _HOST.match(out["host"]):
+    if not _HOST.fullmatch(out["host"]):
         raise _bad(source, "measured.host", "must be a host name (letters, digits, . _ -)")
     return out
 

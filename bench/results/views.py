@@ -23,7 +23,9 @@ import json
 import logging
 import re
 import sys
+import unicodedata
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
@@ -49,26 +51,50 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-# C0 and C1 controls and DEL (tab and newline apart), the Unicode marks that reorder or hide
-# text (bidi embeddings, overrides and isolates, zero-width characters, line and paragraph
-# separators, BOM), and lone surrogates (undecodable bytes of a path or an argument)
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
-                     "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
-_UNSAFE_LINE = re.compile(_UNSAFE.pattern[:-1] + "\t\n]")
+# Default-ignorable code points (Unicode's DerivedCoreProperties.txt) and blanks that render as
+# nothing, listed whole: some are letters or marks (U+3164 HANGUL FILLER is Lo, the variation
+# selectors are Mn), and a Python built with an older Unicode calls newer ones unassigned
+_IGNORABLE = frozenset([0x00AD, 0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5,
+                        *range(0x180B, 0x1810), *range(0x200B, 0x2010), *range(0x202A, 0x202F),
+                        *range(0x2060, 0x2070), 0x2800, 0x3164, *range(0xFE00, 0xFE10), 0xFEFF,
+                        0xFFA0, *range(0xFFF0, 0xFFF9), *range(0x1BCA0, 0x1BCA4),
+                        *range(0x1D173, 0x1D17B), *range(0xE0000, 0xE1000)])
+# what may need an escape: everything but printable ASCII other than the backslash
+_CANDIDATE = re.compile(r"[^\x20-\x5b\x5d-\x7e]")
 
 
-def _escape_char(m: re.Match[str]) -> str:
-    o = ord(m.group())
-    if 0xDC80 <= o <= 0xDCFF:       # a byte that was not UTF-8 (surrogateescape): that byte
-        return f"\\x{o - 0xDC00:02x}"
-    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+@lru_cache(maxsize=4096)
+def _unsafe(ch: str, keep: str) -> bool:
+    """A character a terminal acts on or shows as nothing or as another: controls, format
+    characters, surrogates, private-use and unassigned code points (C*), separators and
+    spaces other than ' ' (Z*: U+00A0 prints as ' '), default-ignorables."""
+    return ch not in keep and ch != " " and (unicodedata.category(ch)[0] in "CZ"
+                                             or ord(ch) in _IGNORABLE)
+
+
+def _escape(ch: str) -> str:
+    o = ord(ch)
+    if o < 0x80 or 0xDC80 <= o <= 0xDCFF:   # ASCII, or a byte that was not UTF-8
+        return f"\\x{o & 0xFF:02x}"       # (surrogateescape): that byte, \x80-\xff
+    return f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
 
 
 def visible(text: object, *, lines: bool = True) -> str:
-    """`text` as a str whose control characters show as escapes (ESC -> `\\x1b`, U+202E ->
-    `\\u202e`, an undecodable byte 0xff -> `\\xff`); tab and newline stay unless
-    lines=False (one line of a log). Printable text, backslashes included, is unchanged."""
-    return (_UNSAFE if lines else _UNSAFE_LINE).sub(_escape_char, str(text))
+    """`text` as a str in which every character a terminal would act on or not show (_unsafe)
+    shows as an escape: ESC -> `\\x1b`, U+202E -> `\\u202e`, U+E0041 -> `\\U000e0041`, an
+    undecodable byte 0xff -> `\\xff`; tab and newline stay unless lines=False (one line of
+    a log). A backslash that an escape could be read into (before x, u, U, a backslash or
+    an escaped character) shows doubled, so two different texts never show alike; other
+    printable text, a lone backslash included, is unchanged."""
+    s, keep = str(text), "\t\n" if lines else ""
+
+    def sub(m: re.Match[str]) -> str:
+        ch = m.group()
+        if ch == "\\":
+            nxt = s[m.end():m.end() + 1]
+            return "\\\\" if nxt and (nxt in "\\xuU" or _unsafe(nxt, keep)) else ch
+        return _escape(ch) if _unsafe(ch, keep) else ch
+    return _CANDIDATE.sub(sub, s)
 
 
 def lit(text: object) -> Text:
@@ -182,7 +208,7 @@ class LogHandler(logging.Handler):
                 msg += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
             level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
             err_console.print(compose((f"{record.name}:", "dim"), f" {level}",
-                                      visible(msg, lines=False)), soft_wrap=True)
+                                      Text(visible(msg, lines=False))), soft_wrap=True)
         except Exception:  # noqa: BLE001 - logging must never raise into the code that logs
             self.handleError(record)
 

@@ -253,7 +253,7 @@ def _record(rec: dict, path: str, line: int, model: Model) -> _Record:
     layer = _int_field(rec, "layer", path, line)
     if layer is None:
         name = rec.get("name", rec.get("tensor"))
-        m = _LLAMA_NAME.match(name) if isinstance(name, str) else None
+        m = _LLAMA_NAME.fullmatch(name) if isinstance(name, str) else None
         if m is None:
             raise TraceError(path, line, "record has no 'layer' (nor an ffn_moe_topk-N name)")
         layer = int(m.group(1))

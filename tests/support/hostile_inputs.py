@@ -338,7 +338,7 @@ OPTIONS = [
     _path_case("synth-negative-seed", lambda d, g: ["trace", "synth", "-", "--seed", "-1"],
                "synth: seed", "must be >= 0"),
     _path_case("synth-infinite-alpha", lambda d, g: ["trace", "synth", "-", "--alpha", "inf"],
-               "synth: alpha", "must be a finite number, got inf"),
+               "--alpha", "must be a finite number >= 0 and at most 20, got inf"),
     _path_case("synth-10^12-tokens", lambda d, g: ["trace", "synth", "-", "--tokens",
                                                    str(10 ** 12)],
                "synth: tokens", "must be at most 1000000"),
