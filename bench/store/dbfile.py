@@ -19,6 +19,13 @@ from bench.errors import StoreError
 from bench.paths import bench_home, file_kind, os_failure, private_dir
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+# The files (device, inode) this process has found to be SQLite's: never opened again. SQLite
+# locks a database with POSIX fcntl locks, which belong to the process, and closing ANY
+# descriptor of the file drops every one of them (SQLite's "how to corrupt" §2.2): a header
+# read while this process's connections are open let another process's reader take itself for
+# the last connection and remove the -wal and -shm under them ("disk I/O error" on every
+# ingest of a campaign that `bench watch` was reading).
+_SEEN: set[tuple[int, int]] = set()
 NOT_OURS = "point --db (or BENCH_DB) at a bench database, or at a new file for a new one"
 
 
@@ -44,7 +51,9 @@ def check_sqlite_file(path: Path, *, write: bool) -> bool:
     if not stat.S_ISREG(st.st_mode):
         raise StoreError(f"{path} is {file_kind(st.st_mode)}, not a database file",
                          hint=NOT_OURS)
-    _sqlite_header(path)
+    if (st.st_dev, st.st_ino) not in _SEEN:
+        _sqlite_header(path)
+        _SEEN.add((st.st_dev, st.st_ino))
     return True
 
 
@@ -99,7 +108,12 @@ def create_sqlite_file(path: Path) -> None:
     """Make the new database's file, 0600, before SQLite first opens it (SQLite gives its -wal
     and -shm files the database's mode); one made meanwhile by another process is kept."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            _SEEN.add((st.st_dev, st.st_ino))        # ours: never opened again (see _SEEN)
+        finally:
+            os.close(fd)
     except FileExistsError:
         check_sqlite_file(path, write=True)
     except OSError as exc:

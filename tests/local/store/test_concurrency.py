@@ -134,3 +134,40 @@ def test_get_or_create_rolls_back_with_its_transaction(store):
     except Boom:
         pass
     assert _count(store, Host, Host.name == "ghost") == 0
+
+
+def test_a_reader_process_leaves_a_writer_whose_process_opened_the_path_again(tmp_path):
+    """SQLite's POSIX locks belong to the process: closing any descriptor of the database file
+    drops them all. A writer whose process opens the same path again (a second store: an
+    ingest beside the campaign's own) must not read the file's header again, or a reader in
+    another process (`bench watch`, `bench runs`) takes itself for the last connection when
+    it closes, removes the -wal and -shm, and the writer's next commit is lost (or "disk I/O
+    error" on every ingest of a campaign that a reader polled)."""
+    import subprocess
+    import sys
+
+    from bench.store.db import open_store
+    from tests.support.paths import REPO
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    writer = open_store(url, write=True)
+    try:
+        with writer.session() as s:
+            s.execute(text("CREATE TABLE t (x INTEGER)"))
+            s.execute(text("INSERT INTO t VALUES (1)"))
+            s.commit()
+        again = open_store(url, write=True)     # the same path, opened again in this process
+        again.close()
+        read = ("from bench.store.db import open_store; from sqlalchemy import text; "
+                f"s = open_store({url!r}, write=False); c = s.session(); "
+                "print(c.execute(text('SELECT count(*) FROM t')).scalar()); c.close(); s.close()")
+        p = subprocess.run([sys.executable, "-c", read], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout.strip() == "1", p.stderr[-2000:]
+        with writer.session() as s:             # the writer's connection goes on writing
+            s.execute(text("INSERT INTO t VALUES (2)"))
+            s.commit()
+        p = subprocess.run([sys.executable, "-c", read], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)           # and what it wrote is there
+        assert p.returncode == 0 and p.stdout.strip() == "2", (p.stdout, p.stderr[-2000:])
+    finally:
+        writer.close()
