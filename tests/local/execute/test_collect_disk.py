@@ -17,7 +17,7 @@ from bench.hosts.inventory import Host
 from bench.hosts.ssh import SSHTransport
 from bench.hosts.transport import LocalTransport
 from tests.support.bundlegen import make_bundle
-from tests.support.local_host import local_hosts_dir, local_settings
+from tests.support.local_host import local_hosts_dir, local_settings, none_matrix
 
 
 @pytest.fixture
@@ -80,25 +80,7 @@ def test_the_ssh_transports_wording_of_a_local_disk_error_is_seen_through(tmp_pa
             assert exc.value.message.startswith(f"controller disk: {local}: No space left")
 
 
-CAMPAIGN = """
-name = "disk-full"
-description = "none/classic cells on the local host"
-repetitions = 2
-
-[workload]
-trace = "tiny"
-tokens = 40
-passes = 2
-
-[estimate]
-run_seconds = 2
-reboot_seconds = 30
-
-[cells]
-capacities = ["2pool"]
-mechanisms = ["none"]
-reclaims = ["classic"]
-"""
+CAMPAIGN = none_matrix("disk-full", '"2pool"')
 
 
 def _fill(path: Path) -> Path:
