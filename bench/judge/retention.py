@@ -563,6 +563,10 @@ def engine_load_reported(b, ctx):
         "" if f["steady_s"] is None else f", steady decode {f['steady_s']:.3f} s")
 
 
+# the newer rule families live in their own modules; importing them registers their rules
+from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401
+
+
 def rule_table() -> list[dict]:
     return [{"rule": r.name, "version": r.version, "doc": r.doc, "kinds": list(r.kinds)}
             for r in RULES]
