@@ -564,7 +564,7 @@ def engine_load_reported(b, ctx):
 
 
 # the newer rule families live in their own modules; importing them registers their rules
-from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401
+from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - imported to register
 
 
 def rule_table() -> list[dict]:
