@@ -71,7 +71,7 @@ def _s(ns: float) -> str:
 
 
 def _rate(bps: float) -> str:
-    return f"{bps / 1e9:.3g} GB/s"
+    return f"{bps / 1e12:.3g} TB/s" if bps >= 1e12 else f"{bps / 1e9:.3g} GB/s"
 
 
 # numbers_possible -------------------------------------------------------------------------------
@@ -250,6 +250,14 @@ def _agent_spans(b: Bundle) -> str | None:
     return None
 
 
+def _agent_summary_line(b: Bundle) -> str:
+    hist = _history(b)
+    measured = sum(r["wall_ns"] for r in measured_records(b))
+    span = hist["collecting"] - hist["measuring"]
+    return (f"every pass within the run's span; the measured pass's {_s(measured)} within the "
+            f"measuring phase's {_s(span)} (slack {_s(_slack(b, span))}) and the timeline's")
+
+
 @rule("walls_within_spans", 1)
 def walls_within_spans(b, ctx):
     """No wall time is longer than the monotonic span the runner saw it in (the agent's clock,
@@ -273,8 +281,7 @@ def walls_within_spans(b, ctx):
     why = _agent_spans(b)
     if why:
         return False, why
-    return True, "every pass and the measured pass within the spans status.json and the " \
-                 "timeline saw"
+    return True, _agent_summary_line(b)
 
 
 # throughput_possible ----------------------------------------------------------------------------
