@@ -1,7 +1,9 @@
 """Retention rules (docs/design.md): a run's numbers count only if every rule passes.
 
 Each rule is a pure function of a loaded bundle and a context ({"campaign_fingerprint": dict or
-None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever
+None, "device_bandwidth": the host's measured cold bandwidth of the pool device or None})
+returning (passed, reason); it has a name and a version, and registers with `@rule`
+(bench.judge.rulebook). Bump a rule's version whenever
 its logic changes: `bench retention recheck` re-evaluates stored runs under the current
 versions and reports what changed. A rule that does not apply passes and says why.
 
@@ -15,8 +17,6 @@ run, and agent runs keep exactly the verdicts they had.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from bench.errors import InputError
 from bench.hosts.bootplan import memtotal_range
@@ -26,6 +26,8 @@ from bench.judge.hintcheck import check_hints
 from bench.judge.counters import find
 from bench.judge.measured import (delta, engine_facts, fingerprint, fingerprint_diff,
                                   measured_records, mglru_state, snap)
+from bench.judge.rulebook import KINDS, RULES, Rule, Verdict, rule  # noqa: F401 - KINDS and Rule
+# are re-exported: callers and tests name them through retention, as before the registry moved
 from bench.units import format_size, parse_kernel_size
 
 MiB = 1 << 20
@@ -35,36 +37,6 @@ DROP_RESIDUE_BYTES = 512 * MiB  # page cache left after drop_caches, beyond Shme
 KMSG_BAD = re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O|"
                       r"Out of memory|oom-kill|invoked oom-killer|Killed process|"
                       r"EXT4-fs error|XFS .*error|nvme.*(timeout|reset)", re.IGNORECASE)
-
-
-KINDS = ("agent", "engine")
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    version: int
-    check: Callable[[Bundle, dict], tuple[bool, str]]
-    doc: str
-    kinds: tuple[str, ...] = KINDS
-
-
-@dataclass(frozen=True)
-class Verdict:
-    rule: str
-    version: int
-    passed: bool
-    reason: str
-
-
-RULES: list[Rule] = []
-
-
-def rule(name: str, version: int, kinds: tuple[str, ...] = KINDS):
-    def deco(fn):
-        RULES.append(Rule(name, version, fn, (fn.__doc__ or "").strip(), kinds))
-        return fn
-    return deco
 
 
 def run_kind(b: Bundle) -> str:
@@ -517,7 +489,8 @@ def engine_load_reported(b, ctx):
 
 
 # the newer rule families live in their own modules; importing them registers their rules
-from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401
+from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - imported last so
+# that their rules follow these in every table; the import is what registers them
 
 
 def rule_table() -> list[dict]:

@@ -22,7 +22,7 @@ import re
 from bench.judge.bundle import Bundle
 from bench.judge.counters import device_bytes
 from bench.judge.measured import devices, engine_facts, measured_records, snap
-from bench.judge.retention import rule
+from bench.judge.rulebook import rule
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
@@ -220,7 +220,7 @@ def _agent_spans(b: Bundle) -> str | None:
     need = {"measuring": hist.get("measuring"), "collecting": hist.get("collecting"),
             "warmup or measuring": start}
     gone = [k for k, v in need.items() if v is None]
-    if gone:
+    if gone or start is None:
         return f"status.json's history has no monotonic time for {', '.join(gone)}"
     run_span = max(hist.values()) - min(hist.values())
     agent_span = hist["collecting"] - start

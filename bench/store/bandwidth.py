@@ -64,13 +64,15 @@ def device_bandwidth(s: Session, host_id: int, device: str | None) -> dict | Non
     {bytes_per_s, device, measured_at, id}; None when none was measured on that device."""
     if not device:
         return None
-    best = None
+    best, fastest = None, 0.0
     for bw in s.scalars(select(Bandwidth).where(Bandwidth.host_id == host_id,
                                                 Bandwidth.device == device)):
         if not bw.cold_device_bytes or not bw.cold_seconds or bw.cold_seconds <= 0:
             continue
         rate = bw.cold_device_bytes / bw.cold_seconds
-        if best is None or rate > best["bytes_per_s"]:
-            best = {"bytes_per_s": rate, "device": device, "id": bw.id,
-                    "measured_at": bw.measured_at.isoformat() if bw.measured_at else None}
-    return best
+        if rate > fastest:
+            best, fastest = bw, rate
+    if best is None:
+        return None
+    return {"bytes_per_s": fastest, "device": device, "id": best.id,
+            "measured_at": best.measured_at.isoformat() if best.measured_at else None}
