@@ -283,3 +283,21 @@ def test_a_hostile_bundle_is_stored_rejected_by_bench_ingest(tmp_path, capsys, n
     for v in run["verdicts"]:
         if v["rule"] in rules:
             assert v["reason"] and not v["passed"]
+
+
+def test_throughput_bounds_an_engine_runs_device_reads_over_its_span(bundles):
+    """An engine run's device bytes (pre -> post) over the run's span in status.json: 1 PB in
+    about 12 s is above the generic ceiling of an NVMe drive with no measured bandwidth."""
+    def edit(p):
+        _device("nvme0n1")(p)
+        snap = p["snapshots"]["post"]
+        snap["proc_diskstats"] = re.sub(
+            r"^(\s*\d+\s+\d+\s+nvme0n1\s+\d+\s+\d+\s+)(\d+)",
+            lambda m: m[1] + str(int(m[2]) + 10**15 // 512), snap["proc_diskstats"], flags=re.M)
+    clean = load(read_dir(bundles("e1", "e2e-prose-admit", edit=_device("nvme0n1"))))
+    v = {v.rule: v for v in retention.evaluate(clean)}["throughput_possible"]
+    assert v.passed and "generic device ceiling" in v.reason, v.reason
+    b = load(read_dir(bundles("e2", "e2e-prose-admit", edit=edit)))
+    failed = {v.rule: v.reason for v in retention.evaluate(b) if not v.passed}
+    assert set(failed) == {"throughput_possible"}, failed
+    assert "above the generic device ceiling 250 GB/s" in failed["throughput_possible"]
