@@ -1,7 +1,9 @@
 """Retention rules (docs/design.md): a run's numbers count only if every rule passes.
 
 Each rule is a pure function of a loaded bundle and a context ({"campaign_fingerprint": dict or
-None}) returning (passed, reason); it has a name and a version. Bump a rule's version whenever
+None, "device_bandwidth": the host's measured cold bandwidth of the pool device or None})
+returning (passed, reason); it has a name and a version, and registers with `@rule`
+(bench.judge.rulebook). Bump a rule's version whenever
 its logic changes: `bench retention recheck` re-evaluates stored runs under the current
 versions and reports what changed. A rule that does not apply passes and says why.
 
@@ -14,19 +16,18 @@ run, and agent runs keep exactly the verdicts they had.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from bench.errors import InputError
 from bench.hosts.bootplan import memtotal_range
 from bench.hosts.procfs import cmdline_param, parse_cmdline, parse_status, status_bytes
 from bench.judge.bundle import Bundle
 from bench.judge.hintcheck import check_hints
-from bench.judge.counters import device_bytes, find
-from bench.judge.measured import (delta, devices, engine_facts, fingerprint, fingerprint_diff,
+from bench.judge.counters import find
+from bench.judge.measured import (delta, engine_facts, fingerprint, fingerprint_diff,
                                   measured_records, mglru_state, snap)
+from bench.judge.rulebook import KINDS, RULES, Rule, Verdict, rule  # noqa: F401 - KINDS and Rule
+# are re-exported: callers and tests name them through retention, as before the registry moved
 from bench.units import format_size, parse_kernel_size
 
 MiB = 1 << 20
@@ -36,36 +37,6 @@ DROP_RESIDUE_BYTES = 512 * MiB  # page cache left after drop_caches, beyond Shme
 KMSG_BAD = re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O|"
                       r"Out of memory|oom-kill|invoked oom-killer|Killed process|"
                       r"EXT4-fs error|XFS .*error|nvme.*(timeout|reset)", re.IGNORECASE)
-
-
-KINDS = ("agent", "engine")
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    version: int
-    check: Callable[[Bundle, dict], tuple[bool, str]]
-    doc: str
-    kinds: tuple[str, ...] = KINDS
-
-
-@dataclass(frozen=True)
-class Verdict:
-    rule: str
-    version: int
-    passed: bool
-    reason: str
-
-
-RULES: list[Rule] = []
-
-
-def rule(name: str, version: int, kinds: tuple[str, ...] = KINDS):
-    def deco(fn):
-        RULES.append(Rule(name, version, fn, (fn.__doc__ or "").strip(), kinds))
-        return fn
-    return deco
 
 
 def run_kind(b: Bundle) -> str:
@@ -388,53 +359,7 @@ def contract_verdict(reason: str) -> Verdict:
     return Verdict(r.name, r.version, False, reason.splitlines()[0][:500])
 
 
-def _finite_positive(x: float | None) -> bool:
-    return x is not None and math.isfinite(x) and x > 0
-
-
-def _agent_numbers(b: Bundle) -> str | None:
-    """The first impossible wall time or byte count of an agent run, or None."""
-    eb = b.summary.get("expert_bytes")
-    for r in b.records:
-        where = f"pass {r['pass']} iteration {r['iter']}"
-        if r["wall_ns"] <= 0:
-            return f"{where}: wall_ns {r['wall_ns']} is not positive"
-        if r["reads"] <= 0 or r["bytes"] <= 0:
-            return f"{where}: {r['reads']} reads of {r['bytes']} bytes (an iteration reads)"
-        if eb and r["bytes"] != r["reads"] * eb:
-            return f"{where}: {r['bytes']} bytes is not {r['reads']} reads x {eb}"
-    for p, w in enumerate(b.summary.get("pass_wall_ns") or []):
-        if w <= 0:
-            return f"the summary's pass {p} wall {w} ns is not positive"
-    if b.completed:
-        dev = device_bytes(snap(b, b.loop_entry), snap(b, b.measured_end), devices(b))
-        if dev is not None and dev < 0:
-            return f"device bytes over the measured pass are negative ({dev}): a counter " \
-                   "went backwards or the device changed"
-    return None
-
-
-@rule("numbers_possible", 1)
-def numbers_possible(b, ctx):
-    """Wall times and byte counts a run can have: every iteration's wall_ns positive, its reads
-    and bytes positive (and bytes = reads x expert_bytes when the summary gives the expert
-    size), the summary's per-pass walls positive, the device bytes of the measured interval
-    not negative; an engine run's wall time finite and positive, its cold load finite and not
-    negative, its device bytes not negative. The contract already refuses what is not a
-    number (NaN, Infinity, out of range)."""
-    if b.is_engine:
-        f = _engine_facts(b)
-        if f["wall_s"] is not None and not _finite_positive(f["wall_s"]):
-            return False, f"engine wall time {f['wall_s']} s is not finite and positive"
-        if f["load_s"] is not None and not (math.isfinite(f["load_s"]) and f["load_s"] >= 0):
-            return False, f"engine cold load {f['load_s']} s is not finite and non-negative"
-        if f["device_bytes"] is not None and f["device_bytes"] < 0:
-            return False, f"device bytes over the run are negative ({f['device_bytes']})"
-        return True, "engine times finite and positive, device bytes not negative"
-    why = _agent_numbers(b)
-    if why:
-        return False, why
-    return True, f"{len(b.records)} iterations with positive walls and byte counts"
+# numbers_possible (v2) lives in bench.judge.rules_plausible with the other plausibility rules
 
 
 @rule("passes_agree", 1, kinds=("agent",))
@@ -564,7 +489,8 @@ def engine_load_reported(b, ctx):
 
 
 # the newer rule families live in their own modules; importing them registers their rules
-from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - imported to register
+from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - imported last so
+# that their rules follow these in every table; the import is what registers them
 
 
 def rule_table() -> list[dict]:

@@ -31,11 +31,36 @@ ITERATIONS = 12
 AGENT_SHA = "a" * 64
 
 
-def _status(run_id: str, phases) -> dict:
+def _status(run_id: str, phases, mono: dict[str, int]) -> dict:
+    """status.json as the runner writes it: each phase with the host's CLOCK_MONOTONIC time
+    (`mono`: the phase's time; phases before the first timed one come 20 ms apart before it,
+    the others 20 ms after the previous one)."""
+    first = next(i for i, ph in enumerate(phases) if ph in mono)
+    t, hist = mono[phases[first]] - 20_000_000 * first, []
+    for ph in phases:
+        t = mono.get(ph, t)
+        hist.append({"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": t})
+        t += 20_000_000
     return {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True, "reason": None,
-            "updated": "2026-11-29T19:05:00Z",
-            "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
-                        for i, ph in enumerate(phases)]}
+            "updated": "2026-11-29T19:05:00Z", "history": hist}
+
+
+def _timeline_lines() -> tuple[str, list[list[str]], int]:
+    lines = (CAPTURED / "timeline.csv").read_text().splitlines()
+    rows = [ln.split(",") for ln in lines[1:]]
+    return lines[0], rows, int(rows[0][0])
+
+
+def _retimed(header: str, rows: list[list[str]], spans: dict[str, tuple[int, int]]) -> str:
+    """The captured timeline's samples, each phase's spread evenly over that phase's span of
+    the generated run (the captured run's own clock does not match the generated walls)."""
+    out = [header]
+    for phase, (a, z) in spans.items():
+        mine = [r for r in rows if r[1] == phase]
+        for i, r in enumerate(mine):
+            t = a + (z - a) * i // max(len(mine) - 1, 1)
+            out.append(",".join([str(t)] + r[1:]))
+    return "\n".join(out) + "\n"
 
 
 def _host(host: str, pre: dict, mem: dict, *, lru, agent_sha, expect_boot: dict) -> dict:
@@ -102,17 +127,19 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     mem = parse_meminfo(pre["proc_meminfo"])
     phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
               "capacity_applied", "measuring", "collecting", "done"]
-    lines = (CAPTURED / "timeline.csv").read_text().splitlines()
-    timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*),[^,]*,[^,]*,", r"\1,measuring,,", ln)
-                                       for ln in lines[1:]]) + "\n"
+    start = 1_000_000_000_000
+    header, rows, _ = _timeline_lines()
+    timeline = _retimed(header, [[r[0], "measuring", ""] + r[3:] for r in rows],
+                        {"measuring": (start, start + int(wall_s * 1e9))})
     toks = engine_tokens(c.prompt, cfg.n_tokens)
     stdout = (f"MoE backend: fixture-pread ({c.policy})\ncold load: {load_s:.6f} s\n"
               f"output token ids: {', '.join(map(str, toks))}\n"
               f"decode: {len(toks)} tokens in {wall_s - load_s:.6f} s\n")
-    start = 1_000_000_000_000
     return {
         "spec.json": spec,
-        "status.json": _status(run_id, phases),
+        "status.json": _status(run_id, phases, {"measuring": start - 1_000_000,
+                                                "collecting": start + int(wall_s * 1e9)
+                                                + 10_000_000}),
         "host.json": _host(host, pre, mem, lru=None, agent_sha=None,
                            expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
@@ -220,15 +247,27 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     per_iter = 2 * POOL_BYTES // ITERATIONS
     records = [{"pass": p, "iter": i, "wall_ns": int(speed * rng.uniform(0.9, 1.1) * 5e7),
                 "bytes": per_iter, "reads": 96} for p in (0, 1) for i in range(ITERATIONS)]
+    # the run's clock (the host's CLOCK_MONOTONIC, from the captured timeline's first sample):
+    # the agent starts, each pass takes its iterations' walls plus 50 us of bookkeeping, the
+    # runner sees the measuring phase 5 ms into the measured pass (its next sample)
+    pass_wall = [sum(r["wall_ns"] for r in records if r["pass"] == p) + 50_000 for p in (0, 1)]
+    header, rows, t0 = _timeline_lines()
+    start0 = t0 + 20_000_000
+    start1 = start0 + pass_wall[0] + 2_000_000
+    end1 = start1 + pass_wall[1]
+    mono = {"warmup": t0, "measuring": start1 + 5_000_000, "collecting": end1 + 20_000_000}
     summary = {"summary": True, "version": "1", "source_sha256": AGENT_SHA, "mode": c.mode,
                "threads": 2, "passes": 2, "passes_done": 2, "iterations": ITERATIONS,
+               "pass_wall_ns": pass_wall, "pass_bytes": [per_iter * ITERATIONS] * 2,
+               "pass_reads": [96 * ITERATIONS] * 2,
                "arena_bytes": arena, "preload_bytes": arena, "vmlck_bytes": arena,
                "vmlck_end_bytes": arena, "prefetch": c.delivery or "none",
                "hints": {"submitted": 10, "overwritten": 0, "completed": 10, "left": 0}
                if hints else {}, "errors": 0, "ok": True, "reason": None}
     phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
               "capacity_applied", "warmup", "measuring", "collecting", "done"]
-    timeline = (CAPTURED / "timeline.csv").read_text()
+    timeline = _retimed(header, rows, {"warmup": (t0, mono["measuring"] - 1_000_000),
+                                       "measuring": (mono["measuring"], end1)})
     if c.mechanism != "cgroup":
         lines = timeline.splitlines()
         timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),[^,]*,", r"\1,,", ln)
@@ -245,7 +284,7 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
                                "vmlck_bytes": balloon_bytes, "ok": True})
     parts = {
         "spec.json": spec,
-        "status.json": _status(run_id, phases),
+        "status.json": _status(run_id, phases, mono),
         "host.json": _host(host, pre, mem, lru=lru, agent_sha=AGENT_SHA,
                            expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
