@@ -29,7 +29,8 @@ def _meminfo(p, phase: str, **shift: int) -> None:
     for key, by in shift.items():
         snap["proc_meminfo"] = re.sub(
             rf"^{re.escape(key)}:(\s+)(\d+) kB$",
-            lambda m: f"{key}:{m[1]}{int(m[2]) + by // 1024} kB", snap["proc_meminfo"],
+            lambda m, key=key, by=by: f"{key}:{m[1]}{int(m[2]) + by // 1024} kB",
+            snap["proc_meminfo"],
             flags=re.M)
 
 
