@@ -577,6 +577,9 @@ def engine_load_reported(b, ctx):
 # after the older ones, so they are imported here, last
 from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - see above
 
+for _name, _version, _kinds, _check in rules_memory.RULES:    # declared there, registered here
+    rule(_name, _version, _kinds)(_check)
+
 
 def rule_table() -> list[dict]:
     return [{"rule": r.name, "version": r.version, "doc": r.doc, "kinds": list(r.kinds)}
