@@ -12,7 +12,9 @@ Tolerances (docs/results.md, "Memory arithmetic"), from real runs of the host-si
 24 GiB test host (2 CPUs, 6.18 kernel, shared with other jobs; tests/local/runner/
 test_runner_host.py, nine balloon runs of 278-519 MiB at C = 16.6-22.8 GB, one 67M cgroup wall):
 - balloon VmLck - requested_bytes: 0 to 3,840 bytes (round_up to a 4 KiB page) in all nine;
-- Mlocked at loop entry - (Mlocked at pre + balloon VmLck + agent VmLck): -116 KiB to 0;
+- Mlocked at loop entry - (Mlocked at pre + balloon VmLck + agent VmLck): -116 KiB to 0, also
+  in two pinned runs (a 48 MiB arena in a cgroup, a 256 MiB arena beside a 553 MiB balloon, whose
+  MemAvailable was C - 244 MiB: the arena is resident agent memory, VmRSS);
 - MemAvailable at loop entry - C: +4 to +389 MiB (at most 2.3% of C): the shared host freed
   memory between the runner's sizing and loop entry; the warm pass's ~265 MiB of file pages took
   22 MiB off MemAvailable (the watermark discount below);
