@@ -12,7 +12,10 @@ Per-run metrics (definitions the results rely on):
   (`served_fraction`: demand served without device reads; amplification serves 0);
 - kswapd scan/steal: pgscan_kswapd / pgsteal_kswapd deltas (measured); the cgroup's own
   ratio from memory.stat pgscan / pgsteal (v2) for cells with a cgroup;
-- locked fraction: meminfo Mlocked at loop entry / MemTotal;
+- locked fraction: meminfo Mlocked at loop entry / MemTotal (the host's memory shape, the
+  regime's measure); retention's locked_fraction_sums rejects a run whose Mlocked is not the
+  host's own locked memory at `pre` plus the balloon's and the agent's VmLck, so a retained
+  balloon's fraction is its VmLck (plus that baseline) over MemTotal;
 - MGLRU: main bit of lru_gen/enabled at loop entry and at post (None when the file is absent).
 
 Engine runs (docs/engine.md) have no replay passes: `engine_facts` holds what they measured

@@ -90,6 +90,39 @@ def _with_vmlck(status_text: str, nbytes: int) -> str:
     return re.sub(r"^VmLck:.*$", f"VmLck:\t{nbytes // 1024:>8} kB", status_text, flags=re.M)
 
 
+def _with_locked(meminfo_text: str, nbytes: int) -> str:
+    """The captured meminfo with `nbytes` more of mlocked anonymous memory, as the kernel shows
+    a balloon or an arena: Mlocked, Unevictable and AnonPages up by it, MemFree and MemAvailable
+    down by it (locked pages are neither free nor reclaimable). The capture's own MemAvailable
+    already holds its warm pass's page cache, so a balloon of MemAvailable - C leaves about C."""
+    delta = {"Mlocked": nbytes, "Unevictable": nbytes, "AnonPages": nbytes,
+             "MemFree": -nbytes, "MemAvailable": -nbytes}
+
+    def shift(m: re.Match) -> str:
+        kb = max(int(m[2]) + delta[m[1]] // 1024, 0)
+        return f"{m[1] + ':':<16}{kb:>8} kB"     # the kernel's "%-16s%8lu kB"
+    return re.sub(r"^(" + "|".join(re.escape(k) for k in delta) + r"):\s+(\d+) kB$", shift,
+                  meminfo_text, flags=re.M)
+
+
+def _within_wall(snaps: dict[str, dict[str, str]], timeline: str, wall: int) -> str:
+    """The capture's cgroup (C = 64 MiB + 32 MiB of headroom) moved to this cell's wall: the limit
+    files read it back and no usage exceeds it (the kernel never charges past memory.max), in
+    the snapshots the runner takes once the wall exists and in the timeline. Returns the
+    timeline."""
+    for name, phase in snaps.items():
+        if name == "pre":
+            continue
+        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            phase[f] = f"{wall}\n"
+        for f in ("memory.usage_in_bytes", "memory.max_usage_in_bytes"):
+            phase[f] = f"{min(int(phase[f]), wall)}\n"
+    lines = timeline.splitlines()
+    return "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),(\d+),",
+                                          lambda m: f"{m[1]},{min(int(m[2]), wall)},", ln)
+                                   for ln in lines[1:]]) + "\n"
+
+
 ENGINE = {
     "command": ["/opt/engine/decode", "--prompt-file", "{prompt_file}", "--n", "{n_tokens}",
                 "{policy_args}"],
@@ -222,10 +255,15 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     arena = c.capacity_bytes if c.mode == "pinned" else c.capacity_bytes // 2 \
         if c.mode == "hybrid" else 0
     for name, phase in snaps.items():
+        locked = 0
         if c.mechanism == "balloon" and name != "pre":
             phase["balloon_status"] = _with_vmlck(pre["proc_self_status"], balloon_bytes)
+            locked += balloon_bytes
         if arena and name.startswith("pass1"):
             phase["proc_self_status"] = _with_vmlck(phase["proc_self_status"], arena)
+            locked += arena
+        if locked:
+            phase["proc_meminfo"] = _with_locked(phase["proc_meminfo"], locked)
     hints = None if c.hints is None else "hints/h.bin"
     spec = {
         "format": 1, "run_id": run_id, "campaign": campaign, "position": position,
@@ -268,20 +306,30 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
               "capacity_applied", "warmup", "measuring", "collecting", "done"]
     timeline = _retimed(header, rows, {"warmup": (t0, mono["measuring"] - 1_000_000),
                                        "measuring": (mono["measuring"], end1)})
-    if c.mechanism != "cgroup":
+    wall = (c.capacity_bytes + HEADROOM) // 4096 * 4096       # as the kernel reads it back
+    if c.mechanism == "cgroup":
+        timeline = _within_wall(snaps, timeline, wall)
+    else:
         lines = timeline.splitlines()
         timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),[^,]*,", r"\1,,", ln)
                                            for ln in lines[1:]]) + "\n"
     capacity = {"mechanism": c.mechanism}
     if c.mechanism == "cgroup":
-        capacity.update(backend="v1", path="/sys/fs/cgroup/memory/bench-fixture",
+        capacity.update(capacity_bytes=c.capacity_bytes, backend="v1",
+                        path="/sys/fs/cgroup/memory/bench-fixture", headroom_bytes=HEADROOM,
                         limit_bytes=c.capacity_bytes + HEADROOM,
-                        limit_read_back=int(snaps["pass1-end"]["memory.limit_in_bytes"]),
+                        limit_read_back=wall,
                         swap_limit_read_back=None)
     elif c.mechanism == "balloon":
-        capacity.update(requested_bytes=balloon_bytes, pid=4242,
+        # as hostrunner.capacity.launch_balloon and wait_balloon_ready record it
+        capacity.update(capacity_bytes=c.capacity_bytes,
+                        mem_available_before=mem["MemAvailable"],
+                        requested_bytes=balloon_bytes, pid=4242, vmlck_bytes=balloon_bytes,
+                        vmlck_verified=True,
                         ready={"ready": True, "pid": 4242, "bytes": balloon_bytes,
-                               "vmlck_bytes": balloon_bytes, "ok": True})
+                               "vmlck_bytes": balloon_bytes,
+                               "mem_available_after": mem["MemAvailable"] - balloon_bytes,
+                               "page_size": 4096, "ok": True})
     parts = {
         "spec.json": spec,
         "status.json": _status(run_id, phases, mono),

@@ -95,6 +95,12 @@ FAULTS = {
     "engine_output_nondegenerate": ("e2e-code-admit", _stdout(
         r"^output token ids: .*$", "output token ids: " + ", ".join(["17"] * 20))),
     "engine_load_reported": ("e2e-chat-admit", _stdout(r"^cold load: .*\n", "")),
+    # memory arithmetic (bench.judge.rules_memory; the other branches: test_memory_rules.py)
+    "locked_fraction_sums": ("64Mi-balloon-mglru", lambda p: _sub(
+        p, "pass1-start", "proc_meminfo", r"^Mlocked:\s+\d+ kB$", "Mlocked:           14508 kB")),
+    "capacity_sums": ("64Mi-balloon-mglru", lambda p: _sub(
+        p, "pass1-start", "proc_meminfo", r"^MemAvailable:\s+(\d+) kB$",
+        lambda m: f"MemAvailable:   {int(m[1]) + (2 << 20)} kB")),
 }
 CLEAN_CELLS = ["64Mi-cgroup-mglru", "64Mi-balloon-mglru", "64Mi-balloon-classic",
                "64Mi-cgroup-mglru-pinned", "64Mi-cgroup-mglru-hybrid",
