@@ -189,7 +189,8 @@ def _positive_data(ax: Axes, axis: str) -> list[float]:
     return vals
 
 
-def legend_below(fig: Figure, axes: Sequence[Axes], ncol: int | None = None) -> None:
+def legend_below(fig: Figure, axes: Sequence[Axes], ncol: int | None = None,
+                 title: str | None = None) -> None:
     """One legend for the figure, under the axes, each label once, in the order drawn; only
     entries whose artist drew something (a line with a point inside its axes, a bar)."""
     seen: dict[str, Artist] = {}
@@ -199,7 +200,7 @@ def legend_below(fig: Figure, axes: Sequence[Axes], ncol: int | None = None) -> 
                 seen[lab] = h
     if seen:
         fig.legend(list(seen.values()), list(seen), loc="outside lower center",
-                   ncol=ncol or min(len(seen), 3))
+                   ncol=ncol or min(len(seen), 3), title=title)
 
 
 def draws_something(handle, ax: Axes) -> bool:

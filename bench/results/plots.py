@@ -17,6 +17,7 @@ figstyle.save); `draw` and `draw_sim` write the files `-o` names (figstyle.outpu
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -214,18 +215,9 @@ def _capacity(m: dict) -> Figure:
         # a sweep is a curve; a mechanism with one point (the ample `none`) is a marker
         style = "o-" if len(rows) > 1 else "D"
         _capacity_series(left, right, m, key, rows, colors[key], style)
-    groups = sorted({r["group"] for r in m["rows"]})
-    for gid in groups:
-        # the nominal miss demand depends on the capacity and the workload, not on the
-        # mechanism or the reclaim: one line per group
-        nominal = {r["capacity_bytes"]: r["nominal_miss_gb_per_iteration"] for r in m["rows"]
-                   if r["group"] == gid and r["nominal_miss_gb_per_iteration"] is not None}
-        if nominal:
-            caps = sorted(nominal)
-            right.plot([c / 1e9 for c in caps], [nominal[c] for c in caps],
-                       "s--" if len(caps) > 1 else "s", color=NOMINAL, mfc="none",
-                       label=_series_label(m, gid, "nominal miss demand"))
+    _nominal_lines(right, m)
     no_ref = []
+    several = len(m.get("groups", [])) > 1
     for gid, reclaim in sorted({(r["group"], r["reclaim"]) for r in m["rows"]}):
         # the a/C reference of one group and reclaim anchored at its largest capacity, as the
         # table's a/C column is: a reference line, not a measured curve; an anchor that read
@@ -236,7 +228,7 @@ def _capacity(m: dict) -> Figure:
         if len(caps) < 2:
             continue
         if ref[caps[-1]][0] <= 0:
-            no_ref.append(_series_label(m, gid, reclaim))
+            no_ref.append(f"{gid} {reclaim}" if several else reclaim)
             continue
         color = next(colors[k] for k in series if (k[0], k[2]) == (gid, reclaim))
         right.plot([c / 1e9 for c in caps], [ref[c][0] for c in caps], ":", color=color,
@@ -246,7 +238,8 @@ def _capacity(m: dict) -> Figure:
              title="iteration time: median, min-max, every run")
     right_title = "block-layer device traffic"
     if no_ref:
-        right_title += f"\n(no a/C line for {', '.join(no_ref)}: its largest C read 0 GB)"
+        right_title += "\n" + "\n".join(textwrap.wrap(
+            f"(no a/C line for {', '.join(no_ref)}: its largest C read 0 GB)", 60))
     right.set(title=right_title)
     for ax in (left, right):
         _size_axis(ax, caps_all)
@@ -261,6 +254,22 @@ def _capacity(m: dict) -> Figure:
                      + ("\nlog; linear near 0 to show zeros" if zero else ", log"))
     legend_below(fig, (left, right))
     return fig
+
+
+def _nominal_lines(ax: Axes, m: dict) -> None:
+    """The nominal miss demand: it depends on the capacity and the workload, not on the
+    mechanism, the reclaim or the host, so one line for all groups whose demand is the same
+    (named by its groups only when the lines differ)."""
+    lines: dict[tuple, list[str]] = {}
+    for gid in sorted({r["group"] for r in m["rows"]}):
+        nominal = {r["capacity_bytes"]: r["nominal_miss_gb_per_iteration"] for r in m["rows"]
+                   if r["group"] == gid and r["nominal_miss_gb_per_iteration"] is not None}
+        if nominal:
+            lines.setdefault(tuple(sorted(nominal.items())), []).append(gid)
+    for points, gids in lines.items():
+        label = "nominal miss demand" + (f" {', '.join(gids)}" if len(lines) > 1 else "")
+        ax.plot([c / 1e9 for c, _ in points], [v for _, v in points],
+                "s--" if len(points) > 1 else "s", color=NOMINAL, mfc="none", label=label)
 
 
 def _capacity_series(left: Axes, right: Axes, m: dict, key: tuple, rows: list[dict],
@@ -342,7 +351,7 @@ def _equal(m: dict) -> Figure:
     dev_ax.set_xticks(xs, _pair_labels(m, rows, extra=""))
     time_ax.set(ylabel="iteration time (s)")
     dev_ax.set(ylabel="device reads (GB / iteration)", xlabel="capacity C (the cgroup wall)")
-    legend_below(fig, (time_ax, dev_ax))
+    legend_below(fig, (time_ax, dev_ax), title="mode")
     return fig
 
 
@@ -362,7 +371,7 @@ def _prefetch(m: dict) -> Figure:
     ax.set_xticks(xs, labels)
     ax.set(ylabel="iteration time (s)")
     _bar_axes_finish(ax)
-    legend_below(fig, (ax,))
+    legend_below(fig, (ax,), title="prefetch")
     return fig
 
 
