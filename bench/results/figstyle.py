@@ -52,7 +52,8 @@ RC: dict[RcKeyType, Any] = {
     "axes.grid": True, "axes.grid.axis": "y", "grid.alpha": 0.3, "grid.linewidth": 0.6,
     "axes.spines.top": False, "axes.spines.right": False,
     "legend.frameon": False, "errorbar.capsize": 3, "lines.markersize": 5,
-    "axes.formatter.use_mathtext": False, "text.usetex": False,
+    # names a host or bundle supplied may hold `$`: never parsed as mathtext
+    "axes.formatter.use_mathtext": False, "text.usetex": False, "text.parse_math": False,
     "savefig.dpi": RASTER_DPI, "svg.fonttype": "path",
     # the ids of an SVG's clip paths and glyphs hash a random salt unless one is fixed
     "svg.hashsalt": "bench-figure",
