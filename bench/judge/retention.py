@@ -499,11 +499,8 @@ def engine_load_reported(b, ctx):
 
 
 # the newer rule families live in their own modules; importing them registers their rules
-from bench.judge import rules_memory, rules_plausible  # noqa: E402, F401 - imported last so
+from bench.judge import rules_plausible, rules_memory  # noqa: E402, F401, I001 - imported last so
 # that their rules follow these in every table; the import is what registers them
-
-for _name, _version, _kinds, _check in rules_memory.RULES:    # declared there, registered here
-    rule(_name, _version, _kinds)(_check)
 
 
 def rule_table() -> list[dict]:

@@ -1,8 +1,8 @@
 """Memory-arithmetic rules (issue 22, item 2): at loop entry what each capacity mechanism set up
 sums (a balloon's sizing and MemAvailable against C, a cgroup's limit and usage, the locked
-memory behind the locked fraction). `RULES` lists them as (name, version, kinds, check);
-bench.judge.retention registers them after its own (this module never imports retention: the
-two would import each other), so they follow the older ones in every table.
+memory behind the locked fraction). Registered with bench.judge.rulebook's `@rule`;
+bench.judge.retention imports this module after its own rules, so these follow them in every
+table.
 
 What other rules already judge, and these do not repeat: a balloon's VmLck against its request
 (vmlck_held), a cgroup's usage reaching the wall (timeline_reaches_wall), a mem= boot's MemTotal
@@ -29,12 +29,12 @@ is left.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 from bench.hosts.procfs import parse_status, status_bytes
 from bench.judge.bundle import Bundle
 from bench.judge.counters import find
 from bench.judge.measured import snap
+from bench.judge.rulebook import rule
 
 MiB = 1 << 20
 # Mlocked at loop entry = Mlocked before the run + what the run locked, within this fraction or
@@ -54,17 +54,6 @@ AVAIL_SLACK_OF_C = 0.05
 AVAIL_SLACK_OF_TOTAL = 0.01
 # the largest page size Linux uses: a cgroup limit reads back rounded to a page
 MAX_PAGE = 64 << 10
-
-RULES: list[tuple[str, int, tuple[str, ...], Callable[[Bundle, dict], tuple[bool, str]]]] = []
-
-
-def rule(name: str, version: int, kinds: tuple[str, ...]):
-    """Declare a rule for bench.judge.retention to register (as its own `rule` does)."""
-    def deco(fn):
-        RULES.append((name, version, kinds, fn))
-        return fn
-    return deco
-
 
 def _mb(n: int | None) -> str:
     return "absent" if n is None else f"{n / MiB:.0f} MiB"
