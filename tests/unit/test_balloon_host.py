@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.matrix.balloon_host import (PAPER_BALLOON_OVERHEAD, balloon_host_memory,
+from bench.matrix.balloon_host import (MIN_LOCKED, PAPER_BALLOON_OVERHEAD, balloon_host_memory,
                                        locked_share, paper_locked_share)
 from bench.matrix.expand import expand
 from bench.matrix.load import MatrixError, load_matrix
@@ -28,7 +28,10 @@ def test_the_papers_balloons_model_to_their_measured_locked_shares():
 
 
 def test_a_host_too_small_for_a_balloon_locks_nothing():
-    assert locked_share(300, 400, 150) == 0.0
+    assert locked_share(350, 400, 150) == 0.0
+    # a small host keeps a share of itself, a large one the overhead
+    assert locked_share(100, 400, 150) == (400 - 0.2 * 400 - 100) / 400
+    assert locked_share(100, 4000, 150) == (4000 - 150 - 100) / 4000
 
 
 @pytest.mark.parametrize("name", ["capacity", "reclaim"])
@@ -41,7 +44,8 @@ def test_each_lab_balloon_boots_the_host_where_it_locks_the_papers_share(name):
     for lab, mem in m.balloon_boots:
         share = locked_share(parse_size(lab), mem, m.balloon_overhead)
         # equal up to the whole MB mem= is rounded up to
-        assert 0 <= share - paper_locked_share(paper_of[lab]) < 1e6 / mem, (lab, mem)
+        want = max(paper_locked_share(paper_of[lab]), MIN_LOCKED)
+        assert 0 <= share - want < 1e6 / mem, (lab, mem)
         assert mem == balloon_host_memory(paper_of[lab], parse_size(lab), m.balloon_overhead)
 
 

@@ -12,7 +12,8 @@ import pytest
 from bench.cli import main
 from bench.matrix.balloon_host import PAPER_BALLOON_OVERHEAD, PAPER_MEMORY, paper_locked_share
 from bench.matrix.load import load_matrix, shipped_names
-from bench.matrix.regime import TOLERANCE, fixed_set_lines, no_scale_reason, regime, regime_lines
+from bench.matrix.regime import (LOCKED_TOLERANCE, TOLERANCE, fixed_set_lines, no_scale_reason,
+                                 regime, regime_lines)
 from bench.units import format_size
 
 MATRIX = """
@@ -136,7 +137,7 @@ def test_tolerance_is_below_half_the_smallest_gap_between_paper_points():
     for kind in ("balloon", "pinned", "hybrid"):
         locked = _paper_points(lambda p, k=kind: [("", x.paper) for x in p.locked if x.kind == k])
         assert len(locked) >= 2, kind
-        assert TOLERANCE < _smallest_half_gap(locked), (kind, locked)
+        assert LOCKED_TOLERANCE < _smallest_half_gap(locked), (kind, locked)
 
 
 def test_every_shipped_matrix_has_a_lab_scale_or_the_reason_it_cannot(capsys):
