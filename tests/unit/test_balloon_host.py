@@ -30,7 +30,7 @@ def test_the_papers_balloons_model_to_their_measured_locked_shares():
 def test_a_host_too_small_for_a_balloon_locks_nothing():
     assert locked_share(350, 400, 150) == 0.0
     # a small host keeps a share of itself, a large one the overhead
-    assert locked_share(100, 400, 150) == (400 - 0.2 * 400 - 100) / 400
+    assert locked_share(100, 400, 150) == (400 - 0.26 * 400 - 100) / 400
     assert locked_share(100, 4000, 150) == (4000 - 150 - 100) / 4000
 
 
