@@ -300,7 +300,9 @@ def hosts_bandwidth(host: HostNameArg,
                     json_out: JsonOpt = False) -> None:
     """Raw read bandwidth of the host's pool device with the agent: drop_caches, then every
     pool file read once cold (pass 0) and once warm (pass 1); device bytes from the pool
-    device's diskstats around each pass. Stored with the host's boot_id and fingerprint."""
+    device's diskstats around each pass. Stored with the host's boot_id and fingerprint; the
+    fastest cold figure of a device bounds the device throughput of that host's runs on it
+    (retention rule throughput_possible: 4 x it), at ingest and `bench retention recheck`."""
     from bench.execute.bandwidth import measure_bandwidth
     from bench.store.bandwidth import store_bandwidth
     from bench.store.db import open_store

@@ -271,19 +271,23 @@ def _json_array(rows) -> None:
     sys.stdout.write("\n]\n" if not first else "]\n")
 
 def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
-         out: Annotated[Path, typer.Option("-o", "--out", help="Image file to write (its "
-                                           "suffix picks the format; none: PNG).")],
+         out: Annotated[Path, typer.Option("-o", "--out", help="Image file to write: its "
+                                           "suffix picks the format (.svg, .png, .pdf); "
+                                           "a name without a suffix writes NAME.svg and "
+                                           "NAME.png.")],
          host: HostOpt = None, campaign: CampOpt = None, workload: WorkloadOpt = None,
          include_demo: IncludeDemoOpt = False, db: DbOpt = None) -> None:
     """The paper's figures from stored results: capacity response (Fig. 2: every run, a/C),
     reclaim pairs (Fig. 3: device traffic and seconds), equal memory (Fig. 4: time and device
-    traffic), prefetch conditions (Fig. 6). n and min-max error bars on every point, one series
-    per host, workload and fingerprint, missing cells marked. OUT's directory must exist; its
-    suffix picks the format (.svg and .pdf are vector; .png at 200 dpi; none: PNG)."""
+    traffic), prefetch conditions (Fig. 6), cache admission (§9). Titled with the campaign,
+    host group and workload; n and min-max error bars on every point, one series per host,
+    workload and fingerprint, zeros drawn (a symlog axis), missing cells marked. OUT's
+    directory must exist; .svg and .pdf are vector, .png 200 dpi; no suffix: both .svg and
+    .png."""
     from bench.cli.outpath import output_file
     from bench.store import left_out, queries
     plots = _plots()
-    plots.image_format(output_file(out, "-o"))
+    files = [output_file(f, "-o") for f in plots.figstyle.outputs(out, "-o")]
     store = _store(db)
     m = queries.matrix(store, kind, host=host, campaign=campaign, workload=workload,
                        include_demo=include_demo)
@@ -292,9 +296,11 @@ def plot(kind: Annotated[PlotKind, typer.Argument(help="The figure to draw.")],
     if not m["rows"] and hid:
         raise InputError(f"no retained runs for the {kind} plot ({left_out.demo_note(hid)})",
                          hint=left_out.DEMO_FIX)
-    plots.draw(kind, m, out)
+    camps = queries.campaigns_in_scope(store, host=host, campaign=campaign, workload=workload,
+                                       include_demo=include_demo)
+    plots.draw(kind, m, out, camps)
     say_hidden_demo(store, host=host, campaign=campaign, include_demo=include_demo)
-    views.say(f"wrote {out}")
+    views.say(f"wrote {', '.join(map(str, files))}")
 
 
 def _plots():

@@ -227,7 +227,8 @@ def sim(
              "per-layer per trace.")] = "rates",
     plot: Annotated[Optional[Path], typer.Option(
         "--plot", help="Also draw the curves or off-domain view into this image file "
-                       "(format from the suffix: .png, .pdf, .svg).")] = None,
+                       "(format from the suffix: .png, .pdf, .svg; no suffix: both .svg "
+                       "and .png).")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
     dry_run_ref: DryRunRefOpt = None,
 ) -> None:
@@ -270,7 +271,8 @@ def _sim_view(view: str, traces: list, policies: tuple, regime: str, budgets: tu
     from bench.sim import figures
     if plot is not None:
         from bench.cli.results import _plots
-        _plots().image_format(output_file(plot, "--plot"))
+        for f in _plots().figstyle.outputs(plot, "--plot"):
+            output_file(f, "--plot")
     if view == "curves":
         rows = figures.fig1_curves(traces, policies, budgets, regime, window)
         table = trace_views.curves_table(rows)
@@ -283,7 +285,8 @@ def _sim_view(view: str, traces: list, policies: tuple, regime: str, budgets: tu
         rows = [r for t in traces for r in figures.regimes(t, policies, budgets, window)]
         table = trace_views.regimes_table(rows)
     if plot is not None:
-        _plots().draw_sim(view, rows, plot)
+        written = _plots().draw_sim(view, rows, plot)
+        views.say(f"wrote {', '.join(map(str, written))}")
     if json_out:
         views.emit_json(rows)
     else:

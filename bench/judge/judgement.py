@@ -1,9 +1,10 @@
 """A bundle judged: what the store keeps of a run besides its raw files. Pure.
 
-`judge(bundle, campaign_fingerprint)` checks the bundle against its cell name, derives the
-per-run metrics (bench.judge.measured; none for a partial bundle), its fingerprint, and the
-verdict of every retention rule that applies (bench.judge.retention), against the
-fingerprint its campaign saw first on that host. bench.store.ingest writes the result."""
+`judge(bundle, campaign_fingerprint, device_bandwidth)` checks the bundle against its cell
+name, derives the per-run metrics (bench.judge.measured; none for a partial bundle), its
+fingerprint, and the verdict of every retention rule that applies (bench.judge.retention),
+against the fingerprint its campaign saw first on that host and the host's measured device
+bandwidth. bench.store.ingest writes the result."""
 
 from __future__ import annotations
 
@@ -52,8 +53,12 @@ class Judgement:
     failed: list[str] = field(default_factory=list)     # the rules it failed
 
 
-def judge(b: Bundle, campaign_fingerprint: dict | None) -> Judgement:
-    """Every applicable retention rule's verdict; retained when all pass."""
-    verdicts = retention.evaluate(b, {"campaign_fingerprint": campaign_fingerprint})
+def judge(b: Bundle, campaign_fingerprint: dict | None,
+          device_bandwidth: dict | None = None) -> Judgement:
+    """Every applicable retention rule's verdict; retained when all pass. device_bandwidth: the
+    host's measured cold bandwidth of the run's pool device (bench.store.bandwidth.
+    device_bandwidth), the throughput rule's bound; None when none was measured."""
+    verdicts = retention.evaluate(b, {"campaign_fingerprint": campaign_fingerprint,
+                                      "device_bandwidth": device_bandwidth})
     return Judgement(verdicts, retention.retained(verdicts),
                      [v.rule for v in verdicts if not v.passed])

@@ -8,10 +8,14 @@ Per-run metrics (definitions the results rely on):
 - iteration time: the true median of the measured pass's per-iteration wall times;
 - device bytes: pool-device sectors read over the measured interval x 512, per iteration;
 - logical bytes: bytes the agent delivered in the measured pass (arena hits included);
-- served fraction: 1 - device / logical, clamped to [0, 1] (demand served without device reads);
+- served fraction: (logical - min(device, logical)) / logical, in [0, 1] by construction
+  (`served_fraction`: demand served without device reads; amplification serves 0);
 - kswapd scan/steal: pgscan_kswapd / pgsteal_kswapd deltas (measured); the cgroup's own
   ratio from memory.stat pgscan / pgsteal (v2) for cells with a cgroup;
-- locked fraction: meminfo Mlocked at loop entry / MemTotal;
+- locked fraction: meminfo Mlocked at loop entry / MemTotal (the host's memory shape, the
+  regime's measure); retention's locked_fraction_sums rejects a run whose Mlocked is not the
+  host's own locked memory at `pre` plus the balloon's and the agent's VmLck, so a retained
+  balloon's fraction is its VmLck (plus that baseline) over MemTotal;
 - MGLRU: main bit of lru_gen/enabled at loop entry and at post (None when the file is absent).
 
 Engine runs (docs/engine.md) have no replay passes: `engine_facts` holds what they measured
@@ -40,6 +44,12 @@ def devices(b: Bundle) -> list[str]:
     dev = b.host.get("pool_device") or {}
     names = [dev["name"]] if dev.get("name") else []
     return names + [d for d in dev.get("leaves") or [] if d not in names]
+
+
+def pool_device(b: Bundle) -> str | None:
+    """The pool device's name as host.json gives it (what `bench hosts bandwidth` stores)."""
+    names = devices(b)
+    return names[0] if names else None
 
 
 def snap(b: Bundle, phase: str) -> dict[tuple[str, str], int]:
@@ -206,6 +216,20 @@ def _ratio(a: int | None, b: int | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def served_fraction(device: int | None, logical: int) -> float | None:
+    """The share of the logical bytes that did not come from the device: (logical - read) /
+    logical with read = min(device, logical), so 0 <= numerator <= denominator and the
+    quotient lies in [0, 1] by construction (a correctly rounded a / b with 0 <= a <= b cannot
+    leave it). Device bytes above the logical bytes (read amplification: readahead, a block
+    larger than the read) count as every logical byte read from the device: served 0, the
+    excess shown by device_bytes_per_iteration above logical_bytes_per_iteration. None when
+    there is nothing to divide (no logical bytes) or no trustworthy device count (absent, or
+    negative: a counter went backwards, which numbers_possible rejects)."""
+    if device is None or device < 0 or logical <= 0:
+        return None
+    return (logical - min(device, logical)) / logical
+
+
 def metrics(b: Bundle) -> dict:
     recs = measured_records(b)
     n = len(recs)
@@ -215,9 +239,7 @@ def metrics(b: Bundle) -> dict:
     le = snap(b, b.loop_entry)
     mem_total = le.get(("meminfo", "MemTotal"))
     mlocked = le.get(("meminfo", "Mlocked"))
-    served = None
-    if dev is not None and logical:
-        served = min(1.0, max(0.0, 1 - dev / logical))
+    served = served_fraction(dev, logical)
     cg_scan = delta(b, "measured", "cgroup", "memory.stat.pgscan")
     return {
         "iterations": n,

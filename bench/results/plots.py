@@ -1,74 +1,95 @@
-"""Figures from matrix results (matplotlib, Agg backend), drawn as the paper draws them: the
-capacity response (Fig. 2), reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4),
-prefetch conditions (Fig. 6) and cache admission (§9: GB/s admitted and bypassed).
+"""Figures from matrix results, drawn as the paper draws them: the capacity response (Fig. 2),
+reclaim pairs MGLRU on/off (Fig. 3), equal memory (Fig. 4), prefetch conditions (Fig. 6) and
+cache admission (§9: GB/s admitted and bypassed); and the simulation figures (Fig. 1, Fig. 5).
 
-What a reviewer needs from every figure: the paper's axes and decimal units; the number of
-retained runs (n) next to every plotted point or bar; error bars spanning min..max of the
-retained runs' values; one series per result group (host, workload, fingerprint:
+What a reviewer needs from every figure: a title naming what it shows and what it was measured
+on (campaign, host group, workload); the paper's axes and decimal units; the number of retained
+runs (n) next to every plotted point or bar, never on top of data; error bars spanning min..max
+of the retained runs' values; one series per result group (host, workload, fingerprint:
 bench.judge.identity) and per mechanism, so a line never joins two groups or two mechanisms
-(the ample `none` point is a marker of its own); a cell with no retained run is marked
-"missing" where its bar or point would be, never drawn as zero; sizes read as `199 MB`,
-`64 GB`. The suffix of the output file picks the format: .svg and .pdf are vector output,
-.png is rendered at 200 dpi."""
+(the ample `none` point is a marker of its own); a zero drawn at zero (a symlog axis), never
+dropped; a cell with no retained run marked "missing" where its bar or point would be, never
+drawn as zero; sizes read as `199 MB`, `64 GB`; a legend entry only for what was drawn. The
+style, axes, label placement and files are bench.results.figstyle's, shared by every figure.
+
+`figure` and `sim_figure` return a finished Figure (the caller saves it as SVG, PNG or PDF with
+figstyle.save); `draw` and `draw_sim` write the files `-o` names (figstyle.outputs)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench.errors import InputError
 from bench.judge.stats import a_over_c, span
-from bench.plan.planfile import write_error
+from bench.results import figstyle
+from bench.results.figstyle import legend_below, n_label, new_figure, shown, short_list
 
-RASTER_DPI = 200
+RASTER_DPI = figstyle.RASTER_DPI
 MISSING = "missing"
 ON, OFF = "C0", "C1"        # MGLRU on / off, as the paper's left and right bars
-
-
-def image_format(out: Path) -> str:
-    """The image format OUT's suffix names (none: png); InputError for one matplotlib cannot
-    write."""
-    fmt = out.suffix[1:].lower() or "png"
-    formats = Figure().canvas.get_supported_filetypes()
-    if fmt not in formats:
-        raise InputError(f"-o {out}: matplotlib cannot write .{fmt} files",
-                         hint="use one of " + ", ".join(f".{f}" for f in sorted(formats)))
-    return fmt
-
+NOMINAL = "black"
 
 KINDS = ("capacity", "reclaim", "equal-memory", "prefetch", "admission")
+TITLES = {"capacity": "Fig. 2 capacity response: iteration time and device traffic against C",
+          "reclaim": "Fig. 3 reclaim: MGLRU on and off at each capacity",
+          "equal-memory": "Fig. 4 equal memory under one cgroup wall",
+          "prefetch": "Fig. 6 one bounded prefetch worker",
+          "admission": "§9 cache admission: the same fixed set admitted and bypassed"}
 
 
-def figure(kind: str, m: dict) -> Figure:
-    """The figure of one matrix result (bench.store.queries.matrix); the caller closes it."""
-    matplotlib.use("Agg")
+def figure(kind: str, m: dict, campaigns: Sequence[str] = ()) -> Figure:
+    """The finished figure of one matrix result (bench.store.queries.matrix), titled with
+    `campaigns` (the campaigns of its runs: bench.store.queries.campaigns_in_scope; none given:
+    the matrix's --campaign filter)."""
     if not m["rows"]:
         raise InputError(f"no retained runs for the {kind} plot",
                          hint="`bench runs` lists the stored runs; --host, --campaign and "
                               "--workload choose which are drawn")
     draw_fn = {"capacity": _capacity, "reclaim": _reclaim, "equal-memory": _equal,
                "prefetch": _prefetch, "admission": _admission}[kind]
-    fig = draw_fn(m)
-    fig.tight_layout()
-    return fig
+    with figstyle.styled():
+        fig = draw_fn(m)
+        figstyle.title(fig, TITLES[kind], context(m, campaigns))
+        return figstyle.finish(fig)
 
 
-def draw(kind: str, m: dict, out: Path) -> None:
-    """Draw the figure into OUT (its directory must exist: never created); a failed write is
-    an error naming OUT."""
-    fmt = image_format(out)
-    fig = figure(kind, m)
-    try:
-        fig.savefig(out, dpi=RASTER_DPI, format=fmt)
-    except OSError as exc:
-        raise write_error(out, exc) from None
-    finally:
-        plt.close(fig)
+def draw(kind: str, m: dict, out: Path, campaigns: Sequence[str] = ()) -> list[Path]:
+    """The figure written to the files OUT names (figstyle.outputs: OUT, or OUT.svg and
+    OUT.png); their directory must exist (never created). Returns the files written."""
+    files = figstyle.outputs(out)
+    fig = figure(kind, m, campaigns)
+    for f in files:
+        figstyle.save(fig, f)
+    return files
+
+
+def context(m: dict, campaigns: Sequence[str] = ()) -> list[str]:
+    """What a figure was measured on, in short forms: `campaign c1 · host a · workload
+    prose.jsonl b1 (386eeda9)`; several groups as `g1 a, g2 b`."""
+    camps = list(dict.fromkeys(campaigns)) or ([m["campaign"]] if m.get("campaign") else [])
+    camp = (("campaign " if len(camps) == 1 else "campaigns ")
+            + short_list([shown(c) for c in camps])) if camps else "campaign not named"
+    groups = m.get("groups") or []
+    if len(groups) == 1:
+        hosts = f"host {shown(groups[0]['host'])}"
+    else:
+        hosts = "hosts " + short_list([f"{g['id']} {shown(g['host'])}" for g in groups])
+    loads = list(dict.fromkeys(workload_text(g.get("workload") or {}) for g in groups))
+    load = ("workload " if len(loads) == 1 else "workloads ") + short_list(loads, 2)
+    return [camp, hosts, load]
+
+
+def workload_text(w: dict) -> str:
+    """`prose.jsonl b1 (386eeda9)`: trace name, batch and the workload digest's head."""
+    name = shown(Path(str(w.get("trace") or w.get("prompt") or "?")).name)
+    batch = f" b{w['batch']}" if w.get("batch") is not None else ""
+    digest = f" ({shown(str(w['digest'])[:8])})" if w.get("digest") else ""
+    return f"{name}{batch}{digest}"
 
 
 def readable_size(n: float) -> str:
@@ -85,38 +106,44 @@ def _hosts(m: dict) -> dict[str, str]:
 
 def _series_label(m: dict, gid: str, *parts: str) -> str:
     """`g1 host-a balloon mglru`, the group and host only when the figure has several groups."""
-    head = [gid, _hosts(m).get(gid, "")] if len(m.get("groups", [])) > 1 else []
+    head = [gid, shown(_hosts(m).get(gid, ""))] if len(m.get("groups", [])) > 1 else []
     return " ".join(p for p in [*head, *parts] if p)
 
 
 # drawing primitives -----------------------------------------------------------------------
 
 def _errorbar(ax: Axes, xs: list[float], ys: list[float],
-              spans: list[tuple[float, float] | None], **kw):
+              spans: Sequence[tuple[float, float] | None], **kw):
     """Points with min..max error bars (a point without a span gets none)."""
     lo = [y - s[0] if s else 0.0 for y, s in zip(ys, spans)]
     hi = [s[1] - y if s else 0.0 for y, s in zip(ys, spans)]
-    return ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **kw)
+    return ax.errorbar(xs, ys, yerr=[lo, hi], **kw)
 
 
-def _n_labels(ax: Axes, xs: Sequence[float], ys: Sequence[float], ns: Sequence[int]) -> None:
-    for x, y, n in zip(xs, ys, ns):
-        ax.annotate(f"n={n}", (x, y), xytext=(0, 5), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=7)
+def _n_labels(ax: Axes, xs: Sequence[float], ys: Sequence[float],
+              spans: Sequence[tuple[float, float] | None], ns: Sequence[int],
+              color: str = "black") -> None:
+    """`n=3` by each point or bar, in its series' color (two series meeting at one point keep
+    their labels apart and told apart)."""
+    for x, y, s, n in zip(xs, ys, spans, ns):
+        lo, hi = s if s else (y, y)
+        n_label(ax, x, y, min(lo, y), max(hi, y), f"n={n}", color=color)
 
 
 def _missing(ax: Axes, x: float) -> None:
     """A cell with no retained run: a gray cross on the axis and the word, never a zero."""
     ax.plot([x], [0.02], marker="x", color="gray", linestyle="none",
             transform=ax.get_xaxis_transform())
-    ax.annotate(MISSING, (x, 0.04), xycoords=("data", "axes fraction"), rotation=90,
-                ha="center", va="bottom", fontsize=7, color="gray")
+    ann = ax.annotate(MISSING, (x, 0.04), xycoords=("data", "axes fraction"), rotation=90,
+                      ha="center", va="bottom", fontsize=7, color="gray")
+    ann.set_in_layout(False)
 
 
 def _bars(ax: Axes, xs: list[float], stats: list[dict | None], key: str, width: float,
           color: str, label: str) -> None:
-    """One bar per measured cell (median of `key`) with its min..max error bar and n; a
-    missing cell gets the missing mark. The label goes to the legend only when a bar exists."""
+    """One bar per measured cell (median of `key`) with its min..max error bar and n; a bar of
+    height zero gets a thick mark at zero so it shows; a missing cell gets the missing mark.
+    The label goes to the legend only when a bar exists."""
     got = [(x, s) for x, s in zip(xs, stats) if s and s.get(key) is not None]
     for x, s in zip(xs, stats):
         if not (s and s.get(key) is not None):
@@ -126,9 +153,13 @@ def _bars(ax: Axes, xs: list[float], stats: list[dict | None], key: str, width: 
     bx = [x for x, _ in got]
     ys = [s[key] for _, s in got]
     ax.bar(bx, ys, width, color=color, label=label)
-    _errorbar(ax, bx, ys, [_value_span(s, key) for _, s in got], fmt="none", ecolor="black",
-              elinewidth=1)
-    _n_labels(ax, bx, [_top(s, key) for _, s in got], [s["n_retained"] for _, s in got])
+    zeros = [x for x, y in zip(bx, ys) if y == 0]
+    if zeros:
+        ax.hlines([0.0] * len(zeros), [x - width / 2 for x in zeros],
+                  [x + width / 2 for x in zeros], colors=color, linewidth=3, clip_on=False)
+    spans = [_value_span(s, key) for _, s in got]
+    _errorbar(ax, bx, ys, spans, fmt="none", ecolor="black", elinewidth=1)
+    _n_labels(ax, bx, ys, spans, [s["n_retained"] for _, s in got])
 
 
 def _value_span(s: dict, key: str) -> tuple[float, float] | None:
@@ -141,24 +172,22 @@ def _value_span(s: dict, key: str) -> tuple[float, float] | None:
     return None
 
 
-def _top(s: dict, key: str) -> float:
-    rng = _value_span(s, key)
-    return rng[1] if rng else s[key]
-
-
 def _size_axis(ax: Axes, caps: Sequence[int]) -> None:
-    """Ticks at the measured capacities, labelled in decimal units."""
+    """A log capacity axis with ticks at the measured capacities, in decimal units."""
     xs = sorted({c / 1e9 for c in caps})
-    ax.set_xticks(xs, [readable_size(x * 1e9) for x in xs], rotation=30, ha="right")
-    ax.minorticks_off()
+    figstyle.log_axis(ax, "x", ticks=xs, labels=[readable_size(x * 1e9) for x in xs])
+    ax.tick_params(axis="x", labelrotation=30)
+    for t in ax.get_xticklabels():
+        t.set_horizontalalignment("right")
+    ax.set_xlabel("capacity C")
 
 
 def _pair_labels(m: dict, rows: list[dict], extra: str = "mechanism") -> list[str]:
     """One tick label per slot, a line each: the group and host (when several), the size,
     the mechanism."""
     several = len(m.get("groups", [])) > 1
-    return ["\n".join(p for p in (f"{r['group']} {r.get('host', '')}".strip() if several
-                                   else "", readable_size(r["capacity_bytes"]),
+    return ["\n".join(p for p in (f"{r['group']} {shown(r.get('host', ''))}".strip()
+                                   if several else "", readable_size(r["capacity_bytes"]),
                                    r.get(extra, "") if extra else "") if p)
             for r in rows]
 
@@ -168,42 +197,79 @@ def _width(n_slots: float) -> float:
 
 
 def _bar_axes_finish(ax: Axes) -> None:
-    """Room above the tallest bar for its n and a legend in one row, so neither hides a bar."""
-    ax.set_ylim(0, max(ax.get_ylim()[1], 1e-12) * 1.45)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small", loc="upper left", ncol=2)
+    """Room above the tallest bar for its n label."""
+    ax.set_ylim(0, max(ax.get_ylim()[1], 1e-12) * 1.25)
 
 
 # Fig. 2 -----------------------------------------------------------------------------------
 
 def _capacity(m: dict) -> Figure:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (left, right) = new_figure(1, 2, figsize=(11, 5.2))
     series = sorted({(r["group"], r["mechanism"], r["reclaim"]) for r in m["rows"]})
+    colors: dict[tuple, str] = {}
     for n, key in enumerate(series):
         rows = sorted((r for r in m["rows"]
                        if (r["group"], r["mechanism"], r["reclaim"]) == key),
                       key=lambda r: r["capacity_bytes"])
+        colors[key] = f"C{n % 10}"
         # a sweep is a curve; a mechanism with one point (the ample `none`) is a marker
         style = "o-" if len(rows) > 1 else "D"
-        _capacity_series(left, right, m, key, rows, f"C{n % 10}", style)
+        _capacity_series(left, right, m, key, rows, colors[key], style)
+    _nominal_lines(right, m)
+    no_ref = []
+    several = len(m.get("groups", [])) > 1
     for gid, reclaim in sorted({(r["group"], r["reclaim"]) for r in m["rows"]}):
         # the a/C reference of one group and reclaim anchored at its largest capacity, as the
-        # table's a/C column is: a reference line, not a measured curve
+        # table's a/C column is: a reference line, not a measured curve; an anchor that read
+        # 0 GB makes the reference 0 everywhere, which draws nothing: said, not drawn
         rows = [r for r in m["rows"] if (r["group"], r["reclaim"]) == (gid, reclaim)]
         ref = a_over_c([(r["capacity_bytes"], r["device_gb_per_iteration"]) for r in rows])
         caps = sorted(ref)
-        if len(caps) > 1:
-            right.plot([c / 1e9 for c in caps], [ref[c][0] for c in caps], ":", color="gray",
-                       label=f"a/C {_series_label(m, gid, reclaim)}")
-    caps = [r["capacity_bytes"] for r in m["rows"]]
-    left.set(xlabel="capacity C", ylabel="iteration time (s)", xscale="log",
-             title="iteration time (median, min-max, every run)")
-    right.set(xlabel="capacity C", ylabel="device reads (GB / iteration)", xscale="log",
-              yscale="log", title="block-layer device traffic")
+        if len(caps) < 2:
+            continue
+        if ref[caps[-1]][0] <= 0:
+            no_ref.append(f"{gid} {reclaim}" if several else reclaim)
+            continue
+        color = next(colors[k] for k in series if (k[0], k[2]) == (gid, reclaim))
+        right.plot([c / 1e9 for c in caps], [ref[c][0] for c in caps], ":", color=color,
+                   label=f"a/C reference {_series_label(m, gid, reclaim)}")
+    caps_all = [r["capacity_bytes"] for r in m["rows"]]
+    left.set(ylabel="iteration time (s)",
+             title="iteration time: median, min-max, every run")
+    right_title = "block-layer device traffic"
+    if no_ref:
+        right_title += "\n" + "\n".join(textwrap.wrap(
+            f"(no a/C line for {', '.join(no_ref)}: its largest C read 0 GB)", 60))
+    right.set(title=right_title)
     for ax in (left, right):
-        _size_axis(ax, caps)
-        ax.legend(fontsize="small")
+        _size_axis(ax, caps_all)
+    left.set_ylim(0, left.get_ylim()[1] * 1.12)     # room above the top point for its n
+    values = [v for r in m["rows"] for v in (r["device_gb_per_iteration"],
+                                              r["nominal_miss_gb_per_iteration"],
+                                              *(r.get("device_gb_runs") or []))
+              if v is not None]
+    zero = any(v == 0 for v in values)
+    figstyle.log_axis(right, "y", zero=zero)
+    right.set_ylabel("device reads (GB / iteration)"
+                     + ("\nlog; linear near 0 to show zeros" if zero else ", log"))
+    legend_below(fig, (left, right))
     return fig
+
+
+def _nominal_lines(ax: Axes, m: dict) -> None:
+    """The nominal miss demand: it depends on the capacity and the workload, not on the
+    mechanism, the reclaim or the host, so one line for all groups whose demand is the same
+    (named by its groups only when the lines differ)."""
+    lines: dict[tuple, list[str]] = {}
+    for gid in sorted({r["group"] for r in m["rows"]}):
+        nominal = {r["capacity_bytes"]: r["nominal_miss_gb_per_iteration"] for r in m["rows"]
+                   if r["group"] == gid and r["nominal_miss_gb_per_iteration"] is not None}
+        if nominal:
+            lines.setdefault(tuple(sorted(nominal.items())), []).append(gid)
+    for points, gids in lines.items():
+        label = "nominal miss demand" + (f" {', '.join(gids)}" if len(lines) > 1 else "")
+        ax.plot([c / 1e9 for c, _ in points], [v for _, v in points],
+                "s--" if len(points) > 1 else "s", color=NOMINAL, mfc="none", label=label)
 
 
 def _capacity_series(left: Axes, right: Axes, m: dict, key: tuple, rows: list[dict],
@@ -219,9 +285,9 @@ def _capacity_series(left: Axes, right: Axes, m: dict, key: tuple, rows: list[di
     if timed:
         xs = [r["capacity_bytes"] / 1e9 for r in timed]
         ys = [r["median_s"] for r in timed]
-        _errorbar(left, xs, ys, [(r["min_s"], r["max_s"]) for r in timed], fmt=style,
-                  color=color, label=label)
-        _n_labels(left, xs, [r["max_s"] for r in timed], [r["n_retained"] for r in timed])
+        spans = [(r["min_s"], r["max_s"]) for r in timed]
+        _errorbar(left, xs, ys, spans, fmt=style, color=color, label=label)
+        _n_labels(left, xs, ys, spans, [r["n_retained"] for r in timed], color)
         for r in timed:
             runs = r.get("iteration_s_runs") or []
             left.plot([r["capacity_bytes"] / 1e9] * len(runs), runs, "o", color=color,
@@ -230,45 +296,41 @@ def _capacity_series(left: Axes, right: Axes, m: dict, key: tuple, rows: list[di
     if dev:
         xs = [r["capacity_bytes"] / 1e9 for r in dev]
         ys = [r["device_gb_per_iteration"] for r in dev]
-        _errorbar(right, xs, ys, [span(r["device_gb_runs"]) for r in dev], fmt=style,
-                  color=color, label=f"measured {label}")
-        _n_labels(right, xs, [max(r["device_gb_runs"] or [r["device_gb_per_iteration"]])
-                              for r in dev], [r["n_retained"] for r in dev])
+        dspans = [span(r["device_gb_runs"]) for r in dev]
+        _errorbar(right, xs, ys, dspans, fmt=style, color=color, label=label)
+        _n_labels(right, xs, ys, dspans, [r["n_retained"] for r in dev], color)
         for r in dev:
             right.plot([r["capacity_bytes"] / 1e9] * len(r["device_gb_runs"]),
                        r["device_gb_runs"], "o", alpha=.25, color=color, markersize=4)
-    nominal = [r for r in rows if r["nominal_miss_gb_per_iteration"]]
-    if nominal:
-        right.plot([r["capacity_bytes"] / 1e9 for r in nominal],
-                   [r["nominal_miss_gb_per_iteration"] for r in nominal],
-                   "s--" if len(nominal) > 1 else "s", color=color,
-                   label=f"nominal miss {label}")
 
 
 # Fig. 3 -----------------------------------------------------------------------------------
 
 def _reclaim(m: dict) -> Figure:
     rows = m["rows"]
-    fig, (dev_ax, time_ax) = plt.subplots(1, 2, figsize=(2 * _width(len(rows)) * 0.7, 4.5))
+    fig, (dev_ax, time_ax) = new_figure(1, 2, figsize=(2 * _width(len(rows)) * 0.7, 5))
     xs = [float(i) for i in range(len(rows))]
     for ax, key in ((dev_ax, "device_gb_per_iteration"), (time_ax, "median_s")):
         for off, reclaim, color in ((-0.2, "mglru", ON), (0.2, "classic", OFF)):
             _bars(ax, [x + off for x in xs], [r.get(reclaim) for r in rows], key, 0.4, color,
                   f"MGLRU {'on' if reclaim == 'mglru' else 'off'}")
-        ax.set_xticks(xs, _pair_labels(m, rows), fontsize=8)
+        ax.set_xticks(xs, _pair_labels(m, rows))
         ax.set_xlim(-0.7, len(rows) - 0.3)
+    labelled = False
     for x, r in zip(xs, rows):
         nominal = [s["nominal_miss_gb_per_iteration"] for s in (r.get("mglru"),
                                                                  r.get("classic"))
-                   if s and s.get("nominal_miss_gb_per_iteration")]
+                   if s and s.get("nominal_miss_gb_per_iteration") is not None]
         if nominal:
-            dev_ax.hlines(nominal[0], x - 0.45, x + 0.45, colors="black", linestyles=":",
-                          label="nominal miss demand" if x == xs[0] else None)
+            dev_ax.hlines(nominal[0], x - 0.45, x + 0.45, colors=NOMINAL, linestyles=":",
+                          label="_nominal" if labelled else "nominal miss demand")
+            labelled = True
     dev_ax.set(ylabel="device reads (GB / iteration)",
                title="device traffic (MGLRU on left, off right)")
     time_ax.set(ylabel="iteration time (s)", title="seconds per iteration")
     for ax in (dev_ax, time_ax):
         _bar_axes_finish(ax)
+    legend_below(fig, (dev_ax, time_ax))
     return fig
 
 
@@ -277,8 +339,8 @@ def _reclaim(m: dict) -> Figure:
 def _equal(m: dict) -> Figure:
     rows = m["rows"]
     modes = [k for k in m["modes"] if any(r.get(k) for r in rows)]
-    fig, (time_ax, dev_ax) = plt.subplots(2, 1, figsize=(_width(len(rows) * len(modes) / 2),
-                                                         7), sharex=True)
+    fig, (time_ax, dev_ax) = new_figure(2, 1, figsize=(_width(len(rows) * len(modes) / 2), 7),
+                                        sharex=True)
     w = 0.8 / max(len(modes), 1)
     xs = [float(i) for i in range(len(rows))]
     for ax, key in ((time_ax, "median_s"), (dev_ax, "device_gb_per_iteration")):
@@ -286,9 +348,10 @@ def _equal(m: dict) -> Figure:
             _bars(ax, [x + (i - (len(modes) - 1) / 2) * w for x in xs],
                   [r.get(mode) for r in rows], key, w, f"C{i}", mode)
         _bar_axes_finish(ax)
-    dev_ax.set_xticks(xs, _pair_labels(m, rows, extra=""), fontsize=8)
-    time_ax.set(ylabel="iteration time (s)", title="equal memory under one cgroup wall")
-    dev_ax.set(ylabel="device reads (GB / iteration)", xlabel="capacity C")
+    dev_ax.set_xticks(xs, _pair_labels(m, rows, extra=""))
+    time_ax.set(ylabel="iteration time (s)")
+    dev_ax.set(ylabel="device reads (GB / iteration)", xlabel="capacity C (the cgroup wall)")
+    legend_below(fig, (time_ax, dev_ax), title="mode")
     return fig
 
 
@@ -297,7 +360,7 @@ def _equal(m: dict) -> Figure:
 def _prefetch(m: dict) -> Figure:
     rows = m["rows"]
     kinds = m.get("prefetch") or []
-    fig, ax = plt.subplots(figsize=(_width(len(rows) * len(kinds) / 2), 4.5))
+    fig, (ax,) = new_figure(figsize=(_width(len(rows) * len(kinds) / 2), 5))
     w = 0.8 / max(len(kinds), 1)
     xs = [float(i) for i in range(len(rows))]
     for i, k in enumerate(kinds):
@@ -305,9 +368,10 @@ def _prefetch(m: dict) -> Figure:
               "median_s", w, f"C{i}", k)
     labels = [_series_label(m, r["group"], readable_size(r["capacity_bytes"]),
                             r["mechanism"], r["reclaim"]) for r in rows]
-    ax.set_xticks(xs, labels, fontsize=8)
-    ax.set(ylabel="iteration time (s)", title="one bounded prefetch worker")
+    ax.set_xticks(xs, labels)
+    ax.set(ylabel="iteration time (s)")
     _bar_axes_finish(ax)
+    legend_below(fig, (ax,), title="prefetch")
     return fig
 
 
@@ -315,76 +379,95 @@ def _prefetch(m: dict) -> Figure:
 
 def _admission(m: dict) -> Figure:
     rows = m["rows"]
-    fig, ax = plt.subplots(figsize=(_width(len(rows)), 4.5))
+    fig, (ax,) = new_figure(figsize=(_width(len(rows)), 5))
     xs = [float(i) for i in range(len(rows))]
     for off, mode, label, color in ((-0.2, "pagecache", "admitted (page cache)", ON),
                                     (0.2, "nocache", "bypassed (nocache)", OFF)):
         _bars(ax, [x + off for x in xs], [r.get(mode) for r in rows], "gb_per_s", 0.4, color,
               label)
+    ax.set_xticks(xs, _pair_labels(m, rows))
+    ax.set(ylabel="fixed set read rate (GB/s)")
+    _bar_axes_finish(ax)
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, top * 1.15)       # a band above every bar and label for the ratios
     for x, r in zip(xs, rows):
         if r.get("admitted_over_bypassed"):
-            ax.annotate(f"{r['admitted_over_bypassed']:.2f}x", (x, 0.9),
-                        xycoords=("data", "axes fraction"), ha="center", fontsize=9)
-    ax.set_xticks(xs, _pair_labels(m, rows), fontsize=8)
-    ax.set(ylabel="fixed set read rate (GB/s)", title="cache admission: the same fixed set")
-    _bar_axes_finish(ax)
+            ann = ax.annotate(f"{r['admitted_over_bypassed']:.2f}x admitted / bypassed",
+                              (x, top * 1.07), ha="center", va="center", fontsize=8)
+            ann.set_in_layout(False)
+    legend_below(fig, (ax,))
     return fig
 
 
 # Simulation figures (no host): data from bench.sim.figures ----------------------------------
 
+SIM_TITLES = {"curves": "Fig. 1 hit rate against budget B: mean, min-max across domains",
+              "off-domain": "Fig. 5 a static table off its domain, against LRU"}
+
+
 def sim_figure(kind: str, rows: list[dict]) -> Figure:
     """Fig. 1 (`curves`: per policy the mean hit rate against budget, a min-max band across the
-    domains, n in the label) or Fig. 5 (`off-domain`: static and LRU bars per trace)."""
-    matplotlib.use("Agg")
+    domains, n in the label) or Fig. 5 (`off-domain`: static and LRU bars per trace); titled
+    with the traces simulated (no host, no campaign)."""
     if not rows:
         raise InputError(f"no rows for the {kind} figure")
-    if kind == "curves":
-        return _sim_curves(plt, rows)
-    if kind == "off-domain":
-        return _sim_off_domain(plt, rows)
-    raise InputError(f"no figure for the {kind!r} view", hint="figures: curves, off-domain")
+    if kind not in SIM_TITLES:
+        raise InputError(f"no figure for the {kind!r} view", hint="figures: curves, off-domain")
+    with figstyle.styled():
+        fig = _sim_curves(rows) if kind == "curves" else _sim_off_domain(rows)
+        figstyle.title(fig, SIM_TITLES[kind], sim_context(kind, rows))
+        return figstyle.finish(fig)
 
 
-def draw_sim(kind: str, rows: list[dict], out: Path) -> None:
-    """`sim_figure` written to OUT (format from its suffix; a failed write names OUT)."""
-    fmt = image_format(out)
+def draw_sim(kind: str, rows: list[dict], out: Path) -> list[Path]:
+    """`sim_figure` written to the files OUT names (figstyle.outputs); returns them."""
+    files = figstyle.outputs(out)
     fig = sim_figure(kind, rows)
-    fig.tight_layout()
-    try:
-        fig.savefig(out, dpi=200, format=fmt)
-    except OSError as exc:
-        raise write_error(out, exc) from None
-    finally:
-        plt.close(fig)
+    for f in files:
+        figstyle.save(fig, f)
+    return files
 
 
-def _sim_curves(plt, rows):
-    fig, ax = plt.subplots(figsize=(6, 4))
+def sim_context(kind: str, rows: list[dict]) -> list[str]:
+    """`simulated, no host · traces a.jsonl, b.jsonl · per-layer, window 0.6`."""
+    if kind == "curves":
+        traces = [shown(Path(str(t["trace"])).name)
+                  for t in dict((p["trace"], p) for r in rows
+                                for p in r.get("per_trace", [])).values()]
+        how = f"{rows[0].get('regime', '')}, window {rows[0].get('window', '')}"
+    else:
+        traces = [shown(Path(str(r["trace"])).name) for r in rows]
+        how = f"static trained on {traces[0]}"
+    return ["simulated, no host",
+            ("trace " if len(traces) == 1 else "traces ") + short_list(traces), how]
+
+
+def _sim_curves(rows: list[dict]) -> Figure:
+    fig, (ax,) = new_figure(figsize=(6.5, 4.8))
     for n, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
         pts = sorted((r for r in rows if r["policy"] == policy), key=lambda r: r["budget"])
         xs = [r["budget"] for r in pts]
         counts = sorted({r["n"] for r in pts})
-        label = f"{policy} (n={'/'.join(map(str, counts))})"
+        label = f"{policy} (n={'/'.join(map(str, counts))} traces)"
         ax.plot(xs, [r["mean"] for r in pts], "o-", color=f"C{n % 10}", label=label)
         ax.fill_between(xs, [r["min"] for r in pts], [r["max"] for r in pts],
                         color=f"C{n % 10}", alpha=.2, linewidth=0)
-    ax.set(xscale="log", xlabel="budget B (experts per layer)", ylabel="hit rate (fair window)",
-           ylim=(0, 1), title="hit rate against budget: mean, min-max across domains")
-    ax.set_xticks(sorted({r["budget"] for r in rows}),
-                  [str(b) for b in sorted({r["budget"] for r in rows})])
-    ax.legend(fontsize="small")
+    budgets = sorted({r["budget"] for r in rows})
+    ax.set(xlabel="budget B (experts per layer)", ylabel="hit rate (fair window)", ylim=(0, 1))
+    figstyle.log_axis(ax, "x", ticks=[float(b) for b in budgets],
+                      labels=[str(b) for b in budgets])
+    legend_below(fig, (ax,))
     return fig
 
 
-def _sim_off_domain(plt, rows):
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = range(len(rows))
+def _sim_off_domain(rows: list[dict]) -> Figure:
+    fig, (ax,) = new_figure(figsize=(max(6.0, 1.4 * len(rows) + 2), 4.8))
+    xs = list(range(len(rows)))
     ax.bar([x - 0.2 for x in xs], [r["static"] for r in rows], 0.4, label="static table")
     ax.bar([x + 0.2 for x in xs], [r["lru"] for r in rows], 0.4, label="LRU")
-    ax.set_xticks(list(xs), [f"{Path(str(r['trace'])).name}\n({r['domain']})" for r in rows])
+    ax.set_xticks(xs, [f"{shown(Path(str(r['trace'])).name)}\n({r['domain']})" for r in rows])
     budgets = sorted({r["budget"] for r in rows})
     ax.set(ylabel="hit rate (fair window)", ylim=(0, 1),
-           title=f"static table off its domain vs LRU, B={'/'.join(map(str, budgets))}")
-    ax.legend(fontsize="small")
+           xlabel=f"scored trace (budget B={'/'.join(map(str, budgets))})")
+    legend_below(fig, (ax,))
     return fig

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from sqlalchemy.orm import Session
+
 from bench.store.db import Store, get_or_create
 from bench.store.models import Bandwidth, Boot, Fingerprint, Host
 
@@ -54,3 +56,23 @@ def bandwidth_of(store: Store, host: str, boot_id: str | None = None) -> list[di
                         "cold_seconds": bw.cold_seconds, "cold_device_bytes": bw.cold_device_bytes,
                         "warm_seconds": bw.warm_seconds, "warm_device_bytes": bw.warm_device_bytes})
         return out
+
+
+def device_bandwidth(s: Session, host_id: int, device: str | None) -> dict | None:
+    """The fastest cold read of `device` any `bench hosts bandwidth` measured on this host (any
+    boot: a reboot does not change the device), as the throughput rule's ctx entry
+    {bytes_per_s, device, measured_at, id}; None when none was measured on that device."""
+    if not device:
+        return None
+    best, fastest = None, 0.0
+    for bw in s.scalars(select(Bandwidth).where(Bandwidth.host_id == host_id,
+                                                Bandwidth.device == device)):
+        if not bw.cold_device_bytes or not bw.cold_seconds or bw.cold_seconds <= 0:
+            continue
+        rate = bw.cold_device_bytes / bw.cold_seconds
+        if rate > fastest:
+            best, fastest = bw, rate
+    if best is None:
+        return None
+    return {"bytes_per_s": fastest, "device": device, "id": best.id,
+            "measured_at": best.measured_at.isoformat() if best.measured_at else None}

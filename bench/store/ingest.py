@@ -41,6 +41,7 @@ from bench.matrix.cells import Cell as Cell_, parse_cell
 from bench.paths import default_data_dir, private_dir, private_tree
 from bench.plan.planfile import read_plan
 from bench.sim.demand import demand
+from bench.store.bandwidth import device_bandwidth
 from bench.store.db import Store, StoreError, get_or_create, insert_if_absent, referenced, rowcount
 from bench.store.models import (AgentSummary, Boot, Campaign, CampaignHost, Cell, CounterDelta,
                                 EngineRun, Fingerprint, Host, Iteration, JournalEntry, RawFile, Run,
@@ -399,7 +400,7 @@ def _write(s: Session, b: Bundle, cell_row: Cell, host: Host, metrics: dict, nom
     ref = None
     if campaign_id:
         ref = _reference(s, campaign_id, host.id, fp_row.id)
-    verdict = judge(b, ref)
+    verdict = judge(b, ref, device_bandwidth(s, host.id, measured.pool_device(b)))
     verdicts, keep = verdict.verdicts, verdict.retained
     run.campaign_id, run.host_id, run.cell_id = campaign_id, host.id, cell_row.id
     run.boot_ref, run.fingerprint_id = boot.id, fp_row.id
@@ -505,7 +506,7 @@ def recheck(store: Store) -> list[dict]:
             else:
                 ref = reference_fingerprint(s, run.campaign_id, run.host_id)
                 _refresh_fingerprint(s, run, measured.fingerprint(b))
-                new = judge(b, ref)
+                new = judge(b, ref, device_bandwidth(s, run.host_id, measured.pool_device(b)))
                 verdicts, keep = new.verdicts, new.retained
             changes += _replace_verdicts(s, run, old, verdicts)
             if keep != run.retained:

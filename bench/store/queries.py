@@ -121,6 +121,16 @@ def scope(store: Store, *, host=None, campaign=None, workload=None,
     return identity.select_workload(runs, workload)
 
 
+def campaigns_in_scope(store: Store, *, host=None, campaign=None, workload=None,
+                       include_demo: bool = False) -> list[str]:
+    """The campaigns of the retained runs a matrix or figure in this scope draws from, in the
+    order of their first runs (what a figure's title names)."""
+    runs = scope(store, host=host, campaign=campaign, workload=workload,
+                 include_demo=include_demo, columns=("campaign_id", "retained"))
+    return list(dict.fromkeys(r["campaign_id"] for r in runs
+                              if r.get("retained") and r.get("campaign_id")))
+
+
 def verdicts(store: Store, run_ids: list[str]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     if not run_ids:

@@ -98,6 +98,7 @@ def test_bench_run_two_hosts_in_parallel_collect_ingest_bandwidth(lab, lab_inven
         assert r["figures"]["iteration_median_s"] > 0
         assert r["figures"]["iterations"] == work["plan"].iterations
         assert r["ingest"]["status"] == "ingested"
+        assert r["ingest"]["retained"] is True, r["ingest"]      # plausible, among the rest
         spec = json.loads((bundle / "spec.json").read_text())
         assert spec["host"] == name and spec["plan"] == work["plan"].remote_path
         assert spec["cell"] == "1G-none-classic" and spec["capacity_bytes"] == 10 ** 9
@@ -138,6 +139,12 @@ def test_bench_run_two_hosts_in_parallel_collect_ingest_bandwidth(lab, lab_inven
         # caches were dropped: the cold pass reads the pool from its device (shared machine:
         # other jobs add reads, never remove them)
         assert m["cold"]["device_bytes"] >= 0.9 * m["bytes_per_pass"]
+    # the measured bandwidth becomes host 1's device bound (throughput_possible): its runs,
+    # judged again under it, stay retained
+    assert main(["retention", "recheck", "--db", work["db"], "--json"]) == 0
+    changes = json.loads(capsys.readouterr().out)
+    assert not [c for c in changes if not c["new"]["passed"]], changes
+    print(f"pool device {m['device']}: cold {m['cold']['device_gb_per_s']} GB/s")
     print(timing)
 
 

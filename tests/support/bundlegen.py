@@ -31,11 +31,36 @@ ITERATIONS = 12
 AGENT_SHA = "a" * 64
 
 
-def _status(run_id: str, phases) -> dict:
+def _status(run_id: str, phases, mono: dict[str, int]) -> dict:
+    """status.json as the runner writes it: each phase with the host's CLOCK_MONOTONIC time
+    (`mono`: the phase's time; phases before the first timed one come 20 ms apart before it,
+    the others 20 ms after the previous one)."""
+    first = next(i for i, ph in enumerate(phases) if ph in mono)
+    t, hist = mono[phases[first]] - 20_000_000 * first, []
+    for ph in phases:
+        t = mono.get(ph, t)
+        hist.append({"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": t})
+        t += 20_000_000
     return {"run_id": run_id, "phase": "done", "pid": 4241, "ok": True, "reason": None,
-            "updated": "2026-11-29T19:05:00Z",
-            "history": [{"phase": ph, "t": "2026-11-29T19:00:00Z", "mono_ns": i}
-                        for i, ph in enumerate(phases)]}
+            "updated": "2026-11-29T19:05:00Z", "history": hist}
+
+
+def _timeline_lines() -> tuple[str, list[list[str]], int]:
+    lines = (CAPTURED / "timeline.csv").read_text().splitlines()
+    rows = [ln.split(",") for ln in lines[1:]]
+    return lines[0], rows, int(rows[0][0])
+
+
+def _retimed(header: str, rows: list[list[str]], spans: dict[str, tuple[int, int]]) -> str:
+    """The captured timeline's samples, each phase's spread evenly over that phase's span of
+    the generated run (the captured run's own clock does not match the generated walls)."""
+    out = [header]
+    for phase, (a, z) in spans.items():
+        mine = [r for r in rows if r[1] == phase]
+        for i, r in enumerate(mine):
+            t = a + (z - a) * i // max(len(mine) - 1, 1)
+            out.append(",".join([str(t)] + r[1:]))
+    return "\n".join(out) + "\n"
 
 
 def _host(host: str, pre: dict, mem: dict, *, lru, agent_sha, expect_boot: dict) -> dict:
@@ -63,6 +88,39 @@ def _captured_snapshots() -> dict[str, dict[str, str]]:
 
 def _with_vmlck(status_text: str, nbytes: int) -> str:
     return re.sub(r"^VmLck:.*$", f"VmLck:\t{nbytes // 1024:>8} kB", status_text, flags=re.M)
+
+
+def _with_locked(meminfo_text: str, nbytes: int) -> str:
+    """The captured meminfo with `nbytes` more of mlocked anonymous memory, as the kernel shows
+    a balloon or an arena: Mlocked, Unevictable and AnonPages up by it, MemFree and MemAvailable
+    down by it (locked pages are neither free nor reclaimable). The capture's own MemAvailable
+    already holds its warm pass's page cache, so a balloon of MemAvailable - C leaves about C."""
+    delta = {"Mlocked": nbytes, "Unevictable": nbytes, "AnonPages": nbytes,
+             "MemFree": -nbytes, "MemAvailable": -nbytes}
+
+    def shift(m: re.Match) -> str:
+        kb = max(int(m[2]) + delta[m[1]] // 1024, 0)
+        return f"{m[1] + ':':<16}{kb:>8} kB"     # the kernel's "%-16s%8lu kB"
+    return re.sub(r"^(" + "|".join(re.escape(k) for k in delta) + r"):\s+(\d+) kB$", shift,
+                  meminfo_text, flags=re.M)
+
+
+def _within_wall(snaps: dict[str, dict[str, str]], timeline: str, wall: int) -> str:
+    """The capture's cgroup (C = 64 MiB + 32 MiB of headroom) moved to this cell's wall: the limit
+    files read it back and no usage exceeds it (the kernel never charges past memory.max), in
+    the snapshots the runner takes once the wall exists and in the timeline. Returns the
+    timeline."""
+    for name, phase in snaps.items():
+        if name == "pre":
+            continue
+        for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+            phase[f] = f"{wall}\n"
+        for f in ("memory.usage_in_bytes", "memory.max_usage_in_bytes"):
+            phase[f] = f"{min(int(phase[f]), wall)}\n"
+    lines = timeline.splitlines()
+    return "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),(\d+),",
+                                          lambda m: f"{m[1]},{min(int(m[2]), wall)},", ln)
+                                   for ln in lines[1:]]) + "\n"
 
 
 ENGINE = {
@@ -102,17 +160,19 @@ def engine_parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", pos
     mem = parse_meminfo(pre["proc_meminfo"])
     phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
               "capacity_applied", "measuring", "collecting", "done"]
-    lines = (CAPTURED / "timeline.csv").read_text().splitlines()
-    timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*),[^,]*,[^,]*,", r"\1,measuring,,", ln)
-                                       for ln in lines[1:]]) + "\n"
+    start = 1_000_000_000_000
+    header, rows, _ = _timeline_lines()
+    timeline = _retimed(header, [[r[0], "measuring", ""] + r[3:] for r in rows],
+                        {"measuring": (start, start + int(wall_s * 1e9))})
     toks = engine_tokens(c.prompt, cfg.n_tokens)
     stdout = (f"MoE backend: fixture-pread ({c.policy})\ncold load: {load_s:.6f} s\n"
               f"output token ids: {', '.join(map(str, toks))}\n"
               f"decode: {len(toks)} tokens in {wall_s - load_s:.6f} s\n")
-    start = 1_000_000_000_000
     return {
         "spec.json": spec,
-        "status.json": _status(run_id, phases),
+        "status.json": _status(run_id, phases, {"measuring": start - 1_000_000,
+                                                "collecting": start + int(wall_s * 1e9)
+                                                + 10_000_000}),
         "host.json": _host(host, pre, mem, lru=None, agent_sha=None,
                            expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),
@@ -195,10 +255,15 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     arena = c.capacity_bytes if c.mode == "pinned" else c.capacity_bytes // 2 \
         if c.mode == "hybrid" else 0
     for name, phase in snaps.items():
+        locked = 0
         if c.mechanism == "balloon" and name != "pre":
             phase["balloon_status"] = _with_vmlck(pre["proc_self_status"], balloon_bytes)
+            locked += balloon_bytes
         if arena and name.startswith("pass1"):
             phase["proc_self_status"] = _with_vmlck(phase["proc_self_status"], arena)
+            locked += arena
+        if locked:
+            phase["proc_meminfo"] = _with_locked(phase["proc_meminfo"], locked)
     hints = None if c.hints is None else "hints/h.bin"
     spec = {
         "format": 1, "run_id": run_id, "campaign": campaign, "position": position,
@@ -220,32 +285,54 @@ def parts_for(run_id: str, cell: str, *, campaign: str | None = "c1", position: 
     per_iter = 2 * POOL_BYTES // ITERATIONS
     records = [{"pass": p, "iter": i, "wall_ns": int(speed * rng.uniform(0.9, 1.1) * 5e7),
                 "bytes": per_iter, "reads": 96} for p in (0, 1) for i in range(ITERATIONS)]
+    # the run's clock (the host's CLOCK_MONOTONIC, from the captured timeline's first sample):
+    # the agent starts, each pass takes its iterations' walls plus 50 us of bookkeeping, the
+    # runner sees the measuring phase 5 ms into the measured pass (its next sample)
+    pass_wall = [sum(r["wall_ns"] for r in records if r["pass"] == p) + 50_000 for p in (0, 1)]
+    header, rows, t0 = _timeline_lines()
+    start0 = t0 + 20_000_000
+    start1 = start0 + pass_wall[0] + 2_000_000
+    end1 = start1 + pass_wall[1]
+    mono = {"warmup": t0, "measuring": start1 + 5_000_000, "collecting": end1 + 20_000_000}
     summary = {"summary": True, "version": "1", "source_sha256": AGENT_SHA, "mode": c.mode,
                "threads": 2, "passes": 2, "passes_done": 2, "iterations": ITERATIONS,
+               "pass_wall_ns": pass_wall, "pass_bytes": [per_iter * ITERATIONS] * 2,
+               "pass_reads": [96 * ITERATIONS] * 2,
                "arena_bytes": arena, "preload_bytes": arena, "vmlck_bytes": arena,
                "vmlck_end_bytes": arena, "prefetch": c.delivery or "none",
                "hints": {"submitted": 10, "overwritten": 0, "completed": 10, "left": 0}
                if hints else {}, "errors": 0, "ok": True, "reason": None}
     phases = ["accepted", "locked", "cleaned", "caches_dropped", "mglru_set",
               "capacity_applied", "warmup", "measuring", "collecting", "done"]
-    timeline = (CAPTURED / "timeline.csv").read_text()
-    if c.mechanism != "cgroup":
+    timeline = _retimed(header, rows, {"warmup": (t0, mono["measuring"] - 1_000_000),
+                                       "measuring": (mono["measuring"], end1)})
+    wall = (c.capacity_bytes + HEADROOM) // 4096 * 4096       # as the kernel reads it back
+    if c.mechanism == "cgroup":
+        timeline = _within_wall(snaps, timeline, wall)
+    else:
         lines = timeline.splitlines()
         timeline = "\n".join([lines[0]] + [re.sub(r"^([^,]*,[^,]*),[^,]*,", r"\1,,", ln)
                                            for ln in lines[1:]]) + "\n"
     capacity = {"mechanism": c.mechanism}
     if c.mechanism == "cgroup":
-        capacity.update(backend="v1", path="/sys/fs/cgroup/memory/bench-fixture",
+        capacity.update(capacity_bytes=c.capacity_bytes, backend="v1",
+                        path="/sys/fs/cgroup/memory/bench-fixture", headroom_bytes=HEADROOM,
                         limit_bytes=c.capacity_bytes + HEADROOM,
-                        limit_read_back=int(snaps["pass1-end"]["memory.limit_in_bytes"]),
+                        limit_read_back=wall,
                         swap_limit_read_back=None)
     elif c.mechanism == "balloon":
-        capacity.update(requested_bytes=balloon_bytes, pid=4242,
+        # as hostrunner.capacity.launch_balloon and wait_balloon_ready record it
+        capacity.update(capacity_bytes=c.capacity_bytes,
+                        mem_available_before=mem["MemAvailable"],
+                        requested_bytes=balloon_bytes, pid=4242, vmlck_bytes=balloon_bytes,
+                        vmlck_verified=True,
                         ready={"ready": True, "pid": 4242, "bytes": balloon_bytes,
-                               "vmlck_bytes": balloon_bytes, "ok": True})
+                               "vmlck_bytes": balloon_bytes,
+                               "mem_available_after": mem["MemAvailable"] - balloon_bytes,
+                               "page_size": 4096, "ok": True})
     parts = {
         "spec.json": spec,
-        "status.json": _status(run_id, phases),
+        "status.json": _status(run_id, phases, mono),
         "host.json": _host(host, pre, mem, lru=lru, agent_sha=AGENT_SHA,
                            expect_boot=spec["expect_boot"]),
         "drop.json": json.loads((CAPTURED / "drop.json").read_text()),

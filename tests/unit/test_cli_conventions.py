@@ -240,9 +240,10 @@ def test_missing_extras_are_named(monkeypatch, capsys, tmp_path):
         make_engine("postgresql://u@localhost/x")
     assert "bench[postgres]" in (exc.value.hint or "")
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.delitem(sys.modules, "bench.results.plots", raising=False)
     import bench.results        # `from bench.results import plots` reads this attribute first
-    monkeypatch.delattr(bench.results, "plots", raising=False)
+    for mod in ("plots", "figstyle"):       # the figures and their style import matplotlib
+        monkeypatch.delitem(sys.modules, f"bench.results.{mod}", raising=False)
+        monkeypatch.delattr(bench.results, mod, raising=False)
     from bench.cli.results import _plots
     with pytest.raises(BenchError) as exc:
         _plots()

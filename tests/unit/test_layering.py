@@ -123,7 +123,7 @@ def test_pure_modules_import_no_io_library(mod):
 @pytest.mark.parametrize("libs, owners", [
     ({"fabric", "paramiko", "invoke"}, {"hosts/ssh.py"}),
     ({"sqlalchemy", "alembic"}, {"store/"}),
-    ({"matplotlib"}, {"results/plots.py"}),
+    ({"matplotlib"}, {"results/plots.py", "results/figstyle.py"}),
 ])
 def test_one_module_owns_each_io_library(libs, owners):
     """Only bench/hosts/ssh.py imports fabric and paramiko; only bench/store/ SQLAlchemy."""

@@ -74,11 +74,11 @@ def test_plotted_artists_carry_the_rows(traces):
     rows = fig1_curves(traces, ("lru", "static"), BUDGETS)
     ax = sim_figure("curves", rows).axes[0]
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    assert set(lines) == {"lru (n=3)", "static (n=3)"}
+    assert set(lines) == {"lru (n=3 traces)", "static (n=3 traces)"}
     for policy in ("lru", "static"):
         pts = [r for r in rows if r["policy"] == policy]
-        assert list(lines[f"{policy} (n=3)"].get_xdata()) == list(BUDGETS)
-        assert list(lines[f"{policy} (n=3)"].get_ydata()) == [r["mean"] for r in pts]
+        assert list(lines[f"{policy} (n=3 traces)"].get_xdata()) == list(BUDGETS)
+        assert list(lines[f"{policy} (n=3 traces)"].get_ydata()) == [r["mean"] for r in pts]
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert len(bands) == 2
     ys = bands[0].get_paths()[0].vertices[:, 1]
@@ -91,6 +91,25 @@ def test_plotted_artists_carry_the_rows(traces):
     assert heights == [r["static"] for r in off] + [r["lru"] for r in off]
     with pytest.raises(InputError):
         sim_figure("regimes", rows)
+
+
+def test_log_budget_axis_reads_as_the_budgets(traces):
+    """`sim --plot` over budgets 8,16,32 labelled its log axis `2x10^1` and `3x10^1` (minor
+    tick labels over 32): the axis now shows the budgets in plain numbers and nothing else,
+    and the title names the traces simulated."""
+    from bench.results.plots import sim_figure
+    fig = sim_figure("curves", fig1_curves(traces, ("lru", "static"), (8, 16, 32)))
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log"
+    major = [t.get_text() for t in ax.get_xticklabels() if t.get_visible()]
+    minor = [t.get_text() for t in ax.xaxis.get_minorticklabels() if t.get_text()]
+    assert major == ["8", "16", "32"] and minor == []
+    for t in ax.get_yticklabels():
+        assert t.get_text() == "" or float(t.get_text()) >= 0, t.get_text()
+    title = fig.get_suptitle()
+    assert "simulated, no host" in title and "tiny-d0, tiny-d1, tiny-d2" in title
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["lru (n=3 traces)",
+                                                                  "static (n=3 traces)"]
 
 
 def _write(tmp_path):
@@ -113,8 +132,14 @@ def test_cli_views_json_and_plot(tmp_path, capsys, traces):
     out = tmp_path / "fig5.svg"
     assert main(["sim", *map(str, paths), "--view", "off-domain", "--budgets", "4",
                  "--plot", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "Fig. 5" in text and out.stat().st_size > 0
+    std = capsys.readouterr()
+    assert "Fig. 5" in std.out and out.stat().st_size > 0 and f"wrote {out}" in std.err
+    # no suffix: both the SVG a report embeds and the PNG
+    assert main(["sim", *map(str, paths), "--view", "curves", "--budgets", "2,4",
+                 "--plot", str(tmp_path / "fig1")]) == 0
+    assert (tmp_path / "fig1.svg").read_bytes()[:5] == b"<?xml"
+    assert (tmp_path / "fig1.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote {tmp_path / 'fig1.svg'}, {tmp_path / 'fig1.png'}" in capsys.readouterr().err
     assert main(["sim", str(paths[0]), "--view", "regimes", "--budgets", "2,4"]) == 0
     assert "largest gap" in capsys.readouterr().out
 

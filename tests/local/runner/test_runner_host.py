@@ -224,6 +224,14 @@ def assert_retained(bundle: Path, work_dir: Path) -> None:
     res = ingest_bundle(store, bundle)
     assert res["status"] == "ingested" and res["retained"] is True, res
     assert ingest_bundle(store, bundle)["status"] == "unchanged"
+    # the plausibility rules judged it (and passed): their reasons show the real margins
+    from bench.store.queries import list_runs
+    (run,) = [r for r in list_runs(store) if r["run_id"] == bundle.name]
+    shown = {v["rule"]: v["reason"] for v in run["verdicts"]}
+    for rule in ("numbers_possible", "totals_agree", "walls_within_spans",
+                 "throughput_possible"):
+        assert rule in shown, shown
+        print(f"{bundle.name} {rule}: {shown[rule]}")
 
 
 def _balloon_spec(run_id, pool, plan, agent, target=512 << 20):

@@ -5,6 +5,7 @@ import json
 import pytest
 from sqlalchemy import func, select
 
+from bench.judge import retention
 from bench.judge.bundle import BundleError
 from bench.store import campaigns
 from bench.store.ingest import ingest_bundle, stored_bundle
@@ -24,7 +25,8 @@ def test_ingest_stores_every_part(store, bundles):
     res = ingest_bundle(store, bundles("r1"))
     assert res == {"run_id": "r1", "status": "ingested", "retained": True, "failed": []}
     c = _counts(store)
-    assert c["runs"] == 1 and c["iterations"] == 24 and c["verdicts"] == 18
+    agent_rules = [r for r in retention.RULES if "agent" in r.kinds]   # one verdict each
+    assert c["runs"] == 1 and c["iterations"] == 24 and c["verdicts"] == len(agent_rules)
     assert c["raw_files"] > 90 and c["timeline"] > 5 and c["counter_deltas"] > 100
     with store.session() as s:
         run = s.scalar(select(Run))
