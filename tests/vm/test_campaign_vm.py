@@ -130,7 +130,7 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
             want = max(paper_locked_share(PAPER_C[cap]), MIN_LOCKED)   # what it is sized to
             print(f"{r['cell']} on {r['host']}: mem={format_size(mem)}, MemTotal "
                   f"{r['mem_total_bytes'] / 1e6:.1f} MB, locked {r['locked_fraction']:.3f}, "
-                  f"the paper's {want:.3f}")
+                  f"sized to lock {want:.3f}")
             assert abs(r["locked_fraction"] - want) <= LOCKED_TOLERANCE, (r, want)
         else:
             assert r["mem_total_bytes"] > 1200 * MIB, r
