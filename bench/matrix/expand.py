@@ -27,11 +27,13 @@ a boot without mem=: under mem= MemTotal is not the host's memory). Skipped, wit
 Boot config of a cell (what only a reboot changes): `memboot` boots with mem = C +
 memboot_overhead (the kernel's own reservations, firmware and the non-file working set; the
 paper's 93G point was a mem= boot with 102G visible), in exact bytes: a reboot writes them on
-the kernel command line as digits (bench.hosts.bootplan); every other mechanism keeps the
-default (no mem=). MGLRU is a runtime toggle unless `mglru_at_boot = true`,
-in which case the boot carries bench.lru_gen=on|off. Placement `each`: every eligible host
-(tags match) runs every cell (cross-machine reproduction); `one`: all repetitions of a cell run
-on one eligible host, chosen by the scheduler to balance load.
+the kernel command line as digits (bench.hosts.bootplan); a balloon at a scale with a
+`balloon_overhead` boots the mem= at which it locks the paper's share of the host
+(bench.matrix.balloon_host); every other cell keeps the default (no mem=). MGLRU is a
+runtime toggle unless `mglru_at_boot = true`, in which case the boot carries
+bench.lru_gen=on|off. Placement `each`: every eligible host (tags match) runs every cell
+(cross-machine reproduction); `one`: all repetitions of a cell run on one eligible host, chosen
+by the scheduler to balance load.
 """
 
 from __future__ import annotations
@@ -255,6 +257,31 @@ def resolve(m: Matrix, p: Point, host, facts: Facts | None = None) -> tuple[Cand
     return cand, why
 
 
+def _boot_mem(m: Matrix, p: Point, cap: int, host, facts: Facts | None
+              ) -> tuple[int | None, str]:
+    """The mem= a cell boots with (None: the host's full memory) and why the host cannot boot
+    it ("" when it can): a memboot's C + memboot_overhead, a balloon's at a scale that sizes
+    its host (bench.matrix.balloon_host)."""
+    boots = dict(m.balloon_boots)
+    if p.mechanism == "memboot":
+        mem, what = cap + m.memboot_overhead, (f"C + memboot_overhead "
+                                               f"{format_size(m.memboot_overhead)}")
+    elif p.mechanism == "balloon" and p.capacity.text in boots:
+        mem, what = boots[p.capacity.text], "the host the balloon locks the paper's share of"
+    else:
+        return None, ""
+    installed = host.mem_total or probed_memory(facts)
+    if not host.reboot.allowed:
+        return None, f"{p.mechanism} needs a mem= boot and the host's reboot.allowed is false"
+    if host.mem_floor is not None and mem < host.mem_floor:
+        return None, (f"mem={format_size(mem)} ({what}) is below the host's floor "
+                      f"{format_size(host.mem_floor)}")
+    if installed is not None and mem > installed:
+        return None, (f"mem={format_size(mem)} ({what}) is above the host's memory "
+                      f"{memory_text(installed)}")
+    return mem, ""
+
+
 def _resolve(m: Matrix, p: Point, host, facts: Facts | None
              ) -> tuple[Candidate | None, str, str | None]:
     """resolve(), and the cell's name where the capacity resolved (for the skip's record)."""
@@ -273,20 +300,9 @@ def _resolve(m: Matrix, p: Point, host, facts: Facts | None
     if bound is not None and cap > bound:
         return None, (f"capacity {format_size(cap)} is above the host's memory "
                       f"{memory_text(bound)}"), cell.name
-    mem = None
-    if p.mechanism == "memboot":
-        mem = cap + m.memboot_overhead
-        installed = host.mem_total or probed_memory(facts)
-        if not host.reboot.allowed:
-            return None, "memboot needs a mem= boot and the host's reboot.allowed is false", \
-                cell.name
-        if host.mem_floor is not None and mem < host.mem_floor:
-            return None, (f"mem={format_size(mem)} (C + memboot_overhead "
-                          f"{format_size(m.memboot_overhead)}) is below the host's floor "
-                          f"{format_size(host.mem_floor)}"), cell.name
-        if installed is not None and mem > installed:
-            return None, (f"mem={format_size(mem)} is above the host's memory "
-                          f"{memory_text(installed)}"), cell.name
+    mem, why = _boot_mem(m, p, cap, host, facts)
+    if why:
+        return None, why, cell.name
     lru = None
     if m.mglru_at_boot:
         if not host.reboot.allowed:

@@ -11,30 +11,9 @@ the JSON Schema editors validate and complete with). bench.matrix.expand turns a
 set of inventory hosts, into run requests for `bench.matrix.schedule.schedule` plus the cells it
 had to skip on some host, each with its reason (never silently dropped).
 
-Schema (see the shipped files for commented examples):
-
-    name = "reclaim"                 # a-z, 0-9, '-'; equals the file stem for shipped matrices
-    description = "..."
-    reference = "paper §5, Fig. 3"   # optional, free text
-    repetitions = 3                  # runs per cell and host (1 ... 1000, bench.matrix.limits)
-    memboot_overhead = "9G"          # optional: mem= of a memboot cell is C + this (default 9G)
-    # sizes: K/M/G/T decimal as the paper writes capacities (64G = 64 x 10^9 bytes), Ki/Mi/Gi/Ti
-    # binary (6Gi), bare integers bytes; case-insensitive (bench.units)
-    mglru_at_boot = false            # optional: MGLRU set at boot (bench.lru_gen=), not at run time
-    [workload]  trace = "k3" (synth preset k3|qwen3|dsv3|tiny, or a JSONL path), domain = "prose",
-                batch = 1, pool = "1447G" (optional size; needed for `pool` capacities when the
-                trace is a file), passes = 2, fixed_set_bytes = N (optional); for a synth
-                preset also layers, experts, expert_bytes, tokens (the preset's geometry changed)
-    [order]     randomize = true, interleave_reps = true
-    [hosts]     tags = "any" | { machine = ["A", "B"] }, placement = "each" | "one"
-    [estimate]  run_seconds = 900, reboot_seconds = 600
-    [protocol]  cgroup_headroom = "6Gi" (memory.max = C + this; the paper's Algorithm 1),
-                balloon_max = "2G" (optional cap on what a balloon may lock)
-    [cells]     capacities = ["64G", "0.044pool", "0.5mem"], mechanisms = [...], reclaims = [...],
-                modes = ["pagecache"], prefetch = ["none", "oracle-advice", ...],
-                exclude = [{ capacity = "64G", mechanism = "memboot" }, ...]
-    [[cells.extra]]  cell = "448G-cgroup-mglru"  (or capacity/mechanism/reclaim/mode/prefetch),
-                     optional tags, placement, repetitions
+Schema: the models below and in bench.matrix.matrix_schema (every key with its doc; `bench
+schema matrix` prints them as JSON Schema); the shipped files are commented examples. Sizes are
+K/M/G/T decimal as the paper writes capacities (64G = 64 x 10^9 bytes), Ki/Mi/Gi/Ti binary.
 
 Capacities: absolute (`64G` = 64 x 10^9 bytes as the paper writes C, `64Gi` binary; exact
 bytes, canonical text), relative to the pool (`0.044pool`: that fraction of the workload's pool
@@ -46,7 +25,9 @@ Scales: a `[scale.NAME]` table re-sizes the same matrix for smaller hosts (`benc
 --scale lab`): `capacities = { "64G" = "0.133mem", ... }` maps every absolute capacity the
 matrix writes (in cells.capacities, exclude and extra, cell names included) to the one used at
 that scale, and `repetitions`, `memboot_overhead`, `mglru_at_boot`, `description` and the
-tables `workload`, `protocol`, `estimate`, `order`, `hosts` override what they name. The scaled
+tables `workload`, `protocol`, `estimate`, `order`, `hosts` override what they name;
+`balloon_overhead` boots each balloon cell's host with the mem= at which it locks the paper's
+share of the host (bench.matrix.balloon_host). The scaled
 matrix is validated as a whole, like any other; an absolute capacity without a mapping is an
 error, so a scale never runs a production-sized cell by accident.
 
@@ -72,6 +53,7 @@ from pydantic import AfterValidator, Field, create_model
 from pydantic.fields import FieldInfo
 
 from bench.errors import InputError
+from bench.matrix.balloon_host import balloon_boots
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
 from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
 from bench.matrix.excludes import apply_excludes
@@ -177,6 +159,8 @@ class Matrix:
     # scale is sized for, and the unscaled workload (bench.matrix.regime compares the two)
     capacity_map: tuple[tuple[str, str], ...] = ()
     scale_memory: int | None = None
+    balloon_overhead: int | None = None             # bench.matrix.balloon_host: the lab's own
+    balloon_boots: tuple[tuple[str, int], ...] = ()  # use, and lab C -> the mem= it boots
     full_workload: dict = field(default_factory=dict)
 
     @property
@@ -194,6 +178,7 @@ class Matrix:
             "order": {"randomize": self.randomize, "interleave_reps": self.interleave},
             "hosts": {"tags": _tags_json(self.tags), "placement": self.placement},
             "memboot_overhead": format_size(self.memboot_overhead),
+            "balloon_boots": {c: format_size(mem) for c, mem in self.balloon_boots},
             "mglru_at_boot": self.mglru_at_boot,
             "estimate": {"run_seconds": self.run_seconds, "reboot_seconds": self.reboot_seconds},
             "points": [{"point": p.key, "capacity": p.capacity.text, "mechanism": p.mechanism,
@@ -278,6 +263,9 @@ class Scale(Table):
     hosts: HostsOverride | None = doc("keys of [hosts] to override", None)
     memory: Size | None = doc("the host memory this scale is sized for: resolves its relative "
                               "capacities for the regime check (bench matrix show --scale)", None)
+    balloon_overhead: Size | None = doc(
+        "what the host keeps for itself (mem= less MemAvailable as a balloon is sized): each "
+        "balloon cell boots the host with the mem= at which it locks the paper's share", None)
     reclaims: dict[Reclaim, Reclaim] = doc(
         'reclaim settings replaced in every cell, e.g. { mglru = "classic" } for a lab whose '
         "kernel has no MGLRU, where the matrix compares something else (modes, hints)", {})
@@ -321,7 +309,7 @@ def _scaled(data: dict, scale: str, source: str, sc: Scale) -> dict:
         raise MatrixFileError(missing)
     _map_reclaims(out.get("cells"), {str(k): str(v) for k, v in sc.reclaims.items()})
     for k in Scale.model_fields:
-        if k in ("capacities", "reclaims", "memory") or k not in raw:
+        if k in ("capacities", "reclaims", "memory", "balloon_overhead") or k not in raw:
             continue
         if not isinstance(raw[k], dict):
             out[k] = raw[k]             # description, repetitions, memboot_overhead, ...
@@ -581,10 +569,19 @@ def load_matrix(ref: str | Path, scale: str | None = None) -> Matrix:
     if scale not in scaled:
         apply_scale(data, scale, source)        # raises: no such scale, naming the ones there are
     sc = doc.scale[scale]
+    cmap = tuple((parse_capacity(k)[0], parse_capacity(v)[0]) for k, v in sc.capacities.items())
+    boots = () if sc.balloon_overhead is None else _balloon_boots(scaled[scale], cmap, sc)
     return replace(scaled[scale], scale=scale, scales=m.scales, scale_memory=sc.memory,
-                   full_workload=dict(m.workload),
-                   capacity_map=tuple((parse_capacity(k)[0], parse_capacity(v)[0])
-                                      for k, v in sc.capacities.items()))
+                   full_workload=dict(m.workload), capacity_map=cmap, balloon_boots=boots,
+                   balloon_overhead=sc.balloon_overhead)
+
+
+def _balloon_boots(m: Matrix, cmap: tuple, sc: Scale) -> tuple[tuple[str, int], ...]:
+    try:
+        return balloon_boots(cmap, {p.capacity.text for p in m.points
+                                    if p.mechanism == "balloon"}, int(sc.balloon_overhead or 0))
+    except ValueError as exc:
+        raise MatrixError(f"{m.source}: {exc}") from None
 
 
 def list_matrices() -> list[dict]:

@@ -15,11 +15,13 @@ in both).
 
 The locked fraction is part of the regime (§5: the balloon+MGLRU excess at 64G, 81% of the host
 locked, is not there at 93G, 74%): what a balloon or a pinned arena locks, as a share of the
-host's memory, at C on the paper's 480 GB machines and at C' on the scale's `memory`. A balloon
-locks what lies above C (memory - C), a pinned arena C, a hybrid's arena C/2; the model leaves
-out the host's own use on both sides (the paper's 64G and 93G balloons model to 0.87 and 0.81
-against the measured 0.81 and 0.74), so the two sides compare like with like. Without the
-scale's `memory` the lab's share is not checked. Plans come from
+host's memory, at C on the paper's 480 GB machines and at C' on the lab host. A balloon locks
+MemAvailable - C (bench.matrix.balloon_host: the paper's host kept 27.2 GB for itself, the
+figure at which its 64G balloon locks the measured 81%, and the 93G one models to 0.749 against
+the measured 0.74), a pinned arena C, a hybrid's arena C/2. On the lab side a balloon's host is
+the mem= its scale boots it with (`balloon_overhead`), else the scale's `memory` with the
+host's own use left out (the scale names none). Without the scale's `memory` or a boot the
+lab's share is not checked. Plans come from
 bench.plan.prepared.workload_plan (cached in the data directory: the first check of a K3-scale
 workload takes a few seconds)."""
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.matrix.balloon_host import PAPER_MEMORY, locked_share, paper_locked_share
 from bench.matrix.load import Matrix, workload_pool_bytes
 from bench.matrix.matrix_schema import parse_capacity
 from bench.plan.planfile import read_plan
@@ -36,14 +39,15 @@ from bench.sim.demand import demand
 from bench.units import format_size
 
 TOLERANCE = 0.02
-PAPER_MEMORY = 480 * 10**9          # machines A and B, 480 GB GH200s (inventory memory.total)
-# what each kind of cell locks, as a function of C and the host's memory
-LOCKS = {"balloon": lambda c, mem: mem - c, "pinned": lambda c, mem: c,
-         "hybrid": lambda c, mem: c / 2}
+# a locked share is in regime within this: below half the smallest gap between two of the
+# paper's balloon points (0.81 at 64G vs 0.749 at 93G: 0.030), as TOLERANCE is for misses
+LOCKED_TOLERANCE = 0.03
+# what an arena locks, as a share of the host's memory (a balloon's: bench.matrix.balloon_host)
+LOCKS = {"pinned": lambda c, mem: c / mem, "hybrid": lambda c, mem: c / 2 / mem}
 
 
-def _status(difference: float | None) -> str:
-    return "not checked" if difference is None else "ok" if abs(difference) <= TOLERANCE \
+def _status(difference: float | None, tolerance: float = TOLERANCE) -> str:
+    return "not checked" if difference is None else "ok" if abs(difference) <= tolerance \
         else "out of regime"
 
 
@@ -51,7 +55,8 @@ def _status(difference: float | None) -> str:
 class LockedShare:
     kind: str                       # balloon | pinned | hybrid
     paper: float                    # share of the paper's host memory locked at C
-    lab: float | None               # at C' of the scale's memory; None: no memory to size it
+    lab: float | None               # at C' of the lab host; None: no memory to size it
+    boot: int | None = None         # the mem= a balloon's lab host boots with, if any
 
     @property
     def difference(self) -> float | None:
@@ -59,11 +64,12 @@ class LockedShare:
 
     @property
     def status(self) -> str:
-        return _status(self.difference)
+        return _status(self.difference, LOCKED_TOLERANCE)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "paper_locked_fraction": self.paper,
-                "lab_locked_fraction": self.lab, "difference": self.difference,
+                "lab_locked_fraction": self.lab, "lab_boot_mem_bytes": self.boot,
+                "difference": self.difference,
                 "status": self.status}
 
 
@@ -118,11 +124,21 @@ def _miss_fractions(workload: dict, capacities: list[int], data_dir: Path) -> li
     return [1.0 - r["hit_rate"] for r in demand(read_plan(path), capacities)]
 
 
-def _locked(kinds: list[str], paper: int, lab: int | None, memory: int | None
+def _locked(scaled: Matrix, kinds: list[str], paper: int, lab_text: str, lab: int | None
             ) -> tuple[LockedShare, ...]:
-    return tuple(LockedShare(k, LOCKS[k](paper, PAPER_MEMORY) / PAPER_MEMORY,
-                             None if lab is None or memory is None else
-                             LOCKS[k](lab, memory) / memory) for k in kinds)
+    boot = dict(scaled.balloon_boots).get(lab_text)
+    out = []
+    for k in kinds:
+        if k == "balloon":
+            memory = boot or scaled.scale_memory
+            lab_share = None if lab is None or memory is None else locked_share(
+                lab, memory, scaled.balloon_overhead or 0)
+            out.append(LockedShare(k, paper_locked_share(paper), lab_share, boot))
+        else:
+            out.append(LockedShare(k, LOCKS[k](paper, PAPER_MEMORY), None if lab is None or
+                                   scaled.scale_memory is None else
+                                   LOCKS[k](lab, scaled.scale_memory)))
+    return tuple(out)
 
 
 def _locking_kinds(scaled: Matrix, lab: str) -> list[str]:
@@ -130,7 +146,7 @@ def _locking_kinds(scaled: Matrix, lab: str) -> list[str]:
     arena), in the matrix's order."""
     kinds = [p.mechanism if p.mechanism == "balloon" else p.mode
              for p in scaled.points if p.capacity.text == lab]
-    return list(dict.fromkeys(k for k in kinds if k in LOCKS))
+    return list(dict.fromkeys(k for k in kinds if k in LOCKS or k == "balloon"))
 
 
 def regime(scaled: Matrix, data_dir: Path) -> list[RegimePoint]:
@@ -147,7 +163,7 @@ def regime(scaled: Matrix, data_dir: Path) -> list[RegimePoint]:
     checked = [b for b in labs if b is not None]
     lab_miss = iter(_miss_fractions(dict(scaled.workload), checked, data_dir))
     return [RegimePoint(paper, lab, b, pm, next(lab_miss) if b is not None else None,
-                        _locked(_locking_kinds(scaled, lab), pb, b, scaled.scale_memory))
+                        _locked(scaled, _locking_kinds(scaled, lab), pb, lab, b))
             for (paper, lab), b, pb, pm in zip(pairs, labs, paper_bytes, paper_miss)]
 
 
@@ -157,7 +173,7 @@ def regime_lines(points: list[RegimePoint]) -> list[str]:
         return []
     out = [f"  regime       paper C vs lab C, in regime within {TOLERANCE:.2f}: the demand model's "
            "nominal miss fraction; under it the share of the host's memory a balloon or arena "
-           "locks"]
+           f"locks (within {LOCKED_TOLERANCE:.2f})"]
     for p in points:
         lab = p.lab + (f" = {p.lab_bytes / 1e6:.0f}M" if p.lab_bytes and p.lab != format_size(
             p.lab_bytes) else "")
@@ -166,7 +182,8 @@ def regime_lines(points: list[RegimePoint]) -> list[str]:
         out.append(f"    {p.paper:>6} {pm:>6}  ->  {lab:<18} {lm:>6}  {p.status}")
         for x in p.locked:
             lx = "-" if x.lab is None else f"{x.lab:.3f}"
-            why = " (the scale names no memory)" if x.lab is None else ""
+            why = (" (the scale names no memory)" if x.lab is None else
+                   f" (boots mem={format_size(x.boot)})" if x.boot else "")
             out.append(f"      {x.kind + ' locks':<14}{x.paper:.3f}  ->  {'':<18} {lx:>6}  "
                        f"{x.status}{why}")
     return out

@@ -10,7 +10,7 @@ or cannot be honoured by that host):
 - a cell name that does not parse (shell metacharacters included), a bad run id;
 - a capacity above the host's memory (probed MemTotal, else inventory memory.total);
 - a memboot cell without `expect_boot.mem`, a `mem=` below the host's floor or above its
-  memory, a `mem=` on a non-memboot cell;
+  memory, a `mem=` on a cell that is neither memboot nor balloon;
 - an MGLRU cell on a kernel without /sys/kernel/mm/lru_gen, a cgroup cell on a host without a
   memory cgroup backend;
 - a prefetch cell without a hint plan, a plan/hint geometry that differs, fewer than 2 passes.
@@ -97,9 +97,10 @@ def check_cell_on_host(cell: Cell, host, facts: dict | None, options: RunOptions
         m = parse_kernel_size(options.mem, "mem=")
         shown = f"mem={options.mem}" + ("" if format_size(m) == options.mem
                                         else f" ({format_size(m)})")
-        if cell.mechanism != "memboot":
-            raise InputError(f"{shown} is given but cell {cell.name} is not a memboot "
-                             "cell", hint="only memboot cells boot with mem=; drop the option")
+        if cell.mechanism not in ("memboot", "balloon"):
+            raise InputError(f"{shown} is given but cell {cell.name} is neither a memboot nor "
+                             "a balloon cell", hint="only memboot cells and the balloons of a "
+                             "scale that sizes their host boot with mem=; drop the option")
         if host.mem_floor is not None and m < host.mem_floor:
             raise SafetyError(f"{host.name}: {shown} is below the host's floor "
                               f"{format_size(host.mem_floor)} (inventory memory.floor)",
@@ -112,7 +113,7 @@ def check_cell_on_host(cell: Cell, host, facts: dict | None, options: RunOptions
                               hint="choose a mem= below the installed memory")
         if cell.capacity_bytes > m:
             raise SafetyError(f"cell {cell.name}: capacity is above {shown}",
-                              hint="a memboot cell's capacity is its mem= value or less")
+                              hint="a cell's capacity is its mem= value or less")
     if cell.mechanism == "memboot" and options.mem is None:
         raise InputError(f"cell {cell.name} is a memboot cell but no expect_boot mem= is given",
                          hint="boot the host with mem=C first (bench reboots it for memboot "

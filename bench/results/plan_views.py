@@ -66,8 +66,11 @@ def matrix_text(m: dict) -> str:
         + ("randomized" if o["randomize"] else "as written")
         + (", repetitions interleaved" if o["interleave_reps"] else ", repetitions back to back"),
         f"  hosts        {_tags_text(m['hosts']['tags'])}, placement {m['hosts']['placement']}",
-        f"  boot         memboot mem = C + {m['memboot_overhead']}; MGLRU "
-        + ("at boot (bench.lru_gen=)" if m["mglru_at_boot"] else "toggled at run time"),
+        f"  boot         memboot mem = C + {m['memboot_overhead']}; "
+        + ("balloons boot the host where they lock the paper's share ("
+           + ", ".join(f"{c}: mem={v}" for c, v in m["balloon_boots"].items()) + "); "
+           if m.get("balloon_boots") else "")
+        + "MGLRU " + ("at boot (bench.lru_gen=)" if m["mglru_at_boot"] else "toggled at run time"),
         f"  estimate     {duration(m['estimate']['run_seconds'])} per run, "
         f"{duration(m['estimate']['reboot_seconds'])} per reboot",
         "  protocol     cgroup memory.max = C + "

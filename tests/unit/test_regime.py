@@ -10,9 +10,11 @@ from __future__ import annotations
 import pytest
 
 from bench.cli import main
+from bench.matrix.balloon_host import PAPER_BALLOON_OVERHEAD, PAPER_MEMORY, paper_locked_share
 from bench.matrix.load import load_matrix, shipped_names
-from bench.matrix.regime import (
-    PAPER_MEMORY, TOLERANCE, fixed_set_lines, no_scale_reason, regime, regime_lines)
+from bench.matrix.regime import (LOCKED_TOLERANCE, TOLERANCE, fixed_set_lines, no_scale_reason,
+                                 regime, regime_lines)
+from bench.units import format_size
 
 MATRIX = """
 name = "rt"
@@ -76,15 +78,20 @@ def test_a_balloon_locks_what_lies_above_c_as_a_share_of_the_host(tmp_path):
     m = load_matrix(write(tmp_path, "4M", "2M", 'memory = "8M"', mechanism="balloon"), "lab")
     four, two = regime(m, tmp_path)
     (lock,) = four.locked
-    assert lock.kind == "balloon" and lock.paper == (PAPER_MEMORY - 4e6) / PAPER_MEMORY
-    assert lock.lab == (8e6 - 4e6) / 8e6                    # 0.5 of the 8M host, the paper ~1.0
+    assert lock.kind == "balloon" and lock.paper == paper_locked_share(4 * 10**6)
+    assert lock.paper == (PAPER_MEMORY - PAPER_BALLOON_OVERHEAD - 4e6) / PAPER_MEMORY
+    assert lock.lab == (8e6 - 4e6) / 8e6 and lock.boot is None  # 0.5 of the 8M host
     assert four.miss_status == "ok" and four.status == "out of regime: locked"
     assert "balloon locks" in "\n".join(regime_lines([four, two]))
-    # a host sized so the lab balloon locks the paper's share keeps the regime
-    paper_mem = round(4e6 / (1 - lock.paper) / 1e9)         # the paper's 480G, computed
-    m = load_matrix(write(tmp_path, "4M", "2M", f'memory = "{paper_mem}G"',
+    # a scale that names the lab's own use boots each balloon's host at the mem= where it
+    # locks the paper's share: in regime, and the line says which mem=
+    m = load_matrix(write(tmp_path, "4M", "2M", 'memory = "8M"\nballoon_overhead = "1M"',
                           mechanism="balloon"), "lab")
-    assert regime(m, tmp_path)[0].status == "ok"
+    four, _two = regime(m, tmp_path)
+    (lock,) = four.locked
+    assert four.status == "ok" and lock.boot == dict(m.balloon_boots)["4M"]
+    assert lock.lab == (lock.boot - 1e6 - 4e6) / lock.boot
+    assert f"boots mem={format_size(lock.boot)}" in "\n".join(regime_lines([four]))
     # without the scale's memory the share is not checked; a cgroup wall locks nothing
     m = load_matrix(write(tmp_path, "4M", "2M", mechanism="balloon"), "lab")
     assert regime(m, tmp_path)[0].locked[0].status == "not checked"
@@ -130,7 +137,7 @@ def test_tolerance_is_below_half_the_smallest_gap_between_paper_points():
     for kind in ("balloon", "pinned", "hybrid"):
         locked = _paper_points(lambda p, k=kind: [("", x.paper) for x in p.locked if x.kind == k])
         assert len(locked) >= 2, kind
-        assert TOLERANCE < _smallest_half_gap(locked), (kind, locked)
+        assert LOCKED_TOLERANCE < _smallest_half_gap(locked), (kind, locked)
 
 
 def test_every_shipped_matrix_has_a_lab_scale_or_the_reason_it_cannot(capsys):
@@ -155,11 +162,9 @@ def test_shipped_scales_keep_the_miss_regime(name, scale):
     assert pts and all(p.miss_status == "ok" for p in pts), regime_lines(pts)
 
 
-@pytest.mark.xfail(strict=True, reason="the vm and twin labs' 1536 MiB guests: a balloon locks "
-                   "0.84-0.93 of the guest at every lab C, the paper's 0.07-0.87 of its host; "
-                   "keeping it needs guests sized per capacity (issue 22, item 5)")
-@pytest.mark.parametrize(("name", "scale"), [(n, s) for n, s in SCALES
-                                             if n in ("capacity", "reclaim")])
+@pytest.mark.parametrize(("name", "scale"), [(n, s) for n, s in SCALES if s == "lab"
+                                             and any(p.mechanism == "balloon"
+                                                     for p in load_matrix(n, s).points)])
 def test_shipped_balloon_scales_lock_the_papers_share(name, scale):
     pts = regime(load_matrix(name, scale), DATA)
     shares = [x for p in pts for x in p.locked]

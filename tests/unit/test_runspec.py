@@ -78,8 +78,11 @@ def test_prefetch_needs_a_hint_plan():
     # expect_boot.mem is kernel text: mem=62G there is 62 GiB, which is 66.6 GB
     ("70G-memboot-mglru", FACTS, RunOptions(mem="62G"), SafetyError,
      "capacity is above mem=62G (62Gi)"),
-    ("64G-balloon-mglru", FACTS, RunOptions(mem="102000000000"), InputError,
-     "mem=102000000000 (102G) is given but cell 64G-balloon-mglru is not a memboot"),
+    ("64G-cgroup-mglru", FACTS, RunOptions(mem="102000000000"), InputError,
+     "mem=102000000000 (102G) is given but cell 64G-cgroup-mglru is neither a memboot nor a "
+     "balloon cell"),
+    ("80G-balloon-mglru", FACTS, RunOptions(mem="70000000000"), SafetyError,
+     "capacity is above mem=70000000000 (70G)"),
     ("600G-memboot-mglru", None, RunOptions(mem="600000000000"), SafetyError,
      "above the host's memory"),
     ("64g-none-mglru", dict(FACTS, mglru=None), RunOptions(), InputError, "lru_gen"),
@@ -92,6 +95,12 @@ def test_refusals_name_the_fix(cell, facts, options, err, words):
     with pytest.raises(err) as e:
         build_spec(cell, HOST, PLAN, run_id="r1", facts=facts, options=options)
     assert words in e.value.message and e.value.hint
+
+
+def test_a_balloon_on_a_host_booted_to_size_expects_that_boot():
+    s = build_spec("64G-balloon-mglru", HOST, PLAN, run_id="r1", facts=FACTS,
+                   options=RunOptions(mem="100000000000"))
+    assert s["expect_boot"]["mem"] == "100000000000"
 
 
 def test_memboot_at_the_floor_and_classic_without_mglru_are_fine():

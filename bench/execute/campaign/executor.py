@@ -212,7 +212,8 @@ class Executor:
                           passes=int(self.rec["workload"].get("passes") or self.s.passes),
                           campaign=self.cid, position=row.position, repetition=row.repetition,
                           # expect_boot.mem: the kernel text the reboot wrote (exact bytes)
-                          mem=kernel_size(mem) if mem and cell.mechanism == "memboot" else None,
+                          mem=kernel_size(mem) if mem and cell.mechanism in (
+                              "memboot", "balloon") else None,
                           lru_gen=boot.get("lru_gen"))
 
     def fail(self, rid: str, exc: BaseException) -> None:
