@@ -14,11 +14,13 @@ The lab's u was measured on the vm lab's guests as MemTotal less MemAvailable wh
 sized the balloon (reclaim --scale lab, one run per point and guest): 92-94 MB at mem=347M (two
 guests), 88 MB at MemTotal 433.5 MB, 128-168 MB at MemTotal 1107-1144 MB, 155 MB at 1532 MB (the
 full guest): about a quarter of a small memory, a constant of a large one, hence
-OVERHEAD_FRACTION 0.26 and the vm lab's overhead 160M. The paper's is what its host kept outside its balloon and C: 480 GB x (1 - 0.81) - 64 GB = 27.2 GB, from the
-81% measured at 64G (the 93G point then models to 0.749 against the measured 0.74). mem= is
-set to the MemTotal wanted: the boot's MemTotal lies up to 6% below it, which raises the
-measured share by at most 0.02 (tests/vm/test_campaign_vm.py prints and checks the measured
-locked fraction of every balloon run). A share below MIN_LOCKED (the paper's 448G balloon
+OVERHEAD_FRACTION 0.26 and the vm lab's overhead 160M. The paper's is what its host kept
+outside its balloon and C: 480 GB x (1 - 0.81) - 64 GB = 27.2 GB, from the 81% measured at 64G
+(the 93G point then models to 0.749 against the measured 0.74). mem= is set to the MemTotal
+wanted: the boot's MemTotal lies up to 6% below it, which moves the measured share by about
+0.02 (tests/vm/test_campaign_vm.py prints and checks the measured locked fraction of every
+balloon run: 0.784-0.819 at 64G's mem=1422M, 0.718-0.760 at 93G's 1179M, 0.048-0.056 at
+448G's 376M). A share below MIN_LOCKED (the paper's 448G balloon
 locked 1%) is sized as MIN_LOCKED: a smaller balloon is within the run-to-run noise of
 MemAvailable (+-25 MB on the guests), and one the noise takes below zero cannot start. Without
 a `balloon_overhead` a scale's balloons run at the host's full memory and the regime check
