@@ -48,9 +48,10 @@ def _env(lab) -> dict:
     return dict(os.environ, COLUMNS="200", BENCH_DATA_DIR=str(lab["tmp"] / "data"))
 
 
-def _schedule(lab, cid: str, group: bool = False) -> subprocess.Popen:
+def _schedule(lab, cid: str, group: bool = False, matrix: str = "matrix.toml"
+              ) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bench", "schedule", "--matrix", str(lab["tmp"] / "matrix.toml"),
+        [sys.executable, "-m", "bench", "schedule", "--matrix", str(lab["tmp"] / matrix),
          "--hosts", "local", "--hosts-dir", str(lab["hosts"]), "--data-dir",
          str(lab["tmp"] / "data"), "--db", lab["db"], "--seed", "5", "--campaign", cid],
         cwd=lab["tmp"], env=_env(lab), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -180,7 +181,11 @@ def _hold_lock_as(db: str, cid: str, **holder) -> None:
 
 
 def test_watch_tells_a_dead_controller_and_a_reused_pid_holds_no_campaign(lab):
-    proc = _schedule(lab, "killed")
+    # 16 runs, not 4: the controller must outlive the two commands run while it is live (a
+    # loaded machine starts each in seconds, and 4 one-second runs had ended by then)
+    (lab["tmp"] / "long.toml").write_text(
+        none_matrix("local-int").replace("repetitions = 2", "repetitions = 8"))
+    proc = _schedule(lab, "killed", matrix="long.toml")
     _when_a_run_runs(lab["db"], "killed", proc)
     w = _watch(lab, "killed")                       # live: its controller, nothing to resume
     assert (w["controller"]["pid"], w["controller_gone"], w["resume"]) == (proc.pid, None, None)
