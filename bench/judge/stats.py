@@ -15,6 +15,10 @@ from statistics import median as median     # re-exported: bench's one median
 GB = 1e9
 SCAN_STEAL_LIMIT = 2.0
 AMPLIFICATION_LIMIT = 1.05   # above nominal, with 5% for counting noise
+# The paper's repeated runs stay within 4% of their median (§4, Table 2); a cell whose runs
+# spread wider than this, or that has fewer retained runs than this n, is flagged to the reader.
+SPREAD_LIMIT = 0.10
+N_LIMIT = 3
 
 
 def median_or_none(xs: Iterable[float | None]) -> float | None:
@@ -169,6 +173,17 @@ def interpolate_capacity(curve: Sequence[tuple[int, float]], target_s: float) ->
             return {"status": "interpolated" if t1 != target_s else "measured",
                     "capacity_bytes": round(c0 + frac * (c1 - c0)), "between": [c0, c1]}
     return {"status": "unreachable", "capacity_bytes": None, "largest": pts[-1][0]}
+
+
+def reliability_flags(n: int, spread_value: float | None) -> list[str]:
+    """Why a cell's statistic should be read with care: too few retained runs, or runs that
+    spread wider than SPREAD_LIMIT. Empty when neither holds. One short phrase each."""
+    out = []
+    if n < N_LIMIT:
+        out.append(f"n={n} < {N_LIMIT}" + (": no spread" if n == 1 else ""))
+    if spread_value is not None and spread_value > SPREAD_LIMIT:
+        out.append(f"spread {100 * spread_value:.0f}% > {100 * SPREAD_LIMIT:.0f}%")
+    return out
 
 
 def indicators(summary: dict) -> list[str]:
