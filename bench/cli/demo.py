@@ -94,6 +94,7 @@ def demo(
             views.say(compose(("note:", "bold"), f" {note}"))
         views.say(f"files in {out} (trace, matrix.toml, hosts/, pool/, work/) and bundles in "
                   f"{dc.data_dir}; {time.monotonic() - t0:.1f}s")
+        _say_report(res["campaign"], dc.out, db)
     if res["state"] != "done" or bad:
         if not json_out:
             _say_not_validated(res, bad)
@@ -118,6 +119,14 @@ def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed:
         run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings),
                  json_out)
     return demo_results(dc), dc
+
+
+def _say_report(cid: str, out: Path, db: str | None) -> None:
+    """The demo's last line: its campaign's report written into OUT, and its path."""
+    from bench.cli.report import write_report
+    path = write_report([cid], out / "report.html", "html", db)
+    views.say(f"report: {path.absolute()} (again with `bench report {cid}"
+              + (f" --db {db}" if db else "") + "`)")
 
 
 def _say_not_validated(res: dict, bad: list[dict]) -> None:

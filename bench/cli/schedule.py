@@ -295,6 +295,8 @@ def _execute(cid: str, settings, json_out: bool) -> None:
         views.emit_json(out["progress"] | {"outcome": res.counts, "summary": res.summary})
     else:
         views.say(f"campaign {cid}: {res.state}: {res.summary}")
+        views.say(f"report: bench report {cid}"
+                  + (f" --db {settings.db_url}" if settings.db_url else ""))
     if res.state != "done" or res.counts.get("failed"):
         raise typer.Exit(1)
 

@@ -373,3 +373,19 @@ def save(fig: Figure, out: Path) -> None:
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+
+
+def svg_text(fig: Figure, prefix: str) -> str:
+    """`fig` as an <svg> element to inline in an HTML page: no XML prolog or doctype, and its
+    ids (fixed by svg.hashsalt, so the same in every figure) prefixed with `prefix`, so that two
+    figures on one page never share a clip path or glyph id."""
+    import io
+    import re
+    buf = io.BytesIO()
+    with styled():
+        fig.savefig(buf, format="svg", metadata=METADATA["svg"])
+    text = buf.getvalue().decode("utf-8")
+    text = text[text.index("<svg"):]
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', text)
+    text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}\1)", text)
+    return re.sub(r'href="#([^"]+)"', rf'href="#{prefix}\1"', text)

@@ -1,0 +1,204 @@
+"""The report's content as text blocks, from the dict of bench.results.report_data: the
+same blocks feed the HTML (report_html) and the Markdown (report_md), so the two say the same.
+Pure; nothing here escapes (the renderers do), so every value stays as the store holds it.
+
+A table is (headers, rows); a cell is a str, or a Link(run_id) that the renderers turn into a
+link to the run's own section (id "run-<id>")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.judge.stats import N_LIMIT, SPREAD_LIMIT
+from bench.units import format_size
+
+Table = tuple[list[str], list[list]]
+
+SECTIONS = (("summary", "Summary"), ("figures", "Results per figure"),
+            ("reference", "Against the reference"),
+            ("exceptions", "Rejected, failed and skipped"), ("provenance", "Provenance"),
+            ("runs", "Runs"))
+
+FIGURE_LEGEND = (
+    "median s: median over retained runs of each run's median iteration time; min-max: the "
+    "fastest and slowest retained run; n: retained runs / rejected runs; spread: (max - min) "
+    f"/ median; GB/it: median device traffic per iteration (10^9 bytes); flagged: n < {N_LIMIT} "
+    f"or spread > {100 * SPREAD_LIMIT:.0f}% (the protocol's thresholds).")
+
+
+@dataclass(frozen=True)
+class Link:
+    run_id: str
+
+
+def anchor(run_id: str) -> str:
+    return f"run-{run_id}"
+
+
+def num(x, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def duration(s) -> str:
+    if s is None:
+        return "-"
+    s = int(round(s))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return (f"{h}h{m:02d}m" if h else f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+def when(t: str | None) -> str:
+    """An ISO time to the second, in UTC as the store writes it."""
+    return "-" if not t else t[:19].replace("T", " ") + " UTC"
+
+
+def title(data: dict) -> str:
+    ids = ", ".join(c["id"] for c in data["campaigns"])
+    return f"bench report: campaign{'s' if len(data['campaigns']) > 1 else ''} {ids}"
+
+
+def summary_pairs(c: dict) -> list[tuple[str, str]]:
+    """One campaign's summary as (label, value) lines."""
+    n = c["counts"]
+    est = c.get("estimate_s")
+    dur = duration(c["duration_s"]) + (f" (plan's estimate {duration(est)})" if est else
+                                       " (no estimate stored)")
+    reb = str(c["reboots_done"])
+    if c.get("reboots_planned") is not None:
+        reb += f" (planned {c['reboots_planned']}"
+        reb += (f", lower bound {c['reboot_lower_bound']})"
+                if c.get("reboot_lower_bound") is not None else ")")
+    w = {k: v for k, v in (c.get("workload") or {}).items() if v is not None}
+    return [("campaign", f"{c['id']} ({c['state']}{', demo' if c.get('demo') else ''})"),
+            ("matrix", (c["matrix"] or "ad hoc") + (f", scale {c['scale']}" if c["scale"]
+                                                    else ", full scale")),
+            ("seed", "-" if c["seed"] is None else str(c["seed"])),
+            ("hosts", ", ".join(c["hosts"]) or "-"),
+            ("workload", ", ".join(f"{k} {_value(k, v)}" for k, v in w.items()) or "-"),
+            ("start", when(c["start"])), ("end", when(c["end"])),
+            ("duration", dur),
+            ("runs", f"{n['runs']}: {n['validated']} validated, {n['rejected']} rejected, "
+                     f"{n['failed']} failed, {n['pending']} pending"
+                     + (f", {n['other']} unfinished" if n["other"] else "")
+                     + f"; {n['skipped']} cell(s) skipped at planning"),
+            ("reboots", reb)]
+
+
+def _value(key: str, v: object) -> str:
+    """A workload field: byte counts in the paper's units (format_size), the rest as stored."""
+    if isinstance(v, int) and not isinstance(v, bool) and ("bytes" in key or key == "pool"):
+        return format_size(v)
+    return str(v)
+
+
+def figure_table(f: dict) -> Table:
+    several = len({(r.get("campaign"), r["group"]) for r in f["rows"]}) > 1
+    head = (["group"] if several else []) + ["cell", "host", "median s", "min-max s", "n",
+                                            "spread", "GB/it", "flagged"]
+    rows = []
+    for r in f["rows"]:
+        rows.append(([r["group"]] if several else []) + [
+            r["cell"], r["host"], num(r["median_s"]),
+            "-" if r["min_s"] is None else f"{r['min_s']:.3f}-{r['max_s']:.3f}",
+            f"{r['n_retained']}/{r['n_rejected']}",
+            pct(r["spread"]) if r["n_retained"] > 1 else "-", num(r["device_gb"], ".4f"),
+            "; ".join(r["flags"]) or "-"])
+    return head, rows
+
+
+def group_lines(f: dict) -> list[str]:
+    from bench.judge.identity import group_text
+    return [f"{g['id']} ({g['campaign']}): {group_text(g)}" for g in f["groups"]]
+
+
+def reference_table(ref: dict) -> Table:
+    head = ["paper cell", "measured cell", "metric", "paper", "measured", "measured/paper",
+            "source"]
+    rows = [[r["cell"], r["measured_cell"] + (" (scaled)" if r["scaled"] else ""),
+             r["metric"], num(r["value"], ".4g"), num(r["measured"], ".4g"),
+             "-" if r["ratio"] is None else f"{r['ratio']:.3g}x", r["source"]]
+            for r in ref["rows"]]
+    return head, rows
+
+
+def reference_lines(ref: dict) -> list[str]:
+    out = [f"campaign {ref['campaign']}: matrix {ref['matrix'] or 'ad hoc'}"
+           + (f", reference {ref['reference']}" if ref["reference"] else
+              ", not one of the paper's shipped matrices: nothing to set beside it")]
+    if ref.get("note"):
+        out.append(ref["note"])
+    if ref["mapping"]:
+        out.append(f"scale {ref['scale']}: every capacity is scaled (paper -> this campaign): "
+                   + ", ".join(f"{a} -> {b}" for a, b in ref["mapping"])
+                   + "; measured values at scaled capacities compare in shape, not in size")
+    if ref["reference"] and not ref["rows"]:
+        out.append("bench ships no printed number of the paper for this matrix")
+    return out
+
+
+def rejected_table(data: dict) -> Table:
+    head = ["run", "host", "cell", "rule", "version", "reason"]
+    rows = []
+    for r in data["rejected"]:
+        bad = [v for v in r["verdicts"] if not v["passed"]] or [
+            {"rule": "-", "version": "-", "reason": "no failed verdict stored"}]
+        for v in bad:
+            rows.append([Link(r["run_id"]), r["host"], r["cell"], str(v["rule"]),
+                         str(v["version"]), str(v["reason"] or "-")])
+    return head, rows
+
+
+def failed_table(data: dict) -> Table:
+    head = ["run", "host", "cell", "state", "recovery ladder"]
+    rows = [[Link(r["run_id"]), r["host"], r["cell"], r["state"],
+             "; ".join(ladder_line(s) for s in r["ladder"]) or "no ladder climbed"]
+            for r in data["failed"]]
+    return head, rows
+
+
+def ladder_line(s: dict) -> str:
+    return (f"{str(s.get('at', ''))[11:19]} {s.get('rung')}: {s.get('outcome')} "
+            f"({s.get('detail')}, {float(s.get('seconds') or 0):.0f}s)")
+
+
+def skipped_table(data: dict) -> Table:
+    return (["campaign", "cell", "host", "reason"],
+            [[s["campaign"], s["cell"] or s["point"] or "-", s["host"] or "-",
+              s["reason"] or "-"] for s in data["skipped"]])
+
+
+def provenance_table(data: dict) -> Table:
+    head = ["host", "workload", "fingerprint", "kernel", "cmdline", "controller", "agent",
+            "campaigns"]
+    rows = [[g["host"], g["workload"], str(g["fingerprint"] or "- (none stored)"),
+             str(g["kernel"] or "-"), str(g["cmdline"] or "-"), str(g["controller"] or "-"),
+             str(g["agent"] or "-")[:16], ", ".join(dict.fromkeys(g["campaigns"]))]
+            for g in data["provenance"]["groups"]]
+    return head, rows
+
+
+def run_pairs(r: dict) -> list[tuple[str, str]]:
+    out = [("campaign", r["campaign"]), ("host", r["host"]), ("cell", r["cell"]),
+           ("state", r["state"] + ("" if r["retained"] is None else
+                                   ", retained" if r["retained"] else ", not retained")),
+           ("position", f"{r['position']} (repetition {r['repetition']})")]
+    out += [(k, str(v) if not isinstance(v, float) else f"{v:.6g}")
+            for k, v in r["metrics"].items()]
+    return out
+
+
+def verdict_table(r: dict) -> Table:
+    return (["rule", "version", "passed", "reason"],
+            [[str(v["rule"]), str(v["version"]), "yes" if v["passed"] else "NO",
+              str(v["reason"] or "-")] for v in r["verdicts"]])
+
+
+def timeline_table(r: dict) -> Table:
+    return (["time", "kind", "message"],
+            [[t["t"][:19], t["kind"], t["message"]] for t in r["timeline"]]
+            + [[str(s.get("at", ""))[:19], "ladder", ladder_line(s)] for s in r["ladder"]])
