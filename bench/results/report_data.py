@@ -55,7 +55,9 @@ def gather(store: Store, campaign_ids: Sequence[str], db: str | None = None) -> 
     return {"campaigns": camps, "findings": findings, "figures": figures,
             "reference": [_reference(c, figures) for c in camps],
             "rejected": [r for r in runs if r["state"] == "rejected"],
-            "failed": [r for r in runs if r["state"] == "failed" or r["ladder"]],
+            # runs that are failed now, or failed once and were redone, or that a recovery
+            # ladder climbed for
+            "failed": [r for r in runs if r["state"] == "failed" or r["failures"] or r["ladder"]],
             "skipped": [s | {"campaign": c["id"]} for c in camps for s in c["skipped"]],
             "provenance": _provenance(store, camps, figures, db),
             "runs": runs}
@@ -135,7 +137,9 @@ def _runs(store: Store, c: dict) -> list[dict]:
                     "verdicts": verdicts.get(r.run_id, []),
                     "timeline": [{"t": j.t, "kind": j.kind, "message": j.message}
                                  for j in by_ref.get(r.ref, [])],
-                    "ladder": ladder.get(r.run_id, [])})
+                    "ladder": ladder.get(r.run_id, []),
+                    "failures": [j.message for j in by_ref.get(r.ref, [])
+                                 if j.kind == "state" and j.get("to") == "failed"]})
     return out
 
 

@@ -154,8 +154,9 @@ def rejected_table(data: dict) -> Table:
 
 
 def failed_table(data: dict) -> Table:
-    head = ["run", "host", "cell", "state", "recovery ladder"]
+    head = ["run", "host", "cell", "state now", "why it failed", "recovery ladder"]
     rows = [[Link(r["run_id"]), r["host"], r["cell"], r["state"],
+             "; ".join(r.get("failures") or []) or "-",
              "; ".join(ladder_line(s) for s in r["ladder"]) or "no ladder climbed"]
             for r in data["failed"]]
     return head, rows

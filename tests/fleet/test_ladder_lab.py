@@ -38,6 +38,7 @@ from bench.cli.schedule import build_plan
 from bench.execute.campaign.executor import Executor
 from bench.execute.campaign.record import Settings, create
 from bench.hosts.inventory import RebootSpec, load_inventory, render_host_toml
+from bench.store import queries
 from bench.store.campaigns import campaign_row, journal_rows, run_rows
 from bench.store.db import open_store
 from tests.support.fleet import host_status, wait_for
@@ -163,7 +164,30 @@ def test_a_failing_bmc_command_that_cycled_the_host_recovers_it_mid_wait(
     assert all(r.state in TERMINAL for rid, r in rows.items() if rid != flying), rows
     print(f"\nladder in the wait: killed X {t_kill - t0:.1f}s in, power-cycle step "
           f"{steps[1]['seconds']}s, campaign {secs:.1f}s\n  reason: {reason}")
+    verdicts = queries.verdicts(store, list(rows))
     store.close()
+    _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying)
+
+
+def _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying) -> None:
+    """`bench report` of this campaign (the CLI, in Markdown and HTML): the failed run with the
+    ladder's steps, each rejected run with its failed rules, each run in its own section."""
+    from bench.cli import main
+    for name in ("report.md", "report.html"):
+        assert main(["report", cid, "--db", db, "-o", str(tmp_path / name)]) == 0
+    md = (tmp_path / "report.md").read_text().replace("\\", "")
+    page = (tmp_path / "report.html").read_text()
+    failed = md[md.index("### Failed runs"):md.index("### Cells skipped")]
+    line = next(x for x in failed.splitlines() if f"[{flying}](#run-{flying})" in x)
+    assert "| failed |" in line and "look: unreachable" in line and "power-cycle: ok" in line
+    rejected = md[md.index("### Rejected runs"):md.index("### Failed runs")]
+    for rid, r in rows.items():
+        assert page.count(f'id="run-{rid}"') == 1 and md.count(f'<a id="run-{rid}">') == 1
+        if r.state == "rejected":
+            bad = [v["rule"] for v in verdicts[rid] if not v["passed"]]
+            assert bad and all(f"| {rule} |" in rejected for rule in bad), (rid, rejected)
+    n_rej = sum(r.state == "rejected" for r in rows.values())
+    assert f"{n_rej} rejected, 1 failed" in md, md[:2000]
 
 
 def test_reattaching_climbs_the_ladder_and_retries_a_failed_bmc_command_once(
