@@ -25,7 +25,7 @@ class Format(str, Enum):
 def report(
     campaigns: Annotated[Optional[list[str]], typer.Argument(
         help="Campaign ids (default: the newest finished campaign that is not hidden; "
-             "`bench campaigns` lists them).", show_default=False,
+             "`bench campaigns` lists them).", show_default=False, metavar="CAMPAIGN",
         callback=ids_text("CAMPAIGN", "campaign id"))] = None,
     out: Annotated[Optional[Path], typer.Option(
         "-o", "--out", help="File to write (default: report-CAMPAIGN.html, or .md with "

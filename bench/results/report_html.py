@@ -2,9 +2,9 @@
 through the blocks of report_text: inline CSS (with print rules), inline SVG figures, no script
 and no external reference, so it opens offline and prints. Pure: data in, a str out.
 
-Every value shown is escaped (html.escape): host names, journal messages and verdict reasons
-come from hosts and bundles. The SVG figures come from matplotlib (bench.results.figstyle),
-which escapes the text it draws."""
+Every value shown is escaped (views.visible, then html.escape): host names, journal messages
+and verdict reasons come from hosts and bundles. The SVG figures come from matplotlib
+(bench.results.figstyle), which escapes the text it draws."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from html import escape
 
 from bench.results import report_text as rt
+from bench.results.views import visible
 
 PLOT_HINT = "figures need matplotlib: pip install 'bench[plot]'"
 
@@ -47,7 +48,9 @@ article.run { border-top: 1px dashed var(--line); margin-top: 1em; }
 
 
 def e(x: object) -> str:
-    return escape(str(x), quote=True)
+    """A value as HTML text: what a terminal or a bidi-aware viewer would act on made visible
+    (views.visible, as every view shows it), then HTML-escaped."""
+    return escape(visible(x), quote=True)
 
 
 def _cell(c: object) -> str:

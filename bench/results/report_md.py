@@ -12,6 +12,7 @@ import re
 from html import escape
 
 from bench.results import report_text as rt
+from bench.results.views import visible
 
 # what could start markup inside a line: emphasis, code, links ([ and ]), table cells (|),
 # strike-through; < and > and & are HTML-escaped first (no raw HTML), line starts never hold
@@ -20,9 +21,10 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md(x: object) -> str:
-    """Text as literal Markdown: HTML escaped, Markdown punctuation backslashed, newlines as
+    """Text as literal Markdown: control and invisible characters made visible (views.visible,
+    so `cat report.md` in a terminal acts on nothing), HTML escaped, Markdown punctuation backslashed, newlines as
     spaces (a table row is one line)."""
-    s = " ".join(str(x).split())
+    s = " ".join(visible(x, lines=False).split())
     return _MD_SPECIAL.sub(r"\\\1", escape(s, quote=False))
 
 
@@ -87,7 +89,8 @@ def render(data: dict, drawn: bool = False) -> str:
         "controller and agent"]
     out += ["", "### Commands", "", "```"]
     # a fenced block shows its text literally; only a fence inside could end it early
-    out += [x.replace("```", "'''") for x in (p["report"], *p["rerun"], *p["figures"])]
+    out += [visible(x, lines=False).replace("```", "'''")
+            for x in (p["report"], *p["rerun"], *p["figures"])]
     out += ["```", ""] + _h2("runs")
     for r in data["runs"]:
         out += [f'<a id="{_anchor_text(r["run_id"])}"></a>', "",

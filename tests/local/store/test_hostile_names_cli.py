@@ -105,3 +105,29 @@ def test_errors_quoting_hostile_text_are_literal(hostile_db, capsys):
     assert rc != 0
     _check(text, [])
     assert "error:" in text
+
+
+@pytest.mark.parametrize("fmt", ["html", "md"])
+def test_report_shows_stored_hostile_text_literally(hostile_db, capsys, tmp_path, fmt):
+    """`bench report` of the newest campaign (hostile name, hostile host, a hostile kernel log
+    line in a verdict's reason): every value as text, nothing a terminal or browser acts on."""
+    from html import unescape
+    from html.parser import HTMLParser
+    out = tmp_path / f"r.{fmt}"
+    rc, text = _run(capsys, "report", "--db", hostile_db, "-o", out)
+    assert rc == 0, text
+    page = out.read_text()
+    assert not hostile.UNSAFE & set(page), repr(page[:3000])
+    name = visible(NAMES[-1], lines=False)          # the newest campaign's name and host
+    shown = unescape(page)
+    if fmt == "md":                                 # Markdown backslashes its punctuation
+        assert name.replace("\\", "") in shown.replace("\\", "")
+    else:
+        assert name in shown
+    if fmt == "html":
+        tags: list[tuple[str, dict]] = []
+        p = HTMLParser()
+        p.handle_starttag = lambda tag, attrs: tags.append((tag, dict(attrs)))  # type: ignore
+        p.feed(page)
+        assert "script" not in {t for t, _ in tags}
+        assert all(a["href"].startswith("#") for _, a in tags if a.get("href"))
