@@ -148,8 +148,8 @@ def _runs(store: Store, c: dict) -> list[dict]:
 def _figures(store: Store, cids: Sequence[str], db: str | None) -> tuple[list[dict], list[str]]:
     """One entry per matrix shape that has rows in these campaigns (the campaign's own matrix
     first), and the findings lines of the reclaim shape."""
-    own = [c for c in (campaign_row(store, cid).matrix for cid in cids)  # type: ignore[union-attr]
-           if c in queries.MATRICES]
+    rows = [campaign_row(store, cid) for cid in cids]
+    own = [r.matrix for r in rows if r is not None and r.matrix in queries.MATRICES]
     kinds = list(dict.fromkeys(own + list(queries.MATRICES)))
     figures, findings = [], []
     for kind in kinds:
@@ -238,18 +238,22 @@ def _reference(c: dict, figures: list[dict]) -> dict:
     out["reference"] = mx.reference or None
     out["mapping"] = [list(p) for p in mx.capacity_map]
     scaled = {lab: paper for paper, lab in mx.capacity_map}
-    measured = {(row["cell"]): row for f in figures for row in f["rows"]
-                if row.get("campaign") == c["id"]}
+    # the campaign's own figure (else every figure once): a cell's row per result group
+    own = [f for f in figures if f["kind"] == c["matrix"]] or figures
+    rows = list({(r["group"], r["cell"]): r for f in own for r in f["rows"]
+                 if r.get("campaign") == c["id"]}.values())
     for ref in paper_values(c["matrix"]):
         lab_cell = ref["cell"]
         for paper_c, lab_c in mx.capacity_map:
             if lab_cell.startswith(paper_c + "-"):
                 lab_cell = lab_c + lab_cell[len(paper_c):]
-        row = measured.get(lab_cell)
-        got = None if row is None else row.get(ref["metric"])
-        out["rows"].append(ref | {"measured_cell": lab_cell, "measured": got,
-                                  "scaled": lab_cell != ref["cell"] or bool(scaled),
-                                  "ratio": got / ref["value"] if got and ref["value"] else None})
+        found = [r for r in rows if r["cell"] == lab_cell] or [None]
+        for row in found:
+            got = None if row is None else row.get(ref["metric"])
+            out["rows"].append(ref | {
+                "measured_cell": lab_cell, "host": None if row is None else row["host"],
+                "measured": got, "scaled": lab_cell != ref["cell"] or bool(scaled),
+                "ratio": got / ref["value"] if got and ref["value"] else None})
     return out
 
 

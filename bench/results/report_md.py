@@ -22,8 +22,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md(x: object) -> str:
     """Text as literal Markdown: control and invisible characters made visible (views.visible,
-    so `cat report.md` in a terminal acts on nothing), HTML escaped, Markdown punctuation backslashed, newlines as
-    spaces (a table row is one line)."""
+    so `cat report.md` in a terminal acts on nothing), HTML escaped, Markdown punctuation
+    backslashed, newlines as spaces (a table row is one line)."""
     s = " ".join(visible(x, lines=False).split())
     return _MD_SPECIAL.sub(r"\\\1", escape(s, quote=False))
 

@@ -117,10 +117,10 @@ def group_lines(f: dict) -> list[str]:
 
 
 def reference_table(ref: dict) -> Table:
-    head = ["paper cell", "measured cell", "metric", "paper", "measured", "measured/paper",
-            "source"]
+    head = ["paper cell", "measured cell", "host", "metric", "paper", "measured",
+            "measured/paper", "source"]
     rows = [[r["cell"], r["measured_cell"] + (" (scaled)" if r["scaled"] else ""),
-             r["metric"], num(r["value"], ".4g"), num(r["measured"], ".4g"),
+             r.get("host") or "-", r["metric"], num(r["value"], ".4g"), num(r["measured"], ".4g"),
              "-" if r["ratio"] is None else f"{r['ratio']:.3g}x", r["source"]]
             for r in ref["rows"]]
     return head, rows
