@@ -386,6 +386,10 @@ def svg_text(fig: Figure, prefix: str) -> str:
         fig.savefig(buf, format="svg", metadata=METADATA["svg"])
     text = buf.getvalue().decode("utf-8")
     text = text[text.index("<svg"):]
+    # the root's fixed width and height (pt) go: the page sizes it, its viewBox keeps the shape
+    head, rest = text.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    text = head + ">" + rest
     text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', text)
     text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}\1)", text)
     return re.sub(r'href="#([^"]+)"', rf'href="#{prefix}\1"', text)

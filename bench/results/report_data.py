@@ -54,7 +54,8 @@ def gather(store: Store, campaign_ids: Sequence[str], db: str | None = None) -> 
         del c["journal"], c["run_rows"]
     return {"campaigns": camps, "findings": findings, "figures": figures,
             "reference": [_reference(c, figures) for c in camps],
-            "rejected": [r for r in runs if r["state"] == "rejected"],
+            # rejected at ingest, or no longer retained after `bench retention recheck`
+            "rejected": [r for r in runs if r["state"] == "rejected" or r["retained"] is False],
             # runs that are failed now, or failed once and were redone, or that a recovery
             # ladder climbed for
             "failed": [r for r in runs if r["state"] == "failed" or r["failures"] or r["ladder"]],
@@ -77,6 +78,11 @@ def _campaign(store: Store, cid: str) -> dict:
     start, end = (times[0], times[-1]) if times else (row.created, row.created)
     counts = {s: sum(r.state == s for r in rows) for s in COUNTED}
     counts["other"] = len(rows) - sum(counts.values())
+    # runs in no counted state (ingested outside the executor, or left mid-way), by state
+    others = {}
+    for r in rows:
+        if r.state not in COUNTED:
+            others[r.state] = others.get(r.state, 0) + 1
     counts["skipped"] = len(plan.get("skipped") or [])
     counts["runs"] = len(rows)
     return {"id": cid, "matrix": row.matrix, "scale": plan.get("scale"), "seed": row.seed,
@@ -87,7 +93,7 @@ def _campaign(store: Store, cid: str) -> dict:
             "reboot_lower_bound": est.get("reboot_lower_bound"),
             "reboots_done": sum(1 for j in all_j if j.kind == "reboot"
                                 and "reboot into" in j.message),
-            "counts": counts, "matrix_ref": plan.get("matrix_ref"),
+            "counts": counts, "other_states": others, "matrix_ref": plan.get("matrix_ref"),
             "workload": row.workload or plan.get("workload") or {},
             "skipped": [{"point": s.get("point"), "cell": s.get("cell"), "host": s.get("host"),
                          "reason": s.get("reason")} for s in plan.get("skipped") or []],
@@ -288,14 +294,24 @@ def _provenance(store: Store, camps: list[dict], figures: list[dict], db: str | 
     for c in camps:
         ref_fps = queries.campaign_fingerprints(store, c["id"])
         c["reference_fingerprints"] = {h: f.get("digest") for h, f in ref_fps.items()}
-    rerun = [_cmd(f"bench schedule --matrix {c['matrix_ref'] or c['matrix']}"
-                  + (f" --scale {c['scale']}" if c["scale"] else "")
-                  + f" --hosts {','.join(c['hosts'])}"
-                  + (f" --seed {c['seed']}" if c["seed"] is not None else ""), db)
-             if not c["demo"] else _cmd("bench demo", db) for c in camps]
+    rerun = [_rerun(c, db) for c in camps]
     return {"groups": gl, "drift": drift, "rerun": rerun,
             "figures": [cmd for f in figures for cmd in f["commands"]],
             "report": _cmd("bench report " + " ".join(c["id"] for c in camps), db)}
+
+
+def _rerun(c: dict, db: str | None) -> str:
+    """The command that runs the campaign again (a new campaign of the same plan)."""
+    if c["demo"]:
+        return _cmd("bench demo", db)
+    matrix = c["matrix_ref"] or c["matrix"]
+    if not matrix:
+        return (f"# {c['id']}: no matrix recorded (runs of `bench run` or ingested bundles): "
+                "rerun each cell with `bench run`")
+    return _cmd(f"bench schedule --matrix {matrix}" + (f" --scale {c['scale']}" if c["scale"]
+                                                       else "")
+                + f" --hosts {','.join(c['hosts'])}"
+                + (f" --seed {c['seed']}" if c["seed"] is not None else ""), db)
 
 
 def _cmd(text: str, db: str | None) -> str:

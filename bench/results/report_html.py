@@ -8,6 +8,7 @@ and verdict reasons come from hosts and bundles. The SVG figures come from matpl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from html import escape
 
@@ -30,10 +31,12 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 th { white-space: nowrap; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; }
 dl.kv dt { font-weight: 600; } dl.kv dd { margin: 0; }
-.pair { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.pair > div { flex: 0 1 auto; min-width: 0; overflow-x: auto; }
-.pair > div.fig { flex: 1 1 560px; }
-figure { margin: 0; } figure svg { max-width: 100%; height: auto; }
+.pair { display: grid; grid-template-columns: minmax(0, 6fr) minmax(0, 5fr); gap: 1em;
+        align-items: start; }
+.pair > div { min-width: 0; overflow-x: auto; }
+@media (max-width: 900px) { .pair { grid-template-columns: minmax(0, 1fr); } }
+figure { margin: 0; } figure svg { width: 100%; height: auto; display: block; }
+td { overflow-wrap: anywhere; }
 .flag { color: var(--warn); font-weight: 600; } .bad { color: var(--bad); font-weight: 600; }
 .findings li, .warnings li { margin: .2em 0; } code { background: #f3f3f3; padding: 0 3px; }
 pre { background: #f6f6f6; padding: .5em; white-space: pre-wrap; word-break: break-all; }
@@ -59,9 +62,12 @@ def _cell(c: object) -> str:
     return e(c)
 
 
+_NUMBER = re.compile(r"[-+]?\d[\d.,/\-]*(%|x)?")
+
+
 def _is_num(c: object) -> bool:
-    s = str(c)
-    return bool(s) and (s[0].isdigit() or s[0] == "-" and s[1:2].isdigit())
+    """A number, a range or an n (right-aligned); text that starts with a digit is not."""
+    return bool(_NUMBER.fullmatch(str(c)))
 
 
 def table(t: rt.Table, cls: str = "") -> str:
@@ -164,8 +170,10 @@ def _provenance(data: dict) -> str:
     drift = ul(p["drift"], "warnings") or '<p>no fingerprint drift: each host kept one ' \
         "fingerprint, and the hosts agree on kernel, controller and agent</p>"
     cmds = "\n".join([p["report"], *p["rerun"], *p["figures"]])
-    return "\n".join([_h2("provenance"), "<h3>Result groups</h3>",
-                      table(rt.provenance_table(data)), "<h3>Fingerprint drift</h3>", drift,
+    groups = "".join(f"<h4>{e(head)}</h4>{kv(pairs)}" for head, pairs in
+                     rt.provenance_groups(data)) or '<p class="muted">no result group</p>'
+    return "\n".join([_h2("provenance"), "<h3>Result groups</h3>", groups,
+                      "<h3>Fingerprint drift</h3>", drift,
                       "<h3>Commands</h3><p>This report, the campaign again (a new campaign "
                       "with the same matrix, hosts and seed), and each figure:</p>",
                       f"<pre>{e(cmds)}</pre>"])

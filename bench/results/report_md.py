@@ -82,7 +82,10 @@ def render(data: dict, drawn: bool = False) -> str:
     out += ["### Failed runs", ""] + table(rt.failed_table(data))
     out += ["### Cells skipped at planning", ""] + table(rt.skipped_table(data))
     p = data["provenance"]
-    out += _h2("provenance") + ["### Result groups", ""] + table(rt.provenance_table(data))
+    out += _h2("provenance") + ["### Result groups", ""]
+    for head, pairs in rt.provenance_groups(data):
+        out += [f"- {md(head)}"] + [f"  - {md(k)}: {md(v)}" for k, v in pairs]
+    out += [""]
     out += ["### Fingerprint drift", ""]
     out += [f"- {md(x)}" for x in p["drift"]] or [
         "no fingerprint drift: each host kept one fingerprint, and the hosts agree on kernel, "

@@ -84,7 +84,8 @@ def summary_pairs(c: dict) -> list[tuple[str, str]]:
             ("duration", dur),
             ("runs", f"{n['runs']}: {n['validated']} validated, {n['rejected']} rejected, "
                      f"{n['failed']} failed, {n['pending']} pending"
-                     + (f", {n['other']} unfinished" if n["other"] else "")
+                     + "".join(f", {k} {v}" for k, v in
+                               sorted((c.get("other_states") or {}).items()))
                      + f"; {n['skipped']} cell(s) skipped at planning"),
             ("reboots", reb)]
 
@@ -98,16 +99,18 @@ def _value(key: str, v: object) -> str:
 
 def figure_table(f: dict) -> Table:
     several = len({(r.get("campaign"), r["group"]) for r in f["rows"]}) > 1
-    head = (["group"] if several else []) + ["cell", "host", "median s", "min-max s", "n",
-                                            "spread", "GB/it", "flagged"]
+    hosts = len({r["host"] for r in f["rows"]}) > 1     # one host: the group line names it
+    head = (["group"] if several else []) + ["cell"] + (["host"] if hosts else []) + [
+        "median s", "min-max s", "n", "spread", "GB/it", "flagged"]
     rows = []
     for r in f["rows"]:
-        rows.append(([r["group"]] if several else []) + [
-            r["cell"], r["host"], num(r["median_s"]),
-            "-" if r["min_s"] is None else f"{r['min_s']:.3f}-{r['max_s']:.3f}",
-            f"{r['n_retained']}/{r['n_rejected']}",
-            pct(r["spread"]) if r["n_retained"] > 1 else "-", num(r["device_gb"], ".4f"),
-            "; ".join(r["flags"]) or "-"])
+        stats = [num(r["median_s"]),
+                 "-" if r["min_s"] is None else f"{r['min_s']:.3f}-{r['max_s']:.3f}",
+                 f"{r['n_retained']}/{r['n_rejected']}",
+                 pct(r["spread"]) if r["n_retained"] > 1 else "-", num(r["device_gb"], ".4f"),
+                 "; ".join(r["flags"]) or "-"]
+        rows.append(([r["group"]] if several else []) + [r["cell"]]
+                    + ([r["host"]] if hosts else []) + stats)
     return head, rows
 
 
@@ -173,14 +176,19 @@ def skipped_table(data: dict) -> Table:
               s["reason"] or "-"] for s in data["skipped"]])
 
 
-def provenance_table(data: dict) -> Table:
-    head = ["host", "workload", "fingerprint", "kernel", "cmdline", "controller", "agent",
-            "campaigns"]
-    rows = [[g["host"], g["workload"], str(g["fingerprint"] or "- (none stored)"),
-             str(g["kernel"] or "-"), str(g["cmdline"] or "-"), str(g["controller"] or "-"),
-             str(g["agent"] or "-")[:16], ", ".join(dict.fromkeys(g["campaigns"]))]
-            for g in data["provenance"]["groups"]]
-    return head, rows
+def provenance_groups(data: dict) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each result group's identity as (heading, (label, value) lines): a list, not a table,
+    since a kernel command line or a workload is a paragraph of its own."""
+    out = []
+    for i, g in enumerate(data["provenance"]["groups"], 1):
+        out.append((f"group {i}: {g['host']}", [
+            ("host", g["host"]), ("workload", g["workload"]),
+            ("fingerprint", str(g["fingerprint"] or "- (none stored)")),
+            ("kernel", str(g["kernel"] or "-")), ("arch", str(g.get("arch") or "-")),
+            ("kernel command line", str(g["cmdline"] or "-")),
+            ("controller", str(g["controller"] or "-")), ("agent", str(g["agent"] or "-")),
+            ("campaigns", ", ".join(dict.fromkeys(g["campaigns"])))]))
+    return out
 
 
 def run_pairs(r: dict) -> list[tuple[str, str]]:

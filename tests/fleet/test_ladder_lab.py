@@ -188,6 +188,7 @@ def _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying)
             assert bad and all(f"| {rule} |" in rejected for rule in bad), (rid, rejected)
     n_rej = sum(r.state == "rejected" for r in rows.values())
     assert f"{n_rej} rejected, 1 failed" in md, md[:2000]
+    print(md[md.index("## Summary"):md.index("## Results per figure")] + rejected + failed)
 
 
 def test_reattaching_climbs_the_ladder_and_retries_a_failed_bmc_command_once(
