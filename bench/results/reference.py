@@ -22,3 +22,19 @@ def paper_values(matrix: str | None) -> list[dict]:
     rows = _all().get(matrix or "", [])
     return [{"cell": str(r["cell"]), "metric": str(r["metric"]), "value": float(r["value"]),
              "source": str(r.get("source", ""))} for r in rows if r.get("metric") in METRICS]
+
+
+def paper_ratios(matrix: str | None) -> list[dict]:
+    """[{a, b, what, metric, value}]: the ratios of two of `matrix`'s paper cells (same
+    metric), the paper's value computed from the printed numbers."""
+    vals = {(r["cell"], r["metric"]): r["value"] for r in paper_values(matrix)}
+    out = []
+    for r in _all().get("ratios", []):
+        if r.get("matrix") != matrix:
+            continue
+        for metric in METRICS:
+            a, b = vals.get((str(r["a"]), metric)), vals.get((str(r["b"]), metric))
+            if a is not None and b:
+                out.append({"a": str(r["a"]), "b": str(r["b"]), "what": str(r["what"]),
+                            "metric": metric, "value": a / b})
+    return out

@@ -79,7 +79,7 @@ def _campaign(store: Store, cid: str) -> dict:
     counts = {s: sum(r.state == s for r in rows) for s in COUNTED}
     counts["other"] = len(rows) - sum(counts.values())
     # runs in no counted state (ingested outside the executor, or left mid-way), by state
-    others = {}
+    others: dict[str, int] = {}
     for r in rows:
         if r.state not in COUNTED:
             others[r.state] = others.get(r.state, 0) + 1
@@ -231,9 +231,9 @@ def _reference(c: dict, figures: list[dict]) -> dict:
     """The paper's numbers (bench/data/reference/paper.toml) beside this campaign's, with the
     scale's capacity mapping (paper C -> scaled C) when the matrix ran at a scale."""
     from bench.matrix.load import load_matrix, shipped_names
-    from bench.results.reference import paper_values
+    from bench.results.reference import paper_ratios, paper_values
     out: dict = {"campaign": c["id"], "matrix": c["matrix"], "reference": None,
-                 "scale": c["scale"], "mapping": [], "rows": []}
+                 "scale": c["scale"], "mapping": [], "rows": [], "ratios": []}
     if c["matrix"] not in shipped_names():
         return out
     try:
@@ -248,11 +248,24 @@ def _reference(c: dict, figures: list[dict]) -> dict:
     own = [f for f in figures if f["kind"] == c["matrix"]] or figures
     rows = list({(r["group"], r["cell"]): r for f in own for r in f["rows"]
                  if r.get("campaign") == c["id"]}.values())
-    for ref in paper_values(c["matrix"]):
-        lab_cell = ref["cell"]
+    def lab(cell: str) -> str:
         for paper_c, lab_c in mx.capacity_map:
-            if lab_cell.startswith(paper_c + "-"):
-                lab_cell = lab_c + lab_cell[len(paper_c):]
+            if cell.startswith(paper_c + "-"):
+                return lab_c + cell[len(paper_c):]
+        return cell
+    for ratio in paper_ratios(c["matrix"]):
+        a, b = lab(ratio["a"]), lab(ratio["b"])
+        for g in dict.fromkeys(r["group"] for r in rows):
+            ra = next((r for r in rows if r["group"] == g and r["cell"] == a), None)
+            rb = next((r for r in rows if r["group"] == g and r["cell"] == b), None)
+            va, vb = (None if x is None else x.get(ratio["metric"]) for x in (ra, rb))
+            got = va / vb if va is not None and vb else None
+            out["ratios"].append(ratio | {
+                "measured_a": a, "measured_b": b, "group": g,
+                "host": (ra or rb or {}).get("host"), "measured": got,
+                "ratio": got / ratio["value"] if got is not None and ratio["value"] else None})
+    for ref in paper_values(c["matrix"]):
+        lab_cell = lab(ref["cell"])
         found = [r for r in rows if r["cell"] == lab_cell] or [None]
         for row in found:
             got = None if row is None else row.get(ref["metric"])

@@ -153,6 +153,8 @@ def _reference(data: dict) -> str:
     out = [_h2("reference")]
     for ref in data["reference"]:
         out.append(ul(rt.reference_lines(ref)))
+        if ref.get("ratios"):
+            out.append(table(rt.ratio_table(ref)))
         if ref["rows"]:
             out.append(table(rt.reference_table(ref)))
     return "\n".join(out)

@@ -75,6 +75,8 @@ def render(data: dict, drawn: bool = False) -> str:
     out += _h2("reference")
     for ref in data["reference"]:
         out += [f"- {md(x)}" for x in rt.reference_lines(ref)] + [""]
+        if ref.get("ratios"):
+            out += table(rt.ratio_table(ref))
         if ref["rows"]:
             out += table(rt.reference_table(ref))
     out += _h2("exceptions")

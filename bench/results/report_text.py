@@ -129,6 +129,18 @@ def reference_table(ref: dict) -> Table:
     return head, rows
 
 
+def ratio_table(ref: dict) -> Table:
+    """The paper's ratios of two cells beside the measured ones (per result group): at a
+    scale, the comparison that keeps its meaning."""
+    head = ["ratio", "cells (measured)", "group", "host", "paper", "measured",
+            "measured/paper"]
+    rows = [[r["what"], f"{r['measured_a']} / {r['measured_b']}", r["group"], r["host"] or "-",
+             f"{r['value']:.3g}x", "-" if r["measured"] is None else f"{r['measured']:.3g}x",
+             "-" if r["ratio"] is None else f"{r['ratio']:.3g}"]
+            for r in ref.get("ratios", [])]
+    return head, rows
+
+
 def reference_lines(ref: dict) -> list[str]:
     out = [f"campaign {ref['campaign']}: matrix {ref['matrix'] or 'ad hoc'}"
            + (f", reference {ref['reference']}" if ref["reference"] else
