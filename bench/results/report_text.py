@@ -75,8 +75,8 @@ def summary_pairs(c: dict) -> list[tuple[str, str]]:
                 if c.get("reboot_lower_bound") is not None else ")")
     w = {k: v for k, v in (c.get("workload") or {}).items() if v is not None}
     return [("campaign", f"{c['id']} ({c['state']}{', demo' if c.get('demo') else ''})"),
-            ("matrix", (c["matrix"] or "ad hoc") + (f", scale {c['scale']}" if c["scale"]
-                                                    else ", full scale")),
+            ("matrix", (c["matrix"] or "ad hoc") + (f", scale {c['scale']} (capacities "
+                                                    "scaled)" if c["scale"] else "")),
             ("seed", "-" if c["seed"] is None else str(c["seed"])),
             ("hosts", ", ".join(c["hosts"]) or "-"),
             ("workload", ", ".join(f"{k} {_value(k, v)}" for k, v in w.items()) or "-"),
