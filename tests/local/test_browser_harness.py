@@ -109,3 +109,20 @@ def test_a_page_that_never_loads_times_out_and_its_browser_is_killed(tmp_path):
         browser.render(page, tmp_path / "shot.png", timeout=4)
     assert caught.value.pid and _live_members(caught.value.pid) == []
     assert not (tmp_path / "shot.png").exists()
+
+
+def test_an_element_wider_than_the_window_is_named(tmp_path):
+    page = _page(tmp_path, "<div id='ok'>short</div><section id='provenance'><div><pre "
+                           "id='cmd' class='command x'>" + "x" * 400 + "</pre></div></section>")
+    r = browser.render(page, tmp_path / "shot.png", width=800,
+                       evaluate={"overflowing": browser.OVERFLOWING})
+    [found] = r.checks["overflowing"]
+    assert found.startswith("pre#cmd.command in #provenance: ") and int(found.split()[-2]) > 800
+    assert r.size[0] > 800                       # the screenshot shows the overflow too
+
+
+def test_a_check_that_throws_says_why(tmp_path):
+    page = _page(tmp_path, "<p>x</p>")
+    with pytest.raises(browser.BrowserError, match="check broken: TypeError") as caught:
+        browser.render(page, tmp_path / "shot.png", evaluate={"broken": "null.id"})
+    assert caught.value.page_error and _live_members(caught.value.pid) == []

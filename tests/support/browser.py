@@ -42,6 +42,28 @@ DANGLING_ANCHORS = """
 [...new Set([...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href')))]
   .filter(h => h.length > 1 && !document.getElementById(decodeURIComponent(h.slice(1))))
 """
+# a JavaScript expression for `evaluate`: when the page scrolls sideways, the innermost
+# elements whose box or overflowing content reaches past the window's right edge, as
+# "tag#id.class in #nearest-id: right edge px", at most 5; [] when the page fits its window
+OVERFLOWING = """
+(() => {
+  const w = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth <= w) return [];
+  const right = el => {
+    const r = el.getBoundingClientRect();
+    const spill = getComputedStyle(el).overflowX === 'visible' ? r.left + el.scrollWidth : 0;
+    return Math.max(r.right, spill);
+  };
+  const wide = [...document.body.querySelectorAll('*')].filter(el => right(el) > w + 1);
+  return wide.filter(el => !wide.some(o => o !== el && el.contains(o))).slice(0, 5)
+    .map(el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+         + (typeof el.className === 'string' && el.className
+            ? '.' + el.className.split(' ')[0] : '')
+         + (el.parentElement && el.parentElement.closest('[id]')
+            ? ' in #' + el.parentElement.closest('[id]').id : '')
+         + ': ' + Math.round(right(el)) + ' px');
+})()
+"""
 SETTLE_S = 0.3          # after the load event: late console messages and requests land
 
 
@@ -49,6 +71,7 @@ class BrowserError(RuntimeError):
     """Chromium did not start, answered a command with an error, or ran past the timeout.
     pid: the browser's, whose process group render() killed (0 before it started)."""
     pid = 0
+    page_error = False      # the page's own script failed (chromium's log would not say why)
 
 
 @dataclass
@@ -231,14 +254,20 @@ def render(html: Path, screenshot: Path, width: int = 1280, *,
                  "deviceScaleFactor": 1, "mobile": False}, session=sid)
         nav = cdp.send("Page.navigate", {"url": html.resolve().as_uri()}, session=sid)
         if nav.get("errorText"):
-            raise BrowserError(f"chromium could not open {html}: {nav['errorText']}")
+            failed = BrowserError(f"chromium could not open {html}: {nav['errorText']}")
+            failed.page_error = True
+            raise failed
         cdp.wait_event("Page.loadEventFired")
         cdp.drain(SETTLE_S)
         for name, expr in (evaluate or {}).items():
             r = cdp.send("Runtime.evaluate", {"expression": expr, "returnByValue": True,
                                               "awaitPromise": True}, session=sid)
             if "exceptionDetails" in r:
-                raise BrowserError(f"check {name}: {r['exceptionDetails'].get('text')}")
+                d = r["exceptionDetails"]
+                why = d.get("exception", {}).get("description") or d.get("text")
+                failed = BrowserError(f"check {name}: {why}")
+                failed.page_error = True
+                raise failed
             out.checks[name] = r["result"].get("value")
         size = cdp.send("Page.getLayoutMetrics", session=sid)
         css = size.get("cssContentSize") or size["contentSize"]
@@ -261,9 +290,12 @@ def render(html: Path, screenshot: Path, width: int = 1280, *,
     except BrowserError as e:
         _stop(proc, grace=0)
         log.seek(0)
-        tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
-        err = BrowserError(f"{e}; chromium said: {' | '.join(tail) or 'nothing'}")
-        err.pid = proc.pid
+        # its last lines, less the D-Bus complaints it makes wherever no session bus runs
+        tail = [line for line in log.read().decode(errors="replace").strip().splitlines()
+                if "dbus" not in line][-5:]
+        err = BrowserError(str(e) if e.page_error else
+                           f"{e}; chromium said: {' | '.join(tail) or 'nothing'}")
+        err.pid, err.page_error = proc.pid, e.page_error
         raise err from None
     finally:
         log.close()
