@@ -112,12 +112,16 @@ def test_a_page_that_never_loads_times_out_and_its_browser_is_killed(tmp_path):
 
 
 def test_an_element_wider_than_the_window_is_named(tmp_path):
+    long = "<td>" + "y" * 300 + "</td>"
     page = _page(tmp_path, "<div id='ok'>short</div><section id='provenance'><div><pre "
-                           "id='cmd' class='command x'>" + "x" * 400 + "</pre></div></section>")
+                           "id='cmd' class='command x'>" + "x" * 400 + "</pre></div></section>"
+                           f"<h2 id='groups'>groups</h2><table><tr>{long}{long}</tr></table>")
     r = browser.render(page, tmp_path / "shot.png", width=800,
                        evaluate={"overflowing": browser.OVERFLOWING})
-    [found] = r.checks["overflowing"]
-    assert found.startswith("pre#cmd.command in #provenance: ") and int(found.split()[-2]) > 800
+    # the pre inside the section, and the table (once, not each of its cells) after a heading
+    pre, table = r.checks["overflowing"]
+    assert pre.startswith("pre#cmd.command after #provenance: ") and int(pre.split()[-2]) > 800
+    assert table.startswith("table after #groups: ")
     assert r.size[0] > 800                       # the screenshot shows the overflow too
 
 
@@ -126,3 +130,13 @@ def test_a_check_that_throws_says_why(tmp_path):
     with pytest.raises(browser.BrowserError, match="check broken: TypeError") as caught:
         browser.render(page, tmp_path / "shot.png", evaluate={"broken": "null.id"})
     assert caught.value.page_error and _live_members(caught.value.pid) == []
+
+
+def test_with_javascript_off_the_pages_scripts_do_not_run_and_checks_still_do(tmp_path):
+    page = _page(tmp_path, "<div id='x'>static</div><script>console.error('ran');"
+                           "document.getElementById('x').textContent = 'scripted'</script>")
+    check = {"text": "document.getElementById('x').textContent"}
+    on = browser.render(page, tmp_path / "on.png", evaluate=check)
+    off = browser.render(page, tmp_path / "off.png", evaluate=check, javascript=False)
+    assert (on.checks["text"], on.console) == ("scripted", ["error: ran"])
+    assert (off.checks["text"], off.console) == ("static", [])

@@ -42,9 +42,11 @@ DANGLING_ANCHORS = """
 [...new Set([...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href')))]
   .filter(h => h.length > 1 && !document.getElementById(decodeURIComponent(h.slice(1))))
 """
-# a JavaScript expression for `evaluate`: when the page scrolls sideways, the innermost
-# elements whose box or overflowing content reaches past the window's right edge, as
-# "tag#id.class in #nearest-id: right edge px", at most 5; [] when the page fits its window
+# a JavaScript expression for `evaluate`: when the page scrolls sideways, what reaches past
+# the window's right edge: the innermost elements whose box or overflowing content does, each
+# as its table, pre, figure or image where it sits in one, named "tag#id.class after #id: right
+# edge px" (the nearest element before it with an id, a section's heading), at most 5; [] when
+# the page fits its window
 OVERFLOWING = """
 (() => {
   const w = document.documentElement.clientWidth;
@@ -54,14 +56,18 @@ OVERFLOWING = """
     const spill = getComputedStyle(el).overflowX === 'visible' ? r.left + el.scrollWidth : 0;
     return Math.max(r.right, spill);
   };
+  const after = el => {
+    let n = el.previousElementSibling || el.parentElement;
+    while (n && !n.id) n = n.previousElementSibling || n.parentElement;
+    return n ? ' after #' + n.id : '';
+  };
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+    + (typeof el.className === 'string' && el.className ? '.' + el.className.split(' ')[0] : '');
   const wide = [...document.body.querySelectorAll('*')].filter(el => right(el) > w + 1);
-  return wide.filter(el => !wide.some(o => o !== el && el.contains(o))).slice(0, 5)
-    .map(el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
-         + (typeof el.className === 'string' && el.className
-            ? '.' + el.className.split(' ')[0] : '')
-         + (el.parentElement && el.parentElement.closest('[id]')
-            ? ' in #' + el.parentElement.closest('[id]').id : '')
-         + ': ' + Math.round(right(el)) + ' px');
+  const inner = wide.filter(el => !wide.some(o => o !== el && el.contains(o)))
+    .map(el => el.closest('table, pre, figure, svg, img') || el);
+  return [...new Set(inner)].slice(0, 5)
+    .map(el => name(el) + after(el) + ': ' + Math.round(right(el)) + ' px');
 })()
 """
 SETTLE_S = 0.3          # after the load event: late console messages and requests land
@@ -204,11 +210,13 @@ def _collect(events: list[dict], out: Rendered) -> None:
 
 
 def render(html: Path, screenshot: Path, width: int = 1280, *,
-           evaluate: dict[str, str] | None = None, timeout: float = TIMEOUT_S) -> Rendered:
+           evaluate: dict[str, str] | None = None, javascript: bool = True,
+           timeout: float = TIMEOUT_S) -> Rendered:
     """Open `html` in headless Chromium at `width` CSS pixels, wait for its load event, run
     each of `evaluate`'s JavaScript expressions (name -> expression, its JSON value kept in
-    Rendered.checks), and write a full-page PNG to `screenshot`. BrowserError when the browser
-    cannot start, errs or outlives `timeout` seconds."""
+    Rendered.checks), and write a full-page PNG to `screenshot`. javascript=False: the page's
+    own scripts never run (what a reader with JavaScript off sees; `evaluate` still runs).
+    BrowserError when the browser cannot start, errs or outlives `timeout` seconds."""
     if missing():
         raise BrowserError(MISSING)
     started = time.monotonic()
@@ -252,6 +260,8 @@ def render(html: Path, screenshot: Path, width: int = 1280, *,
             cdp.send(f"{domain}.enable", session=sid)
         cdp.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": VIEWPORT_HEIGHT,
                  "deviceScaleFactor": 1, "mobile": False}, session=sid)
+        if not javascript:
+            cdp.send("Emulation.setScriptExecutionDisabled", {"value": True}, session=sid)
         nav = cdp.send("Page.navigate", {"url": html.resolve().as_uri()}, session=sid)
         if nav.get("errorText"):
             failed = BrowserError(f"chromium could not open {html}: {nav['errorText']}")

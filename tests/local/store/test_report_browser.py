@@ -1,9 +1,10 @@
 """`bench report` as a reader's browser sees it: a campaign made by a real producer, its report
 written through the real CLI (`bench report CAMPAIGN --db DB -o OUT.html`), then opened in
 Debian's headless Chromium (tests/support/browser.py): no console warning or error, no script
-exception, no request leaving the file, every in-page link landing on an element of the page,
-every run's own section (id="run-<run id>") present, each rejected run's id linked to it,
-nothing wider than a 1280 px window, and a full-page screenshot that is not blank.
+exception, no request leaving the file, a full-page screenshot that is not blank; and with
+JavaScript off (the report needs none): every in-page link landing on an element of the page,
+every run's own section (id="run-<run id>") present, each rejected run's id linked to it, and
+nothing wider than a 1280 px window.
 
 Two campaigns: `reclaim`, runs of the reclaim matrix's cells ingested from bundles built by
 tests/support/bundlegen.py (captured /proc output) into SQLite made by the real migrations,
@@ -97,14 +98,7 @@ def test_the_report_renders_clean_in_a_real_browser(source, tmp_path, bundles, c
     assert main(["report", cid, "--db", db, "-o", str(out)]) == 0
     assert out.stat().st_size > 0
     shot = tmp_path / "report.png"
-    sections = json.dumps([f"run-{r}" for r in rids])
-    r = browser.render(out, shot, evaluate={
-        "dangling": browser.DANGLING_ANCHORS,
-        "missing_sections": f"{sections}.filter(id => !document.getElementById(id))",
-        "run_links": "[...document.querySelectorAll('a[href^=\"#run-\"]')]"
-                     ".map(a => a.getAttribute('href'))",
-        "overflowing": browser.OVERFLOWING,
-    })
+    r = browser.render(out, shot)
     wanted = os.environ.get("BENCH_REPORT_SCREENSHOT")
     if wanted:
         dest = Path(wanted)
@@ -114,13 +108,23 @@ def test_the_report_renders_clean_in_a_real_browser(source, tmp_path, bundles, c
     assert r.console == [] and r.exceptions == []
     assert r.leaving == [], "requests leaving the file"
     assert r.requests[0] == out.resolve().as_uri()
-    assert r.checks["dangling"] == [], "links to no element of the page"
-    assert r.checks["missing_sections"] == [], "runs without their own section"
+    # what a reader with JavaScript off gets (the report needs none): the page's structure
+    sections = json.dumps([f"run-{x}" for x in rids])
+    bare = browser.render(out, tmp_path / "report-nojs.png", javascript=False, evaluate={
+        "dangling": browser.DANGLING_ANCHORS,
+        "missing_sections": f"{sections}.filter(id => !document.getElementById(id))",
+        "run_links": "[...document.querySelectorAll('a[href^=\"#run-\"]')]"
+                     ".map(a => a.getAttribute('href'))",
+        "overflowing": browser.OVERFLOWING,
+    })
+    assert bare.leaving == [] and bare.console == []
+    assert bare.checks["dangling"] == [], "links to no element of the page"
+    assert bare.checks["missing_sections"] == [], "runs without their own section"
     # a rejected run is listed with its rule, its id a link to its own section
-    assert [x for x in rejected if f"#run-{x}" not in r.checks["run_links"]] == [], \
+    assert [x for x in rejected if f"#run-{x}" not in bare.checks["run_links"]] == [], \
         "rejected runs whose id links to nothing"
     # nothing makes the reader scroll sideways in a 1280 px window
-    assert r.checks["overflowing"] == [], "elements wider than the window"
+    assert bare.checks["overflowing"] == [], "elements wider than the window"
     # a real full-page picture: the page's width, taller than one screen, not one colour
     assert r.size[0] == 1280 and r.size[1] > browser.VIEWPORT_HEIGHT
     from matplotlib.image import imread
