@@ -140,3 +140,12 @@ def test_with_javascript_off_the_pages_scripts_do_not_run_and_checks_still_do(tm
     off = browser.render(page, tmp_path / "off.png", evaluate=check, javascript=False)
     assert (on.checks["text"], on.console) == ("scripted", ["error: ran"])
     assert (off.checks["text"], off.console) == ("static", [])
+
+
+def test_print_media_applies_the_print_style_sheet(tmp_path):
+    page = _page(tmp_path, "<style>@media print { #nav { display: none } }</style>"
+                           "<nav id='nav'>menu</nav><p>text</p>")
+    shown = {"nav": "getComputedStyle(document.getElementById('nav')).display"}
+    screen = browser.render(page, tmp_path / "screen.png", evaluate=shown)
+    printed = browser.render(page, tmp_path / "print.png", evaluate=shown, media="print")
+    assert (screen.checks["nav"], printed.checks["nav"]) == ("block", "none")

@@ -211,11 +211,12 @@ def _collect(events: list[dict], out: Rendered) -> None:
 
 def render(html: Path, screenshot: Path, width: int = 1280, *,
            evaluate: dict[str, str] | None = None, javascript: bool = True,
-           timeout: float = TIMEOUT_S) -> Rendered:
+           media: str = "screen", timeout: float = TIMEOUT_S) -> Rendered:
     """Open `html` in headless Chromium at `width` CSS pixels, wait for its load event, run
     each of `evaluate`'s JavaScript expressions (name -> expression, its JSON value kept in
     Rendered.checks), and write a full-page PNG to `screenshot`. javascript=False: the page's
-    own scripts never run (what a reader with JavaScript off sees; `evaluate` still runs).
+    own scripts never run (what a reader with JavaScript off sees; `evaluate` still runs);
+    media="print": the page's print style sheet applies (what a printout shows).
     BrowserError when the browser cannot start, errs or outlives `timeout` seconds."""
     if missing():
         raise BrowserError(MISSING)
@@ -260,6 +261,7 @@ def render(html: Path, screenshot: Path, width: int = 1280, *,
             cdp.send(f"{domain}.enable", session=sid)
         cdp.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": VIEWPORT_HEIGHT,
                  "deviceScaleFactor": 1, "mobile": False}, session=sid)
+        cdp.send("Emulation.setEmulatedMedia", {"media": media}, session=sid)
         if not javascript:
             cdp.send("Emulation.setScriptExecutionDisabled", {"value": True}, session=sid)
         nav = cdp.send("Page.navigate", {"url": html.resolve().as_uri()}, session=sid)
