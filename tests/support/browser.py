@@ -1,7 +1,7 @@
 """Render an HTML file in Debian's headless Chromium and report what a reader's browser would
 complain about: console warnings and errors, uncaught script exceptions, and every URL the
-page asked for (anything not file:, data: or about: is a request leaving the file); write a
-full-page PNG screenshot.
+page asked for (anything not file:, data:, about: or blob: is a request leaving the file);
+write a full-page PNG screenshot.
 
 Chromium is driven over its DevTools protocol on a pipe (--remote-debugging-pipe: fd 3 in,
 fd 4 out, one JSON message per NUL-terminated chunk), so the harness needs the standard
@@ -10,7 +10,8 @@ download a driver), no websocket client. The browser runs headless, without its 
 tests run as root), with a fresh profile removed afterwards, in its own process group that
 is killed when it does not close by itself; every HTTP(S) connection it tries goes to a
 proxy address nothing listens on, so a page that reaches out fails fast and is recorded, and
-nothing leaves the machine."""
+nothing leaves the machine (loopback addresses bypass any proxy in Chromium: such a request
+may reach a local server, and is recorded all the same)."""
 
 from __future__ import annotations
 
