@@ -76,13 +76,18 @@ def _campaign(store: Store, cid: str) -> dict:
     all_j = journal_rows(store, cid)
     times = [j.t for j in all_j if j.kind != "live"]
     start, end = (times[0], times[-1]) if times else (row.created, row.created)
-    counts = {s: sum(r.state == s for r in rows) for s in COUNTED}
+    counts = {s: sum(_counted_state(r) == s for r in rows) for s in COUNTED}
     counts["other"] = len(rows) - sum(counts.values())
-    # runs in no counted state (ingested outside the executor, or left mid-way), by state
+    # runs in no counted state (left mid-way, or ingested and not judged), by state
     others: dict[str, int] = {}
     for r in rows:
-        if r.state not in COUNTED:
+        if _counted_state(r) not in COUNTED:
             others[r.state] = others.get(r.state, 0) + 1
+    # the states as stored (what `bench campaigns` counts), when judging changed any
+    stored: dict[str, int] = {}
+    if any(_counted_state(r) != r.state for r in rows):
+        for r in rows:
+            stored[r.state] = stored.get(r.state, 0) + 1
     counts["skipped"] = len(plan.get("skipped") or [])
     counts["runs"] = len(rows)
     return {"id": cid, "matrix": row.matrix, "scale": plan.get("scale"), "seed": row.seed,
@@ -93,11 +98,19 @@ def _campaign(store: Store, cid: str) -> dict:
             "reboot_lower_bound": est.get("reboot_lower_bound"),
             "reboots_done": sum(1 for j in all_j if j.kind == "reboot"
                                 and "reboot into" in j.message),
-            "counts": counts, "other_states": others, "matrix_ref": plan.get("matrix_ref"),
+            "counts": counts, "other_states": others, "stored_states": stored, "matrix_ref": plan.get("matrix_ref"),
             "workload": row.workload or plan.get("workload") or {},
             "skipped": [{"point": s.get("point"), "cell": s.get("cell"), "host": s.get("host"),
                          "reason": s.get("reason")} for s in plan.get("skipped") or []],
             "journal": all_j, "run_rows": rows}
+
+
+def _counted_state(r) -> str:
+    """The state a run counts under: a run ingested outside the executor (state `ingested`)
+    and judged counts as validated or rejected by its verdict, as the executor's runs do."""
+    if r.state == "ingested" and r.retained is not None:
+        return "validated" if r.retained else "rejected"
+    return r.state
 
 
 def _estimate_of(message: str) -> dict:

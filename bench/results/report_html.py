@@ -184,10 +184,13 @@ def _provenance(data: dict) -> str:
 def _runs(data: dict) -> str:
     out = [_h2("runs")]
     for r in data["runs"]:
-        cls = ' class="bad"' if r["state"] in ("rejected", "failed") else ""
+        bad = r["state"] in ("rejected", "failed") or r["retained"] is False
+        failed = rt.verdict_table(r)
+        cls = ' class="bad"' if bad else ""
         out.append(f'<article class="run" id="{e(rt.anchor(r["run_id"]))}">'
                    f'<h3{cls}>{e(r["run_id"])}: {e(r["cell"])} on '
                    f'{e(r["host"])} ({e(r["state"])})</h3>{kv(rt.run_pairs(r))}'
-                   f"<h4>Verdicts</h4>{table(rt.verdict_table(r))}"
+                   f"<h4>Verdicts</h4>{table(failed) if failed[1] else ''}"
+                   f"<p>{e(rt.passed_line(r))}</p>"
                    f"<h4>Timeline</h4>{table(rt.timeline_table(r))}</article>")
     return "\n".join(out)

@@ -102,7 +102,9 @@ def render(data: dict, drawn: bool = False) -> str:
                 f"### {md(r['run_id'])}: {md(r['cell'])} on {md(r['host'])} ({md(r['state'])})",
                 ""]
         out += [f"- {md(k)}: {md(v)}" for k, v in rt.run_pairs(r)] + [""]
-        out += ["Verdicts:", ""] + table(rt.verdict_table(r))
+        failed = rt.verdict_table(r)
+        out += ["Verdicts:", ""] + (table(failed) if failed[1] else []) + [
+            md(rt.passed_line(r)), ""]
         out += ["Timeline:", ""] + table(rt.timeline_table(r))
     return "\n".join(out).rstrip() + "\n"
 

@@ -86,6 +86,9 @@ def summary_pairs(c: dict) -> list[tuple[str, str]]:
                      f"{n['failed']} failed, {n['pending']} pending"
                      + "".join(f", {k} {v}" for k, v in
                                sorted((c.get("other_states") or {}).items()))
+                     + (" (as stored: " + ", ".join(
+                         f"{k} {v}" for k, v in sorted(c["stored_states"].items())) + ")"
+                        if c.get("stored_states") else "")
                      + f"; {n['skipped']} cell(s) skipped at planning"),
             ("reboots", reb)]
 
@@ -208,15 +211,47 @@ def run_pairs(r: dict) -> list[tuple[str, str]]:
            ("state", r["state"] + ("" if r["retained"] is None else
                                    ", retained" if r["retained"] else ", not retained")),
            ("position", f"{r['position']} (repetition {r['repetition']})")]
-    out += [(k, str(v) if not isinstance(v, float) else f"{v:.6g}")
-            for k, v in r["metrics"].items()]
+    m = r["metrics"]
+    out += [(label, fmt(m[k])) for k, label, fmt in _METRICS if m.get(k) is not None]
     return out
 
 
+def _bytes(v) -> str:
+    return f"{v / 1e9:.4f} GB" if v >= 1e8 else f"{v / 1e6:.2f} MB"
+
+
+def _onoff(v) -> str:
+    return "on" if v else "off"
+
+
+# a run's measured quantities, labelled in words with their units (RUN_METRICS's keys)
+_METRICS = (("iterations", "iterations measured", str),
+            ("iteration_median_s", "iteration time, median", lambda v: f"{v:.4f} s"),
+            ("iteration_min_s", "iteration time, min", lambda v: f"{v:.4f} s"),
+            ("iteration_max_s", "iteration time, max", lambda v: f"{v:.4f} s"),
+            ("device_bytes_per_iteration", "device reads per iteration", _bytes),
+            ("logical_bytes_per_iteration", "bytes requested per iteration", _bytes),
+            ("nominal_miss_bytes_per_iteration", "nominal misses per iteration", _bytes),
+            ("served_fraction", "served without device reads", lambda v: pct(v)),
+            ("scan_steal", "kswapd scan/steal", lambda v: f"{v:.2f}"),
+            ("cgroup_scan_steal", "cgroup scan/steal", lambda v: f"{v:.2f}"),
+            ("locked_fraction", "locked share of memory", lambda v: pct(v)),
+            ("mem_total_bytes", "MemTotal", lambda v: f"{v / 1e9:.2f} GB"),
+            ("mglru_loop_entry", "MGLRU at loop entry", _onoff),
+            ("mglru_end", "MGLRU at the end", _onoff))
+
+
 def verdict_table(r: dict) -> Table:
-    return (["rule", "version", "passed", "reason"],
-            [[str(v["rule"]), str(v["version"]), "yes" if v["passed"] else "NO",
-              str(v["reason"] or "-")] for v in r["verdicts"]])
+    """The rules a run failed, in full; the rules it passed are one line (passed_line)."""
+    return (["rule", "version", "reason"],
+            [[str(v["rule"]), str(v["version"]), str(v["reason"] or "-")]
+             for v in r["verdicts"] if not v["passed"]])
+
+
+def passed_line(r: dict) -> str:
+    ok = [f"{v['rule']} v{v['version']}" for v in r["verdicts"] if v["passed"]]
+    return (f"passed {len(ok)} of {len(r['verdicts'])} rules: " + ", ".join(ok)) if ok else \
+        ("no verdict stored" if not r["verdicts"] else "passed no rule")
 
 
 def timeline_table(r: dict) -> Table:

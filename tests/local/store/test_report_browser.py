@@ -104,6 +104,7 @@ def test_the_report_renders_clean_in_a_real_browser(source, tmp_path, bundles, c
         dest = Path(wanted)
         if source != "reclaim":
             dest = dest.with_name(f"{dest.stem}-{source}{dest.suffix}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, dest)
     assert r.console == [] and r.exceptions == []
     assert r.leaving == [], "requests leaving the file"

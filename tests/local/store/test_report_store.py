@@ -49,10 +49,13 @@ def test_report_of_c1_matches_the_database(c1, capsys, tmp_path):
     verdicts = queries.verdicts(store, [r.run_id for r in runs])
     # every run once, in its own section
     assert sorted(re.findall(r'<a id="run-([^"]+)"></a>', md)) == sorted(r.run_id for r in runs)
+    # runs ingested outside the executor count by their verdict; the states as stored are
     # the counts of `bench campaigns --json`
     st = camp["states"]
-    assert (f"- **runs**: {sum(st.values())}: {st.get('validated', 0)} validated, "
-            f"{st.get('rejected', 0)} rejected, {st.get('failed', 0)} failed") in plain
+    kept = sum(r.retained is True for r in runs)
+    assert set(st) == {"ingested"} and kept == len(runs) - 1
+    assert (f"- **runs**: {sum(st.values())}: {kept} validated, 1 rejected, 0 failed, "
+            f"0 pending (as stored: ingested {st['ingested']})") in plain
     # the rejected run (retained False in the store) with each failed rule and version
     rejected = plain[plain.index("### Rejected runs"):plain.index("### Failed runs")]
     bad = [r for r in runs if r.retained is False]
