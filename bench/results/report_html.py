@@ -31,7 +31,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 th { white-space: nowrap; }
 dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; }
 dl.kv dt { font-weight: 600; } dl.kv dd { margin: 0; }
-.pair { display: grid; grid-template-columns: minmax(0, 6fr) minmax(0, 5fr); gap: 1em;
+.pair { display: grid; grid-template-columns: fit-content(45%) minmax(0, 1fr); gap: 1em;
         align-items: start; }
 .pair > div { min-width: 0; overflow-x: auto; }
 @media (max-width: 900px) { .pair { grid-template-columns: minmax(0, 1fr); } }
