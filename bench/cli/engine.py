@@ -69,8 +69,10 @@ def engine_trace(
     tensors (ffn_moe_topk-L) and write the trace bench trace/sim/plan read: a header, the
     prompt's pass as prefill records (excluded by the parser), one record per decoded token
     and layer."""
+    from bench.engine.extra import need
     from bench.engine.llama_run import decode
     from bench.engine.trace_out import TOPK, check_complete, header_for, write_trace
+    need("llama_cpp")               # before anything is read: a missing extra is the one line
     header = header_for(model)
     dest = None if str(out) == "-" else output_file(out, "-o")
     dec = decode(model, prompt, tokens, prefixes=(TOPK,), threads=threads)

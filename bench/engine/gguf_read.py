@@ -5,6 +5,7 @@ independent router check (tests) and a plan over the file itself (issue 25 item 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from bench.errors import InputError
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
-def _reader(model: Path):  # type: ignore[no-untyped-def]
+def _reader(model: Path) -> Any:
     gguf = need("gguf")
     try:
         return gguf.GGUFReader(str(model))
@@ -22,7 +23,7 @@ def _reader(model: Path):  # type: ignore[no-untyped-def]
         raise InputError(f"{model}: not a GGUF file gguf can read: {exc}") from None
 
 
-def _scalar(r, key: str) -> int | str | None:  # type: ignore[no-untyped-def]
+def _scalar(r: Any, key: str) -> int | str | None:
     f = r.get_field(key)
     if f is None:
         return None

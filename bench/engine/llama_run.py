@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -127,13 +129,13 @@ class _Callback:
             return False
 
 
-def _quiet_logs(llama_cpp: object, sink: list[str]) -> Callable:
+def _quiet_logs(llama_cpp: ModuleType, sink: list[str]) -> Callable:
     """Send llama.cpp's log lines into `sink` (kept for errors) instead of stderr."""
-    @llama_cpp.llama_log_callback  # type: ignore[attr-defined]
+    @llama_cpp.llama_log_callback
     def log(_level: int, text: bytes, _user: int) -> None:
         if len(sink) < 2000:
             sink.append(text.decode("utf-8", "replace").rstrip())
-    llama_cpp.llama_log_set(log, ctypes.c_void_p())  # type: ignore[attr-defined]
+    llama_cpp.llama_log_set(log, ctypes.c_void_p())
     return log
 
 
@@ -209,19 +211,19 @@ def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = 
         del keep
 
 
-def _tokenize(L: object, vocab: object, prompt: str) -> list[int]:
+def _tokenize(L: ModuleType, vocab: Any, prompt: str) -> list[int]:
     data = prompt.encode()
     cap = min(len(data) + 8, MAX_PROMPT_TOKENS + 1)
-    buf = (L.llama_token * cap)()  # type: ignore[attr-defined]
-    n = L.llama_tokenize(vocab, data, len(data), buf, cap, True, False)  # type: ignore[attr-defined]
+    buf = (L.llama_token * cap)()
+    n = L.llama_tokenize(vocab, data, len(data), buf, cap, True, False)
     if n < 0 or n > MAX_PROMPT_TOKENS:
         raise InputError(f"--prompt: more than {MAX_PROMPT_TOKENS} tokens")
     return list(buf[:n])
 
 
-def _piece(L: object, vocab: object, token: int) -> str:
+def _piece(L: ModuleType, vocab: Any, token: int) -> str:
     buf = ctypes.create_string_buffer(64)
-    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)  # type: ignore[attr-defined]
+    n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
     return buf.raw[:max(n, 0)].decode("utf-8", "replace")
 
 
