@@ -71,3 +71,20 @@ def router_weights(model: Path) -> dict[int, np.ndarray]:
             ne = [int(n) for n in t.shape]          # ggml order: [n_embd, experts]
             out[int(parts[1])] = np.asarray(t.data, dtype=np.float32).reshape(ne[1], ne[0])
     return out
+
+
+def expert_ranges(facts: dict, layer: int, expert: int) -> list[tuple[int, int]]:
+    """The byte ranges (file offset, length) llama.cpp reads for one expert of one layer: its
+    slice of each of the layer's expert tensors (gate, up, down), in file order. An expert
+    tensor is [experts, ...] in numpy order, so expert e is the e-th stride of it. What a plan
+    over the GGUF itself maps a (layer, expert) read to (issue 25, item 3)."""
+    if not (0 <= layer < facts["layers"] and 0 <= expert < facts["experts"]):
+        raise InputError(f"expert ({layer}, {expert}) is outside the model's "
+                         f"{facts['layers']} layers x {facts['experts']} experts")
+    out = []
+    for name in EXPERT_TENSORS:
+        t = facts["expert_tensors"].get(f"blk.{layer}.{name}.weight")
+        if t is None:
+            raise InputError(f"{facts['name']}: no tensor blk.{layer}.{name}.weight")
+        out.append((t["offset"] + expert * t["stride"], t["stride"]))
+    return sorted(out)

@@ -98,8 +98,8 @@ def _read_tensor(lib: ctypes.CDLL, ptr: int) -> tuple[str, np.ndarray | None]:
 
 
 class _Callback:
-    """The evaluation callback: wants the tensors whose name starts with one of `prefixes`
-    and files them into the current Capture."""
+    """The evaluation callback: wants the tensors named a prefix of `prefixes` followed by a
+    layer number, and files them into the current Capture."""
 
     def __init__(self, lib: ctypes.CDLL, prefixes: tuple[str, ...]):
         self.lib, self.prefixes = lib, tuple(p.encode() for p in prefixes)
@@ -114,7 +114,8 @@ class _Callback:
     def __call__(self, t: int, ask: bool, _user: int) -> bool:
         try:
             name = self.lib.ggml_get_name(ctypes.c_void_p(t))
-            wanted = name.startswith(self.prefixes)
+            # exactly PREFIX<layer>: views of it ("ffn_norm-0 (reshaped)") are other nodes
+            wanted = any(name.startswith(p) and name[len(p):].isdigit() for p in self.prefixes)
             if ask or not wanted:
                 return wanted if ask else True
             key, arr = _read_tensor(self.lib, t)
@@ -129,14 +130,21 @@ class _Callback:
             return False
 
 
-def _quiet_logs(llama_cpp: ModuleType, sink: list[str]) -> Callable:
-    """Send llama.cpp's log lines into `sink` (kept for errors) instead of stderr."""
-    @llama_cpp.llama_log_callback
-    def log(_level: int, text: bytes, _user: int) -> None:
-        if len(sink) < 2000:
-            sink.append(text.decode("utf-8", "replace").rstrip())
-    llama_cpp.llama_log_set(log, ctypes.c_void_p())
-    return log
+_LOGS: list[str] = []                 # llama.cpp's recent log lines, for error messages
+_LOG_HOOK: list[Callable] = []          # the installed log callback: llama.cpp keeps calling it
+
+
+def _quiet_logs(llama_cpp: ModuleType) -> list[str]:
+    """Send llama.cpp's log lines into a bounded list (kept for errors) instead of stderr;
+    installed once per process and never freed (llama.cpp holds the pointer)."""
+    if not _LOG_HOOK:
+        @llama_cpp.llama_log_callback
+        def log(_level: int, text: bytes, _user: int) -> None:
+            _LOGS.append(text.decode("utf-8", "replace").rstrip())
+            del _LOGS[:-200]
+        llama_cpp.llama_log_set(log, ctypes.c_void_p())
+        _LOG_HOOK.append(log)
+    return _LOGS
 
 
 def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = (),
@@ -150,8 +158,8 @@ def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = 
     if not prompt:
         raise InputError("--prompt: must not be empty")
     L = need("llama_cpp")
-    logs: list[str] = []
-    keep = [_quiet_logs(L, logs)]
+    logs = _quiet_logs(L)
+    keep: list[object] = []
     L.llama_backend_init()
     t0 = time.perf_counter()
     mparams = L.llama_model_default_params()
@@ -197,10 +205,9 @@ def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = 
         nxt = step(prompt_ids)
         t2 = time.perf_counter()
         out: list[int] = []
-        for i in range(n_tokens):
-            out.append(nxt)
-            if i + 1 < n_tokens:
-                nxt = step([nxt])
+        for _ in range(n_tokens):   # every output token goes through the graph once: one
+            out.append(nxt)         # decode pass (a trace iteration) per token decoded
+            nxt = step([nxt])
         t3 = time.perf_counter()
         text = "".join(_piece(L, vocab, t) for t in out)
         return Decoded(prompt_ids, out, text, captures, load_s, t2 - t1, t3 - t2)
