@@ -122,7 +122,7 @@ def test_traced_experts_match_router_recomputed_from_the_file(model):
     assert close <= compared // 100
 
 
-def test_trace_reads_in_trace_stats_and_sim(model, tmp_path, capsys):
+def test_trace_reads_in_trace_stats_sim_and_plan(model, tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     assert main(["engine", "trace", str(model), "--prompt", PROMPT, "--tokens", str(TOKENS),
                  "-o", str(trace), "--json"]) == 0
@@ -146,6 +146,10 @@ def test_trace_reads_in_trace_stats_and_sim(model, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)
     assert main(["sim", str(trace), "--budgets", "4,8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)
+    assert main(["plan", str(trace), "-o", str(tmp_path / "t.bpln"), "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["reads"] == s["reads"]
+    assert p["logical_bytes"] == s["reads"] * SHAPE.expert_bytes   # the header's expert bytes
     # the same prompt traced again: the same trace, byte for byte
     again = tmp_path / "again.jsonl"
     assert main(["engine", "trace", str(model), "--prompt", PROMPT, "--tokens", str(TOKENS),
