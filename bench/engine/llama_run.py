@@ -174,48 +174,63 @@ def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = 
         cb = _Callback(L.llama_cpp._lib, prefixes)
         c_cb = L.ggml_backend_sched_eval_callback(cb)
         keep.append(c_cb)
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = len(prompt_ids) + n_tokens + 16
-        cparams.n_batch = cparams.n_ubatch = max(len(prompt_ids), 1)
-        cparams.n_threads = cparams.n_threads_batch = threads
-        cparams.no_perf = True
-        if prefixes:
-            cparams.cb_eval = c_cb
-            cparams.cb_eval_user_data = None
-        ctx = L.llama_init_from_model(mdl, cparams)
+        ctx = _context(L, mdl, len(prompt_ids) + n_tokens + 16, len(prompt_ids), threads,
+                       c_cb if prefixes else None)
         if not ctx:
             raise EngineError(f"{model}: llama.cpp cannot make a context: {_last(logs)}")
         load_s = time.perf_counter() - t0
-        n_vocab = L.llama_vocab_n_tokens(vocab)
-        captures: list[Capture] = []
-
-        def step(ids: list[int]) -> int:
-            cb.current = Capture(n_tokens=len(ids))
-            captures.append(cb.current)
-            arr = (L.llama_token * len(ids))(*ids)
-            rc = L.llama_decode(ctx, L.llama_batch_get_one(arr, len(ids)))
-            if cb.error:
-                raise EngineError(cb.error)
-            if rc != 0:
-                raise EngineError(f"llama_decode returned {rc}: {_last(logs)}")
-            logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
-            return int(np.argmax(logits))
-
-        t1 = time.perf_counter()
-        nxt = step(prompt_ids)
-        t2 = time.perf_counter()
-        out: list[int] = []
-        for _ in range(n_tokens):   # every output token goes through the graph once: one
-            out.append(nxt)         # decode pass (a trace iteration) per token decoded
-            nxt = step([nxt])
-        t3 = time.perf_counter()
+        out, captures, prefill_s, decode_s = _greedy(L, ctx, cb, prompt_ids, n_tokens,
+                                                     L.llama_vocab_n_tokens(vocab))
         text = "".join(_piece(L, vocab, t) for t in out)
-        return Decoded(prompt_ids, out, text, captures, load_s, t2 - t1, t3 - t2)
+        return Decoded(prompt_ids, out, text, captures, load_s, prefill_s, decode_s)
     finally:
         if ctx:
             L.llama_free(ctx)
         L.llama_model_free(mdl)
         del keep
+
+
+def _context(L: ModuleType, mdl: Any, n_ctx: int, n_batch: int, threads: int,
+             c_cb: Any) -> Any:
+    """A llama.cpp context: the whole prompt in one batch, the callback set when given."""
+    cparams = L.llama_context_default_params()
+    cparams.n_ctx = n_ctx
+    cparams.n_batch = cparams.n_ubatch = max(n_batch, 1)
+    cparams.n_threads = cparams.n_threads_batch = threads
+    cparams.no_perf = True
+    if c_cb is not None:
+        cparams.cb_eval = c_cb
+        cparams.cb_eval_user_data = None
+    return L.llama_init_from_model(mdl, cparams)
+
+
+def _greedy(L: ModuleType, ctx: Any, cb: _Callback, prompt_ids: list[int], n_tokens: int,
+            n_vocab: int) -> tuple[list[int], list[Capture], float, float]:
+    """The prompt in one llama_decode call, then one call per output token (every output
+    token goes through the graph once: one decode pass, a trace iteration, per token);
+    returns the output, the captures and the prefill and decode seconds."""
+    captures: list[Capture] = []
+
+    def step(ids: list[int]) -> int:
+        cb.current = Capture(n_tokens=len(ids))
+        captures.append(cb.current)
+        arr = (L.llama_token * len(ids))(*ids)
+        rc = L.llama_decode(ctx, L.llama_batch_get_one(arr, len(ids)))
+        if cb.error:
+            raise EngineError(cb.error)
+        if rc != 0:
+            raise EngineError(f"llama_decode returned {rc}: {_last(_LOGS)}")
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+        return int(np.argmax(logits))
+
+    t1 = time.perf_counter()
+    nxt = step(prompt_ids)
+    t2 = time.perf_counter()
+    out: list[int] = []
+    for _ in range(n_tokens):
+        out.append(nxt)
+        nxt = step([nxt])
+    return out, captures, t2 - t1, time.perf_counter() - t2
 
 
 def _tokenize(L: ModuleType, vocab: Any, prompt: str) -> list[int]:
