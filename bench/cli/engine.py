@@ -62,7 +62,8 @@ def engine_trace(
     prompt: Annotated[str, typer.Option(help="The prompt.")] = DEFAULT_PROMPT,
     tokens: Annotated[int, typer.Option(help="Tokens to decode greedily (1-4096).")] = 64,
     threads: Annotated[int, typer.Option(help="llama.cpp threads (the output does not "
-                                         "depend on it).")] = 2,
+                                         "depend on it; more than the idle cores slows "
+                                         "decode down many times: ggml spins).")] = 1,
     json_out: JsonOpt = False,
 ) -> None:
     """Decode greedily through llama.cpp with an evaluation callback on the router's top-k

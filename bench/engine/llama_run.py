@@ -36,7 +36,7 @@ GGML_TYPE_F32, GGML_TYPE_I32 = 0, 26
 _DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_I32: np.int32}
 MAX_PROMPT_TOKENS = 1024
 MAX_DECODE_TOKENS = 4096
-THREADS = 2
+THREADS = 1       # ggml spins at its barriers: 2 threads on a busy 2-core host ran 10x slower
 
 
 class EngineError(BenchError):
