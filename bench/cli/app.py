@@ -33,7 +33,7 @@ from bench.results.views import compose
 
 # the modules under bench.cli that register commands, in registration order
 AREAS = ("trace", "pool", "demo", "hosts", "hosts_reboot", "lab", "db", "retention", "results",
-         "run", "matrix", "schedule", "campaigns", "schema", "placement", "report")
+         "run", "matrix", "schedule", "campaigns", "schema", "placement", "report", "engine")
 # a top-level command -> the areas it needs (hosts_reboot adds commands to the hosts group)
 COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan": ("trace",),
             "pool": ("pool",), "demo": ("demo",), "hosts": ("hosts", "hosts_reboot"),
@@ -43,7 +43,8 @@ COMMANDS = {"trace": ("trace",), "sim": ("trace",), "demand": ("trace",), "plan"
             **{c: ("results",) for c in ("ingest", "runs", "results", "compare", "sizing",
                                          "export", "plot")},
             "matrix": ("matrix",), "schedule": ("schedule",), "resume": ("schedule",),
-            "campaigns": ("campaigns",), "watch": ("campaigns",), "report": ("report",)}
+            "campaigns": ("campaigns",), "watch": ("campaigns",), "report": ("report",),
+            "engine": ("engine",)}
 
 
 def _root() -> typer.Typer:

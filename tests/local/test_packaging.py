@@ -24,7 +24,8 @@ def test_wheel_carries_sources_agents_migrations_and_matrices(tmp_path):
                    "bench/migrations/env.py", "bench/migrations/versions/0001_initial_schema.py",
                    "bench/data/matrices/reclaim.toml", "bench/lab/guest/rcS",
                    "bench/data/hosts/local.toml.in", "bench/data/hosts/gh200.toml.example",
-                   "bench/data/facts/gh200.json"):
+                   "bench/data/facts/gh200.json", "bench/engine/gguf_model.py",
+                   "bench/cli/engine.py"):
         assert needed in names, needed
     native = {n.split("/")[-1] for n in names if n.startswith("bench/native/")}
     assert native >= {p.name for p in (ROOT / "native").glob("*.[ch]")}

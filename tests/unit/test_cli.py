@@ -45,7 +45,10 @@ def test_command_tree_is_complete():
                                      "campaigns list", "campaigns hide", "campaigns unhide",
                                      "campaigns rm",
                                      "placement",   # `rules` renamed; the old name is hidden
-                                     "report"}      # the next-morning page (issue 24)
+                                     "report",      # the next-morning page (issue 24)
+                                     # a real engine end to end (issue 25)
+                                     "engine", "engine model", "engine model make",
+                                     "engine trace"}
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],

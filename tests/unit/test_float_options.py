@@ -66,6 +66,7 @@ def argv_for(command: str, option: str, value: str, tmp: Path) -> list[str]:
         "trace synth": ["trace", "synth", str(tmp / "out.jsonl")],
         "hosts reboot": ["hosts", "reboot", "h", "--hosts-dir", str(tmp / "hosts")],
         "hosts restore": ["hosts", "restore", "h", "--hosts-dir", str(tmp / "hosts")],
+        "engine model make": ["engine", "model", "make", str(tmp / "m.gguf")],
     }[command]
     return [*lines, f"{option}={value}"]
 

@@ -13,8 +13,9 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "bench"
 # the stages in import order (README, Layout: plan comes before sim because the demand model
-# and recall simulate over replay plans)
-STAGES = ["trace", "plan", "sim", "matrix", "hosts", "lab", "judge", "store", "execute",
+# and recall simulate over replay plans; engine, the built-in llama.cpp path, reads traces and
+# plans and is driven by the executor)
+STAGES = ["trace", "plan", "sim", "engine", "matrix", "hosts", "lab", "judge", "store", "execute",
           "results", "cli"]
 ROOT = {"errors", "units", "paths", "version", "__init__", "__main__"}
 BASE = {"errors", "units", "paths", "version", "agents"}     # importable from every stage

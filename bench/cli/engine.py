@@ -1,0 +1,98 @@
+"""`bench engine ...`: a real engine end to end (issue 25): a tiny MoE model made here
+(`engine model make`) and decode traced through llama.cpp's evaluation callback (`engine
+trace`). Needs the engine extra (pip install 'bench[engine]'); without it each command says so
+in one line. The end-to-end matrix's engine cells (docs/engine.md) are a different thing: they
+run a configured engine command on a host."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bench.cli.options import JsonOpt
+from bench.cli.outpath import output_file
+from bench.results import views
+
+engine_app = typer.Typer(no_args_is_help=True, help="A real engine (llama.cpp) on a tiny MoE "
+                                                    "model made here: make the model, trace "
+                                                    "decode. Needs pip install 'bench[engine]'.")
+model_app = typer.Typer(no_args_is_help=True, help="The tiny MoE model (GGUF).")
+engine_app.add_typer(model_app, name="model")
+
+DEFAULT_PROMPT = "The page cache is the expert tier of a larger-than-DRAM MoE pool."
+
+
+@model_app.command("make")
+def model_make(
+    out: Annotated[Path, typer.Argument(help="The GGUF file to write (replaced if it exists).")],
+    layers: Annotated[int, typer.Option(help="Transformer layers (1-64).")] = 8,
+    experts: Annotated[int, typer.Option(help="Experts per layer (2-256).")] = 32,
+    k: Annotated[int, typer.Option("--k", help="Experts routed per token and layer "
+                                   "(top-k, 1-16).")] = 4,
+    expert_mib: Annotated[float, typer.Option(help="One expert's size in MiB (its gate, up "
+                                              "and down matrices, f16; 0.01-64).")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights (same seed and shape, "
+                                      "same bytes).")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a GGUF of llama.cpp's llama architecture with experts (Mixtral layout: softmax
+    router, top-k, SiLU experts), deterministic random weights and a byte-fallback vocabulary
+    of 354 tokens. Experts dominate the file (default 8 x 32 experts of 1 MiB: 277 MB)."""
+    from bench.engine.gguf_model import Shape, make_model
+    info = make_model(output_file(out, "OUT"), Shape(layers=layers, experts=experts, k=k,
+                                                     expert_mib=expert_mib, seed=seed))
+    if json_out:
+        views.emit_json(info)
+        return
+    experts_total = info["layers"] * info["experts"] * info["expert_bytes"]
+    print(f"{out}: {info['arch']} MoE, {info['layers']} layers x {info['experts']} experts "
+          f"(top-{info['k']}) of {info['expert_bytes']} bytes, {info['vocab']} tokens; "
+          f"{info['bytes']} bytes, experts {100 * experts_total / info['bytes']:.1f}%")
+
+
+@engine_app.command("trace")
+def engine_trace(
+    model: Annotated[Path, typer.Argument(help="A GGUF MoE model (bench engine model make).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="The trace (JSONL, the llama.cpp "
+                                      "eval-callback shape; - for stdout).")],
+    prompt: Annotated[str, typer.Option(help="The prompt.")] = DEFAULT_PROMPT,
+    tokens: Annotated[int, typer.Option(help="Tokens to decode greedily (1-4096).")] = 64,
+    threads: Annotated[int, typer.Option(help="llama.cpp threads (the output does not "
+                                         "depend on it; more than the idle cores slows "
+                                         "decode down many times: ggml spins).")] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """Decode greedily through llama.cpp with an evaluation callback on the router's top-k
+    tensors (ffn_moe_topk-L) and write the trace bench trace/sim/plan read: a header, the
+    prompt's pass as prefill records (excluded by the parser), one record per decoded token
+    and layer."""
+    from bench.engine.extra import need
+    from bench.engine.llama_run import decode
+    from bench.engine.trace_out import TOPK, check_complete, header_for, write_trace
+    need("llama_cpp")               # before anything is read: a missing extra is the one line
+    header = header_for(model)
+    dest = None if str(out) == "-" else output_file(out, "-o")
+    dec = decode(model, prompt, tokens, prefixes=(TOPK,), threads=threads)
+    check_complete(dec, header["layers"])
+    with (contextlib.nullcontext(sys.stdout) if dest is None
+          else open(dest, "w", encoding="utf-8")) as fh:
+        n = write_trace(dec, header, fh)
+    info = {"model": str(model), "trace": str(out), "prompt_tokens": len(dec.prompt_tokens),
+            "tokens": len(dec.output_tokens), "records": n, "output_hash": dec.output_hash,
+            "output_tokens": dec.output_tokens, "load_s": round(dec.load_s, 3),
+            "prefill_s": round(dec.prefill_s, 3), "decode_s": round(dec.decode_s, 3),
+            "tokens_per_s": round(dec.tokens_per_s, 1)}
+    if json_out:
+        views.emit_json(info)
+    elif dest is not None:
+        print(f"{out}: {n} router records, {len(dec.output_tokens)} tokens decoded after "
+              f"{len(dec.prompt_tokens)} prompt tokens ({dec.tokens_per_s:.1f} tokens/s, "
+              f"load {dec.load_s:.2f} s); output sha256 {dec.output_hash[:16]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(engine_app, name="engine")
