@@ -98,7 +98,8 @@ def _campaign(store: Store, cid: str) -> dict:
             "reboot_lower_bound": est.get("reboot_lower_bound"),
             "reboots_done": sum(1 for j in all_j if j.kind == "reboot"
                                 and "reboot into" in j.message),
-            "counts": counts, "other_states": others, "stored_states": stored, "matrix_ref": plan.get("matrix_ref"),
+            "counts": counts, "other_states": others, "stored_states": stored,
+            "matrix_ref": plan.get("matrix_ref"),
             "workload": row.workload or plan.get("workload") or {},
             "skipped": [{"point": s.get("point"), "cell": s.get("cell"), "host": s.get("host"),
                          "reason": s.get("reason")} for s in plan.get("skipped") or []],
