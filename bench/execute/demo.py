@@ -97,6 +97,16 @@ def sweep_capacities(pool_bytes: int) -> list[int]:
     return [max(MB, int(parse_size(c) / PAPER_POOL_BYTES * pool_bytes) // MB * MB)
             for c in PAPER_CAPACITIES]
 
+def scaled_demand(plan, pool_bytes: int) -> list[dict]:
+    """The demand model over the paper's capacities scaled to this pool (sweep_capacities):
+    one row per capacity, in the sweep's order, each saying which of the paper's capacities it
+    stands for and the two pools it was scaled between (the table says they are scaled)."""
+    return [r | {"scaled_from": paper, "scaled_pool_bytes": pool_bytes,
+                 "paper_pool_bytes": PAPER_POOL_BYTES}
+            for r, paper in zip(demand(plan, sweep_capacities(pool_bytes)), PAPER_CAPACITIES,
+                                strict=True)]
+
+
 Step = Callable[[str], None]
 
 
@@ -131,7 +141,7 @@ def run_demo(out: Path, model: str = "k3", budgets: tuple[int, ...] = (8, 16, 32
     step("demand model over the capacity sweep")
     plan = plan_from_trace(traces[0], meta={"source": traces[0].source})
     pool_bytes = plan.layers * plan.experts_per_layer * plan.expert_bytes
-    demand_rows = demand(plan, sweep_capacities(pool_bytes))
+    demand_rows = scaled_demand(plan, pool_bytes)
     step("writing the replay plan, hint plans and frequency table")
     write_plan(out / "plan.bin", plan)
     oracle = oracle_hints(plan)
