@@ -115,8 +115,8 @@ def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed:
         for s in dc.skipped:
             step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
         e = dc.estimate
-        step(f"campaign {dc.campaign}: {len(dc.runs)} runs, {e['reboots']} reboots, estimate "
-             f"{views.duration(e['seconds'])} ({plan_views.estimates_text(e)})")
+        step(f"campaign {dc.campaign}: {len(dc.runs)} runs, {e['reboot_count']} reboots, "
+             f"estimate {views.duration(e['seconds'])} ({plan_views.estimates_text(e)})")
         run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings),
                  json_out)
     return demo_results(dc), dc

@@ -460,8 +460,8 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     demo = DemoCampaign(cid, out, hosts_dir, ddir, mpath, trace, db_url, max_lock, avail,
                         runs=[{"run_id": r.run_id, "cell": r.cell} for r in plan.runs],
                         skipped=skipped, facts=facts,
-                        estimate={"seconds": plan.estimate_s, "reboots": plan.reboots,
-                                  **plan.as_dict()["estimates"]})
+                        estimate={**plan.as_dict()["estimates"], "seconds": plan.estimate_s,
+                                  "reboot_count": plan.reboots})
     return demo, settings
 
 
