@@ -106,7 +106,7 @@ def estimates_text(e: dict) -> str:
 
 def _host_estimate_text(h: dict) -> str:
     """A host's estimate: what its runs' estimates rest on, and its reboots' (if any)."""
-    if "run_estimates" not in h:
+    if "run_estimates" not in h or not h["runs"]:
         return ""
     parts = [f"runs {h['run_estimates']}"]
     if h["reboots"]:

@@ -282,10 +282,9 @@ def _pooled(groups: list[dict], diff: dict, why: str) -> dict:
 
 
 def flagged(summary: dict) -> dict:
-    """A cell's summary with its reliability flags (bench.judge.stats.reliability_flags: too
-    few retained runs, too wide a spread), for JSON readers and the views alike."""
-    return summary | {"flags": stats.reliability_flags(summary["n_retained"],
-                                                       summary["spread"])}
+    """A cell's summary with its reliability flags (stats.reliability_flags: too few retained
+    runs, too wide a spread), for JSON readers and the views alike."""
+    return summary | {"flags": stats.reliability_flags(summary["n_retained"], summary["spread"])}
 
 
 def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
@@ -451,10 +450,9 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
         st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
                   fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
                   n_rejected=sum(r["retained"] is False for r in g["runs"]))
-        # flagged on the pairs the speedup is read from, its spread that of the per-pair ratios
-        sp = st["speedup"]
+        sp = st["speedup"]      # flagged on its pairs and their ratios' spread
         st["flags"] = stats.reliability_flags(
-            st["pairs"], (st["speedup_max"] - st["speedup_min"]) / sp if sp else None)
+            st["pairs"], sp and (st["speedup_max"] - st["speedup_min"]) / sp)
         out["prompts"].append(st)
         if st["hashes_match"] is False:
             out["warnings"].append(f"{name}: output hashes differ within pair(s) "
@@ -528,13 +526,11 @@ def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=
 
 def _comparison(ra: list[dict], rb: list[dict], pairs: list[tuple[dict, dict]],
                 diff: list[str]) -> dict:
-    """stats.comparison, with the reliability flags of its time pairs: their count and the
-    spread of their ratios (max - min over the median pair ratio)."""
+    """stats.comparison, flagged on its time pairs: their count, their ratios' spread."""
     c = stats.comparison(ra, rb, pairs, METRICS, diff)
-    med, lo, hi = (c["time_median_pair_ratio"], c["time_pair_ratio_min"],
-                   c["time_pair_ratio_max"])
-    return c | {"flags": stats.reliability_flags(c["time_pairs"], (hi - lo) / med
-                                                 if med else None)}
+    med, lo, hi = (c[f"time_{k}"] for k in ("median_pair_ratio", "pair_ratio_min",
+                                            "pair_ratio_max"))
+    return c | {"flags": stats.reliability_flags(c["time_pairs"], med and (hi - lo) / med)}
 
 
 SIZING_PREFERENCE = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}
