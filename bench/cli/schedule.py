@@ -251,7 +251,8 @@ def _create_and_run(plan, exp, m, host_names: list[str], s, matrix_ref: str, hf,
         store.close()
     if not json_out:
         views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
-                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
+                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)} "
+                  f"({plan_views.estimates_text(plan.as_dict()['estimates'])})"
                   + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
     _execute(cid, s, json_out)
 
