@@ -59,19 +59,18 @@ def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None
     return plan, exp, m
 
 
-def measured_estimates(db: str | None, hosts: list[str], *, write: bool):
+def measured_estimates(db: str | None, hosts: list[str]):
     """The durations the results database measured for these hosts (bench.store.durations), as
-    Estimates whose model figures the matrix supplies; None (every estimate modelled) when a
-    dry run finds no database to read: a dry run creates none."""
+    Estimates whose model figures the matrix supplies; None (every estimate modelled) when
+    there is no database at head to read: planning opens it read-only, creating nothing (a
+    plan refused as empty leaves no database behind)."""
     from bench.errors import BenchError
     from bench.matrix.estimate import Estimates
     from bench.store.db import open_store
     from bench.store.durations import measured_durations
     try:
-        store = open_store(db, write=write)
+        store = open_store(db, write=False)
     except BenchError:
-        if write:
-            raise
         return None
     try:
         runs, reboots = measured_durations(store, hosts)
@@ -172,7 +171,7 @@ def schedule_cmd(
             if not dry_run and campaign is None:
                 campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
                             + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
-            measured = measured_estimates(db, [h.name for h in sel], write=not dry_run)
+            measured = measured_estimates(db, [h.name for h in sel])
             plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts,
                                       measured)
             _refuse_empty(plan, exp, m)
