@@ -10,7 +10,7 @@ import typer
 
 from bench.cli.options import JsonOpt, ints, size_option
 from bench.errors import InputError
-from bench.results import store_views, trace_views, views
+from bench.results import plan_views, store_views, trace_views, views
 from bench.results.views import LiteralTable, compose
 
 if TYPE_CHECKING:
@@ -115,7 +115,9 @@ def _campaign(out: Path, db: str | None, data_dir: Path | None, lock: int, seed:
             step(f"  will run {r['cell']}")
         for s in dc.skipped:
             step(f"  skipped {s['cell'] or s['point']}: {s['reason']}")
-        step(f"campaign {dc.campaign}: {len(dc.runs)} runs")
+        e = dc.estimate
+        step(f"campaign {dc.campaign}: {len(dc.runs)} runs, {e['reboot_count']} reboots, "
+             f"estimate {views.duration(e['seconds'])} ({plan_views.estimates_text(e)})")
         run_live(dc.campaign, db, lambda store: Executor(store, dc.campaign, settings),
                  json_out)
     return demo_results(dc), dc

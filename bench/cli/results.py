@@ -316,11 +316,24 @@ def _plots():
     return plots
 
 
+def with_legend(doc: str | None, kinds: tuple[str, ...]) -> str:
+    """A command's help with what its tables' columns mean: the legends the tables print under
+    themselves (store_views.LEGENDS), one paragraph per table."""
+    import inspect
+    parts = [inspect.cleandoc(doc or ""), "Columns of the tables (also printed under each "
+             "table; " + store_views.FLAG_LEGEND + "):"]
+    parts += [(f"--matrix {k}: " if len(kinds) > 1 else "") + store_views.LEGENDS[k]
+              for k in kinds]
+    return "\n\n".join(parts)
+
+
 def register(app: typer.Typer) -> None:
     app.command("ingest")(ingest)
     app.command("runs")(runs)
-    app.command("results")(results)
-    app.command("compare")(compare)
+    app.command("results", help=with_legend(
+        results.__doc__, ("capacity", "reclaim", "equal-memory", "prefetch", "admission",
+                          "end-to-end")))(results)
+    app.command("compare", help=with_legend(compare.__doc__, ("compare",)))(compare)
     app.command("sizing")(sizing)
     app.command("export")(export)
     app.command("plot")(plot)

@@ -39,10 +39,11 @@ ReconnectOpt = Annotated[Optional[float], typer.Option(
 
 def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None, seed: int,
                campaign: str | None = None, scale: str | None = None,
-               facts: dict[str, dict] | None = None):
+               facts: dict[str, dict] | None = None, measured=None):
     """(plan, expansion, matrix) for a matrix on inventory hosts, with their probed facts as
-    data when given (bench.execute.campaign.preflight gets them); pure apart from reading
-    files."""
+    data when given (bench.execute.campaign.preflight gets them) and the run and reboot
+    durations measured before (`measured`, bench.matrix.estimate.Estimates: measured_estimates
+    reads them); pure apart from reading files."""
     from bench.hosts.inventory import load_inventory, select
     from bench.matrix.expand import expand
     from bench.matrix.load import load_matrix
@@ -54,8 +55,28 @@ def build_plan(matrix: str, host_names: list[str] | None, hosts_dir: Path | None
                                    for h in hosts], seed,
                     campaign=campaign or f"{m.name}-s{seed}", randomize=m.randomize,
                     interleave=m.interleave, run_seconds=m.run_seconds,
-                    reboot_seconds=m.reboot_seconds)
+                    reboot_seconds=m.reboot_seconds, measured=measured)
     return plan, exp, m
+
+
+def measured_estimates(db: str | None, hosts: list[str]):
+    """The durations the results database measured for these hosts (bench.store.durations), as
+    Estimates whose model figures the matrix supplies; None (every estimate modelled) when
+    there is no database at head to read: planning opens it read-only, creating nothing (a
+    plan refused as empty leaves no database behind)."""
+    from bench.errors import BenchError
+    from bench.matrix.estimate import Estimates
+    from bench.store.db import open_store
+    from bench.store.durations import measured_durations
+    try:
+        store = open_store(db, write=False)
+    except BenchError:
+        return None
+    try:
+        runs, reboots = measured_durations(store, hosts)
+    finally:
+        store.close()
+    return Estimates(0.0, 0.0, runs, reboots)
 
 
 def _preflight(matrix: str, scale: str | None, names: list[str] | None,
@@ -150,7 +171,9 @@ def schedule_cmd(
             if not dry_run and campaign is None:
                 campaign = (f"{load_matrix(matrix).name}{'-' + scale if scale else ''}-s{seed}-"
                             + _time.strftime("%Y%m%dT%H%M%S", _time.gmtime()))
-            plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts)
+            measured = measured_estimates(db, [h.name for h in sel])
+            plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts,
+                                      measured)
             _refuse_empty(plan, exp, m)
             if drawn and not json_out:  # after the checks, so an error is the first thing said
                 views.say(f"seed {seed}")
@@ -227,7 +250,8 @@ def _create_and_run(plan, exp, m, host_names: list[str], s, matrix_ref: str, hf,
         store.close()
     if not json_out:
         views.say(f"campaign {cid}: {len(plan.runs)} runs on {', '.join(host_names)}, "
-                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)}"
+                  f"{plan.reboots} reboots, estimate {views.duration(plan.estimate_s)} "
+                  f"({plan_views.estimates_text(plan.as_dict()['estimates'])})"
                   + (f", {len(exp.skipped)} cells skipped" if exp.skipped else ""))
     _execute(cid, s, json_out)
 

@@ -68,6 +68,7 @@ from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
 from bench.hosts.procfs import parse_meminfo
 from bench.hosts.ssh import transport_for as ssh_transport_for
 from bench.matrix.cells import parse_cell
+from bench.matrix.estimate import Estimates
 from bench.matrix.expand import Expansion, Skip, expand
 from bench.matrix.load import load_matrix
 from bench.matrix.schedule import HostState, schedule
@@ -80,6 +81,7 @@ from bench.store import queries
 from bench.store.campaigns import (campaign_row, demo_capacities, journal_rows, run_rows,
                                    set_flags)
 from bench.store.db import open_store
+from bench.store.durations import measured_durations
 from bench.trace.locality import locality
 from bench.trace.parse import parse_trace, suspicious_first_passes
 from bench.trace.synth import generate, preset
@@ -96,6 +98,16 @@ def sweep_capacities(pool_bytes: int) -> list[int]:
     """The paper's capacities (decimal GB) scaled to this pool, rounded down to whole MB."""
     return [max(MB, int(parse_size(c) / PAPER_POOL_BYTES * pool_bytes) // MB * MB)
             for c in PAPER_CAPACITIES]
+
+def scaled_demand(plan, pool_bytes: int) -> list[dict]:
+    """The demand model over the paper's capacities scaled to this pool (sweep_capacities):
+    one row per capacity, in the sweep's order, each saying which of the paper's capacities it
+    stands for and the two pools it was scaled between (the table says they are scaled)."""
+    return [r | {"scaled_from": paper, "scaled_pool_bytes": pool_bytes,
+                 "paper_pool_bytes": PAPER_POOL_BYTES}
+            for r, paper in zip(demand(plan, sweep_capacities(pool_bytes)), PAPER_CAPACITIES,
+                                strict=True)]
+
 
 Step = Callable[[str], None]
 
@@ -131,7 +143,7 @@ def run_demo(out: Path, model: str = "k3", budgets: tuple[int, ...] = (8, 16, 32
     step("demand model over the capacity sweep")
     plan = plan_from_trace(traces[0], meta={"source": traces[0].source})
     pool_bytes = plan.layers * plan.experts_per_layer * plan.expert_bytes
-    demand_rows = demand(plan, sweep_capacities(pool_bytes))
+    demand_rows = scaled_demand(plan, pool_bytes)
     step("writing the replay plan, hint plans and frequency table")
     write_plan(out / "plan.bin", plan)
     oracle = oracle_hints(plan)
@@ -357,13 +369,15 @@ class DemoCampaign:
     runs: list[dict] = field(default_factory=list)      # {run_id, cell}
     skipped: list[dict] = field(default_factory=list)   # {point, cell, reason}
     facts: dict = field(default_factory=dict)
+    # the plan's estimate: seconds, reboots, and what it rests on (Schedule.as_dict's)
+    estimate: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"campaign": self.campaign, "directory": str(self.out),
                 "hosts_dir": str(self.hosts_dir), "data_dir": str(self.data_dir),
                 "matrix": str(self.matrix_path), "trace": str(self.trace),
                 "max_lock_bytes": self.max_lock, "mem_available_bytes": self.mem_available,
-                "runs": self.runs, "skipped": self.skipped}
+                "runs": self.runs, "skipped": self.skipped, "estimate": self.estimate}
 
 
 def _host_plan(m, host: Host, facts: dict, avail: int, max_lock: int) -> tuple[Expansion, list]:
@@ -413,6 +427,8 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     store = open_store(db_url)
     try:
         previous = demo_capacities(store)
+        # earlier demos' runs of these cells on this host: the plan's estimate is theirs
+        runs, reboots = measured_durations(store, [HOST])
     finally:
         store.close()
     # every run starts from dropped caches (the runner drops them before applying C), and
@@ -429,7 +445,8 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
     cid = f"demo-s{seed}-" + time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     plan = schedule(exp.requests, [HostState.from_host(host)], seed, campaign=cid,
                     randomize=m.randomize, interleave=m.interleave, run_seconds=m.run_seconds,
-                    reboot_seconds=m.reboot_seconds)
+                    reboot_seconds=m.reboot_seconds,
+                    measured=Estimates(m.run_seconds, m.reboot_seconds, runs, reboots))
     ddir = Path(data_dir) if data_dir else out / "data"
     settings = Settings(threads=threads, retries=1, data_dir=ddir, db_url=db_url,
                         hosts_dir=hosts_dir, passes=int(m.workload.get("passes") or 2),
@@ -442,7 +459,9 @@ def prepare_campaign(out: Path, *, db_url: str | None = None, data_dir: Path | N
         store.close()
     demo = DemoCampaign(cid, out, hosts_dir, ddir, mpath, trace, db_url, max_lock, avail,
                         runs=[{"run_id": r.run_id, "cell": r.cell} for r in plan.runs],
-                        skipped=skipped, facts=facts)
+                        skipped=skipped, facts=facts,
+                        estimate={**plan.as_dict()["estimates"], "seconds": plan.estimate_s,
+                                  "reboot_count": plan.reboots})
     return demo, settings
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.errors import InputError, SafetyError
+from bench.matrix.estimate import Estimate, Estimates, sources
 from bench.matrix.engine_cells import order_label, pair_orders
 from bench.matrix.expand import (BootConfig, Candidate, RunRequest, booted_lru_gen,
                                   booted_mem)
@@ -92,12 +93,15 @@ class ScheduledRun:
     reboot_before: bool    # the host boots into `boot` right before this run
     estimate_s: float
     pair: dict | None = None   # engine pairs: prompt, index, order, position, seed
+    estimate_n: int = 0        # earlier runs measured behind estimate_s; 0: modelled
 
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "host": self.host, "position": self.position,
                 "rep": self.rep, "cell": self.cell, "point": self.point,
                 "boot": self.boot.as_dict(), "reboot_before": self.reboot_before,
-                "estimate_s": self.estimate_s} | ({"pair": self.pair} if self.pair else {})
+                "estimate_s": self.estimate_s,
+                "estimate_source": Estimate(self.estimate_s, self.estimate_n).source
+                } | ({"pair": self.pair} if self.pair else {})
 
 
 @dataclass
@@ -109,12 +113,19 @@ class HostSchedule:
     reboots: int = 0
     lower_bound: int = 0
     estimate_s: float = 0.0
+    reboot: Estimate = Estimate(0.0)    # one reboot of this host (counted `reboots` times)
+
+    def run_sources(self) -> str:
+        return sources([Estimate(r.estimate_s, r.estimate_n) for r in self.runs])
 
     def as_dict(self) -> dict:
         return {"host": self.host, "current_boot": self.current.as_dict(),
                 "runs": [r.as_dict() for r in self.runs],
                 "boot_groups": [b.as_dict() for b in self.boots], "reboots": self.reboots,
-                "reboot_lower_bound": self.lower_bound, "estimate_s": self.estimate_s}
+                "reboot_lower_bound": self.lower_bound, "estimate_s": self.estimate_s,
+                "run_estimates": self.run_sources(),
+                "reboot_estimate_s": self.reboot.seconds if self.reboots else 0.0,
+                "reboot_estimate": self.reboot.source if self.reboots else "no reboot"}
 
 
 @dataclass
@@ -144,7 +155,11 @@ class Schedule:
         return {"campaign": self.campaign, "seed": self.seed, "randomize": self.randomize,
                 "interleave_reps": self.interleave,
                 "estimates": {"run_seconds": self.run_seconds,
-                              "reboot_seconds": self.reboot_seconds},
+                              "reboot_seconds": self.reboot_seconds,
+                              "runs": sources([Estimate(r.estimate_s, r.estimate_n)
+                                               for r in self.runs]),
+                              "reboots": sources([h.reboot for h in self.hosts
+                                                  for _ in range(h.reboots)])},
                 "runs": len(self.runs), "reboots": self.reboots, "estimate_s": self.estimate_s,
                 "hosts": [h.as_dict() for h in self.hosts]}
 
@@ -161,22 +176,38 @@ def _rng(seed: int, *salt: str) -> random.Random:
 def schedule(requests: Sequence[RunRequest], hosts: Sequence[HostState], seed: int, *,
              campaign: str = "campaign", randomize: bool = True, interleave: bool = True,
              run_seconds: float = 900.0, reboot_seconds: float = 600.0,
-             cell_seconds: Mapping[str, float] | None = None) -> Schedule:
-    """Order the requests on the hosts (see the module docstring). Pure and deterministic."""
+             cell_seconds: Mapping[str, float] | None = None,
+             measured: Estimates | None = None) -> Schedule:
+    """Order the requests on the hosts (see the module docstring). Pure and deterministic.
+    A run's estimate is `cell_seconds`' for its cell when given, else what `measured` has for
+    its host and cell (bench.matrix.estimate: earlier runs' median wall time, else
+    run_seconds); a reboot's is `measured`'s for the host, else reboot_seconds. Reboots are
+    only counted where the plan boots a host into a boot config it is not in."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InputError(f"seed must be an integer, got {seed!r}")
     by_name = {h.name: h for h in hosts}
     if len(by_name) != len(hosts):
         raise InputError("a host is listed twice")
     times = dict(cell_seconds or {})
+    # the model's figures are run_seconds and reboot_seconds whatever `measured` was built with
+    known = Estimates(float(run_seconds), float(reboot_seconds),
+                      measured.runs if measured else {}, measured.reboots if measured else {})
+
+    def estimate(c: Candidate) -> Estimate:
+        if c.cell in times:
+            return Estimate(float(times[c.cell]))
+        return known.run(c.host, c.cell)
 
     def est(c: Candidate) -> float:
-        return float(times.get(c.cell, run_seconds))
+        return estimate(c).seconds
+
+    def reboot_of(host: str) -> float:
+        return known.reboot(host).seconds
 
     units = _units(requests, by_name)
-    assigned = _assign(units, by_name, seed, est, reboot_seconds)
-    plans = [_order_host(h, assigned[h.name], seed, campaign, randomize, interleave, est,
-                         reboot_seconds) for h in hosts]
+    assigned = _assign(units, by_name, seed, est, reboot_of)
+    plans = [_order_host(h, assigned[h.name], seed, campaign, randomize, interleave, estimate,
+                         known.reboot(h.name)) for h in hosts]
     return Schedule(campaign, seed, plans, randomize, interleave, float(run_seconds),
                     float(reboot_seconds))
 
@@ -205,7 +236,7 @@ def _units(requests: Sequence[RunRequest], by_name: dict[str, HostState]
 
 
 def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], seed: int,
-            est: Callable[[Candidate], float], reboot_seconds: float
+            est: Callable[[Candidate], float], reboot_of: Callable[[str], float]
             ) -> dict[str, list[tuple[RunRequest, Candidate]]]:
     """1. Assignment: units with one candidate host go there; the others, heaviest first
     (ties in a seeded order), to the candidate where the estimated load (with the reboot a new
@@ -222,7 +253,7 @@ def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], s
             if c.boot not in boots_on[host]:
                 boots_on[host].add(c.boot)
                 if not by_name[host].is_current(c.boot):
-                    load[host] += reboot_seconds
+                    load[host] += reboot_of(host)
 
     flexible = []
     for u in sorted(units):
@@ -240,7 +271,7 @@ def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], s
         def cost(c: Candidate, n: int = len(rs)) -> tuple:
             extra = 0.0
             if c.boot not in boots_on[c.host] and not by_name[c.host].is_current(c.boot):
-                extra = reboot_seconds
+                extra = reboot_of(c.host)
             return (load[c.host] + extra + est(c) * n, c.host)
         place(min(rs[0].candidates, key=cost).host, rs)
     return assigned
@@ -248,10 +279,11 @@ def _assign(units: dict[str, list[RunRequest]], by_name: dict[str, HostState], s
 
 def _order_host(h: HostState, items: list[tuple[RunRequest, Candidate]], seed: int,
                 campaign: str, randomize: bool, interleave: bool,
-                est: Callable[[Candidate], float], reboot_seconds: float) -> HostSchedule:
+                estimate: Callable[[Candidate], Estimate], reboot_est: Estimate
+                ) -> HostSchedule:
     """2. + 3. One host's order: boot groups (the current boot first, free), runs ordered
     within each group."""
-    hp = HostSchedule(h.name, h.current)
+    hp = HostSchedule(h.name, h.current, reboot=reboot_est)
     hrng = _rng(seed, "order", h.name)
     first_seen: dict[BootConfig, int] = {}
     for _r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
@@ -274,14 +306,14 @@ def _order_host(h: HostState, items: list[tuple[RunRequest, Candidate]], seed: i
         reboot = not (gi == 0 and h.is_current(b))
         if reboot:
             hp.reboots += 1
-            hp.estimate_s += reboot_seconds
+            hp.estimate_s += hp.reboot.seconds
         for i, (r, c) in enumerate(ordered):
             pos += 1
-            e = est(c)
-            hp.estimate_s += e
+            e = estimate(c)
+            hp.estimate_s += e.seconds
             hp.runs.append(ScheduledRun(f"{campaign}-{h.name}-{pos:03d}", h.name, pos, r.rep,
-                                        c.cell, r.point, b, reboot and i == 0, e,
-                                        _pair_info(r, seed)))
+                                        c.cell, r.point, b, reboot and i == 0, e.seconds,
+                                        _pair_info(r, seed), e.n))
         hp.boots.append(b)
     hp.lower_bound = reboot_lower_bound(hp.boots, h)
     return hp

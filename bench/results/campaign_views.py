@@ -37,8 +37,7 @@ def campaign_renderable(p: dict):
                   dur(h["elapsed_s"]), f"{h['done']}/{h['total']}", dur(h["eta_s"]))
     bar = ProgressBar(total=max(1, p["total"]), completed=p["finished"], width=50)
     line = Text(f" {p['finished']}/{p['total']} runs finished, {p['failed']} failed, "
-                f"ETA {dur(p['eta_s'])} (run ~{dur(p['run_seconds'])}, reboot "
-                f"~{dur(p['reboot_seconds'])})")
+                f"ETA {dur(p['eta_s'])} ({eta_basis(p)})")
     parts: list[RenderableType] = [head, t, Group(bar, line)]
     if p.get("resume"):
         parts.append(compose(("not driven:", "yellow"), " no controller runs this campaign; `",
@@ -54,6 +53,19 @@ def campaign_renderable(p: dict):
     for w in p.get("warnings") or []:
         parts.append(compose(("warning", "yellow"), f" {w['t'][11:19]} {w['message']}"))
     return Group(*parts)
+
+
+def eta_basis(p: dict) -> str:
+    """What the ETA rests on: the run time and whether it was measured; the reboots still
+    planned, if any (a campaign whose hosts reboot no more says so, not a reboot time)."""
+    runs = f"run ~{dur(p['run_seconds'])} {p.get('run_source', 'modelled')}"
+    left = p.get("reboots_left")
+    if left == 0:
+        return runs + ", no reboot left"
+    if left is None:        # a snapshot from before reboots_left: as it was shown then
+        return runs + f", reboot ~{dur(p['reboot_seconds'])}"
+    return (runs + f", {left} reboot{'s' if left > 1 else ''} ~{dur(p['reboot_seconds'])} "
+            f"{p.get('reboot_source', 'modelled')}")
 
 
 def campaign_live(snapshot, finished, interval: float = 1.0, journal=None) -> None:

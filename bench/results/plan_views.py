@@ -92,6 +92,29 @@ def matrix_text(m: dict) -> str:
     return visible("\n".join(lines) + "\n")
 
 
+def estimates_text(e: dict) -> str:
+    """Where the plan's estimates come from: runs measured (earlier runs of the same cell on
+    the same host) or modelled (the matrix's per-run figure); reboots likewise, or none."""
+    runs = e.get("runs", "modelled")
+    text = (f"runs {runs}" + (f" ({duration(e['run_seconds'])} per run)"
+                              if runs != "measured" and "modelled" in runs else ""))
+    reboots = e.get("reboots", "modelled")
+    return text + ("; no reboot" if reboots == "none" else
+                   f"; reboots {reboots}" + (f" ({duration(e['reboot_seconds'])} per reboot)"
+                                             if "modelled" in reboots else ""))
+
+
+def _host_estimate_text(h: dict) -> str:
+    """A host's estimate: what its runs' estimates rest on, and its reboots' (if any)."""
+    if "run_estimates" not in h or not h["runs"]:
+        return ""
+    parts = [f"runs {h['run_estimates']}"]
+    if h["reboots"]:
+        parts.append(f"{h['reboots']} x {duration(h['reboot_estimate_s'])} reboot "
+                     f"{h['reboot_estimate']}")
+    return " (" + "; ".join(parts) + ")"
+
+
 def plan_text(m: dict, plan: dict, expansion: dict) -> str:
     """The dry-run plan: per host its ordered runs by boot group, reboots, estimate."""
     o = m["order"]
@@ -101,14 +124,13 @@ def plan_text(m: dict, plan: dict, expansion: dict) -> str:
               if m.get("engine") else f"workload {_workload_text(m['workload'])}; ")
              + ("randomized" if o["randomize"] else "as written")
              + (", repetitions interleaved" if o["interleave_reps"] else "")
-             + f"; estimate {duration(plan['estimates']['run_seconds'])} per run, "
-               f"{duration(plan['estimates']['reboot_seconds'])} per reboot",
+             + f"; estimate {estimates_text(plan['estimates'])}",
              ""]
     for h in plan["hosts"]:
         runs = h["runs"]
         lines.append(f"host {h['host']}: {len(runs)} runs, {h['reboots']} reboots "
                      f"(lower bound {h['reboot_lower_bound']}), estimate "
-                     f"{duration(h['estimate_s'])}")
+                     f"{duration(h['estimate_s'])}" + _host_estimate_text(h))
         if not runs:
             lines.append("  (no runs)")
             lines.append("")

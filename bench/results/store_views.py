@@ -8,8 +8,87 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from bench.judge import identity
+from bench.judge.stats import N_LIMIT, SPREAD_LIMIT
 from bench.results import views
 from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct, size_text
+
+# What each table's columns mean, printed under the table and in `bench results --help` (one
+# text, so the two cannot drift). Flags are bench.judge.stats.reliability_flags'.
+FLAG_LEGEND = (f"! = read with care: fewer than {N_LIMIT} retained runs, or a spread above "
+               f"{100 * SPREAD_LIMIT:.0f}% (listed below the table)")
+_STAT = ("n = retained/total runs of the cell; spread = (max - min) / median of the retained "
+         "runs' per-run median iteration times (- with one run: no spread)")
+_CELL_S = ("X s = median iteration seconds over retained runs, written as median (n, spread)")
+LEGENDS = {
+    "capacity": "C = page-cache capacity left to the pool; med s = median iteration seconds "
+                f"over retained runs; {_STAT}; GB/it = median device GB read per iteration; "
+                "a/C dev = GB/it against the inverse-capacity reference anchored at the largest "
+                "C; miss GB = nominal miss GB/iteration (demand model); amp = GB/it over miss "
+                "GB; s/token = med s per accepted token",
+    "reclaim": "C = page-cache capacity; on = MGLRU on (the -mglru cell), off = MGLRU off "
+               f"(classic LRU, the -classic cell); {_CELL_S}; {_STAT}; GB/it = median device "
+               "GB read per iteration; on/off GB = on GB/it over off GB/it; scan/steal on/off = "
+               "kswapd pages scanned per page stolen, on/off; locked = share of memory locked by "
+               "the mechanism",
+    "equal-memory": f"C = the cgroup's memory limit; {_CELL_S} of each mode's cell; {_STAT}; "
+                    "GB/it = median device GB read per iteration; served = share of reads "
+                    "served without a device read",
+    "prefetch": f"C = page-cache capacity; {_CELL_S} of each hint plan x delivery (none: no "
+                f"prefetch); {_STAT}",
+    "admission": "C = page-cache capacity; admitted GB/s = the fixed set read through the page "
+                 "cache (pagecache), bypassed GB/s = read around it (nocache), each median "
+                 f"[min-max] over retained runs; {_STAT}; admitted/bypassed = the ratio of "
+                 "the two medians; bypassed GB/it = device GB per iteration when bypassing",
+    "end-to-end": "admit s / nocache s = median steady-decode seconds of each policy; speedup = "
+                  "median over pairs of nocache_s / admit_s [min-max]; pairs = balanced pairs "
+                  "counted; runs kept/rejected = retained/rejected engine runs; flagged on the "
+                  "pairs: fewer than 3, or per-pair ratios spread (max - min over the median) "
+                  f"above {100 * SPREAD_LIMIT:.0f}%",
+    "compare": "ratio of medians = median of a over median of b; median pair ratio = median "
+               "over pairs of a/b; pair range = min-max of the per-pair ratios; pairs = pairs "
+               "counted; flagged on the time pairs: fewer than 3, or ratios spread (max - min "
+               f"over the median) above {100 * SPREAD_LIMIT:.0f}%",
+}
+
+
+def n_text(s: dict | None) -> str:
+    """Retained / total runs of a cell's summary ("0" for no summary)."""
+    return f"{s['n_retained']}/{s['n_retained'] + s['n_rejected']}" if s else "0"
+
+
+def spread_text(s: dict | None) -> str:
+    """The spread of a cell's summary; "-" with fewer than two retained runs: one run has no
+    spread to show (0.0% would read as perfectly repeatable)."""
+    return "-" if not s or s["n_retained"] < 2 else pct(s["spread"])
+
+
+def mark(text: str, s: dict | None) -> str:
+    """text, followed by "!" when the summary is flagged (FLAG_LEGEND): attached, so that it
+    never wraps onto a line of its own."""
+    return text + ("!" if s and s.get("flags") else "")
+
+
+def seconds_cell(s: dict | None, fmt: str = ".3f") -> str:
+    """A cell's median seconds with its n and spread: "0.083 (2/3, 2.1%)", "!" when flagged."""
+    if not s or s.get("median_s") is None:
+        return "-"
+    return mark(f"{num(s['median_s'], fmt)} ({n_text(s)},{spread_text(s)})", s)
+
+
+def flag_lines(items: Sequence[tuple[str, dict | None]]) -> list[str]:
+    """One caption line per flag, naming the summaries it holds for, in their order:
+    "! n=2 < 3: g1 64Mi balloon on, g1 64Mi cgroup on" (a campaign of two repetitions flags
+    every cell: one line, not one per cell)."""
+    by_flag: dict[str, list[str]] = {}
+    for what, s in items:
+        for f in (s or {}).get("flags") or ():
+            by_flag.setdefault(f, []).append(what)
+    return [f"! {f}: {', '.join(whats)}" for f, whats in by_flag.items()]
+
+
+def legend_lines(kind: str, flags: Sequence[str]) -> list[str]:
+    """Under a table: the flagged cells (with what ! means), then what the columns mean."""
+    return ([FLAG_LEGEND, *flags] if flags else []) + [LEGENDS[kind]]
 
 
 def runs_table(rows: Sequence[dict]) -> LiteralTable:
@@ -77,7 +156,7 @@ def cell_result_table(res: dict) -> LiteralTable:
         ("runs retained / rejected", f"{res['n_retained']} / {res['n_rejected']}"),
         ("median iteration s", num(res["median_s"], ".4f")),
         ("min / max s", f"{num(res['min_s'], '.4f')} / {num(res['max_s'], '.4f')}"),
-        ("spread", pct(res["spread"])),
+        ("spread", spread_text(res)),
         ("device GB/iteration", gb(res["device_gb_per_iteration"], ".4f")),
         ("nominal miss GB/iteration", gb(res["nominal_miss_gb_per_iteration"], ".4f")),
         ("amplification", "-" if res["amplification"] is None
@@ -128,18 +207,23 @@ def matrix_table(m: dict) -> LiteralTable:
     names = {g["id"]: g["id"] + (f" {g['host']}" if several else "") for g in groups}
     t.add_column("group" + (" host" if several else ""))
     if kind == "capacity":
-        _capacity_rows(t, m["rows"], names)
+        flags = _capacity_rows(t, m["rows"], names)
     elif kind == "reclaim":
-        _reclaim_rows(t, m["rows"], names)
+        flags = _reclaim_rows(t, m["rows"], names)
     elif kind == "admission":
-        _admission_rows(t, m["rows"], names)
+        flags = _admission_rows(t, m["rows"], names)
     else:
-        _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
+        flags = _mode_rows(t, m, m["modes"] if kind == "equal-memory" else m["prefetch"], names)
     # literal text (LiteralTable): host, trace and kernel names as stored, never as markup
     extra = agreement_lines(m, names) if kind == "reclaim" else []
     t.caption = "\n".join(x for x in [legend(m.get("groups", []), m.get("warnings", [])),
-                                       *extra] if x) or None
+                                       *extra, *legend_lines(kind, flags)] if x) or None
     return t
+
+
+def _where(names: dict[str, str], r: dict, *more: str) -> str:
+    """A row's name in a flag line: group, capacity and what else tells the cell apart."""
+    return " ".join([names[r["group"]], capacity_text(r["capacity_bytes"]), *more])
 
 
 def agreement_lines(m: dict, names: dict[str, str]) -> list[str]:
@@ -166,7 +250,8 @@ def _signed(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]
+                   ) -> list[str]:
     # seconds per accepted token where the workload knows its tokens (the batch replay, §4)
     tokens = any(r.get("seconds_per_accepted_token") is not None for r in rows)
     for col in ("C", "mechanism", "reclaim", "n", "med s", *(("s/token",) if tokens else ()),
@@ -175,41 +260,57 @@ def _capacity_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str])
     for r in rows:
         per_token = (num(r.get("seconds_per_accepted_token"), ".4f"),) if tokens else ()
         t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
-                  r["reclaim"], f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
-                  num(r["median_s"], ".3f"), *per_token, pct(r["spread"]),
-                  gb(r["device_gb_per_iteration"], ".4f"), pct(r["a_over_c_dev"]),
-                  gb(r["nominal_miss_gb_per_iteration"], ".4f"),
+                  r["reclaim"], n_text(r), mark(num(r["median_s"], ".3f"), r), *per_token,
+                  spread_text(r), gb(r["device_gb_per_iteration"], ".4f"),
+                  pct(r["a_over_c_dev"]), gb(r["nominal_miss_gb_per_iteration"], ".4f"),
                   "-" if r["amplification"] is None else f"{r['amplification']:.2f}x")
+    return flag_lines([(_where(names, r, r["mechanism"], r["reclaim"]), r) for r in rows])
 
 
-def _reclaim_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
-    for col in ("C", "mechanism", "GB/it mglru", "GB/it classic", "on/off",
-                "s mglru", "s classic", "scan/steal mglru", "scan/steal classic", "locked"):
+def _reclaim_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]
+                  ) -> list[str]:
+    for col in ("C", "mechanism", "on s (n, spread)", "off s (n, spread)", "on GB/it",
+                "off GB/it", "on/off GB", "scan/steal on/off", "locked"):
         t.add_column(col, justify="left" if col == "mechanism" else "right")
+    flags: list[tuple[str, dict | None]] = []
     for r in rows:
         a, b = r.get("mglru") or {}, r.get("classic") or {}
         t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
+                  seconds_cell(a), seconds_cell(b),
                   gb(a.get("device_gb_per_iteration"), ".4f"),
                   gb(b.get("device_gb_per_iteration"), ".4f"),
-                  num(r["mglru_over_classic"], ".2f"), num(a.get("median_s")),
-                  num(b.get("median_s")), num(a.get("scan_steal"), ".2f"),
-                  num(b.get("scan_steal"), ".2f"),
+                  num(r["mglru_over_classic"], ".2f"), _pair(a.get("scan_steal"),
+                                                              b.get("scan_steal")),
                   # the mechanism's locked share: either reclaim's runs measure it
                   pct(a.get("locked_fraction") if a.get("locked_fraction") is not None
                       else b.get("locked_fraction")))
+        flags += [(_where(names, r, r["mechanism"], on), s)
+                  for on, s in (("on", r.get("mglru")), ("off", r.get("classic")))]
+    return flag_lines(flags)
 
 
-def _admission_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]) -> None:
+def _pair(a: float | None, b: float | None) -> str:
+    """Two values as "a/b" ("-" when neither is known)."""
+    return "-" if a is None and b is None else f"{num(a, '.2f')}/{num(b, '.2f')}"
+
+
+def _admission_rows(t: LiteralTable, rows: Sequence[dict], names: dict[str, str]
+                    ) -> list[str]:
     """§9: GB/s of the fixed set admitted to the page cache and bypassing it (min-max, n)."""
-    for col in ("C", "mechanism", "admitted GB/s", "n", "bypassed GB/s", "n",
-                "admitted/bypassed", "bypassed GB/it"):
+    for col in ("C", "mechanism", "admitted GB/s", "n", "spread", "bypassed GB/s", "n",
+                "spread", "admitted/bypassed", "bypassed GB/it"):
         t.add_column(col, justify="left" if col == "mechanism" else "right")
+    flags: list[tuple[str, dict | None]] = []
     for r in rows:
         a, b = r.get("pagecache") or {}, r.get("nocache") or {}
         ratio = r["admitted_over_bypassed"]
         t.add_row(names[r["group"]], capacity_text(r["capacity_bytes"]), r["mechanism"],
-                  _rate(a), _n(a), _rate(b), _n(b), "-" if ratio is None else f"{ratio:.2f}x",
+                  mark(_rate(a), a), n_text(a), spread_text(a), mark(_rate(b), b), n_text(b),
+                  spread_text(b), "-" if ratio is None else f"{ratio:.2f}x",
                   gb(b.get("device_gb_per_iteration"), ".3f"))
+        flags += [(_where(names, r, r["mechanism"], mode), s)
+                  for mode, s in (("admitted", a), ("bypassed", b))]
+    return flag_lines(flags)
 
 
 def _rate(s: dict) -> str:
@@ -218,32 +319,33 @@ def _rate(s: dict) -> str:
     return f"{s['gb_per_s']:.2f} [{s['gb_per_s_min']:.2f}-{s['gb_per_s_max']:.2f}]"
 
 
-def _n(s: dict) -> str:
-    return f"{s['n_retained']}/{s['n_retained'] + s['n_rejected']}" if s else "0"
-
-
-def _mode_rows(t: LiteralTable, m: dict, keys: Sequence[str], names: dict[str, str]) -> None:
+def _mode_rows(t: LiteralTable, m: dict, keys: Sequence[str], names: dict[str, str]
+               ) -> list[str]:
     """equal-memory (modes side by side) and prefetch (hint plans side by side)."""
     kind = m["matrix"]
     t.add_column("C", justify="right")
     if kind == "prefetch":
         t.add_column("mechanism")
     for k in keys:
-        t.add_column(f"{k} s", justify="right")
+        t.add_column(f"{k} s (n, spread)", justify="right")
     if kind == "equal-memory":
         for k in ("pagecache", "pinned"):
             t.add_column(f"{k} GB/it", justify="right")
             t.add_column(f"{k} served", justify="right")
+    flags: list[tuple[str, dict | None]] = []
     for r in m["rows"]:
         cells = [names[r["group"]], capacity_text(r["capacity_bytes"])] + (
             [r["mechanism"]] if kind == "prefetch" else [])
-        cells += [num((r.get(k) or {}).get("median_s")) for k in keys]
+        cells += [seconds_cell(r.get(k)) for k in keys]
+        flags += [(_where(names, r, *([r["mechanism"]] if kind == "prefetch" else []), k),
+                   r.get(k)) for k in keys]
         if kind == "equal-memory":
             for k in ("pagecache", "pinned"):
                 s = r.get(k) or {}
                 cells += [gb(s.get("device_gb_per_iteration"), ".4f"),
                           pct(s.get("served_fraction"))]
         t.add_row(*cells)
+    return flag_lines(flags)
 
 
 def _range(c: dict, k: str) -> str:
@@ -267,7 +369,8 @@ def compare_table(c: dict) -> LiteralTable:
         head = (f"{g['id']} {g['host'] or '-'}", f"runs {g['n_a']}/{g['n_b']}")
         for j, (k, label) in enumerate((("time", "iteration s"), ("device", "device B/it"))):
             t.add_row(head[j], label, num(g[f"{k}_ratio_of_medians"]),
-                      num(g[f"{k}_median_pair_ratio"]), _range(g, k), str(g[f"{k}_pairs"]),
+                      num(g[f"{k}_median_pair_ratio"]), _range(g, k),
+                      mark(str(g[f"{k}_pairs"]), g if k == "time" else None),
                       end_section=j == 1 and i < len(rows) - 1)
     notes = []
     if c.get("mechanism_agreement") is not None:
@@ -275,7 +378,9 @@ def compare_table(c: dict) -> LiteralTable:
                      "median time")
     notes.append("a pair: one run of each cell in the same group, campaign and repetition; "
                  "median pair ratio = median over pairs of a/b")
-    t.caption = legend(c["groups"], c.get("warnings", [])) + "\n" + "\n".join(notes)
+    flags = flag_lines([(f"{g['id']} {g['host'] or '-'} time pairs", g) for g in rows])
+    t.caption = (legend(c["groups"], c.get("warnings", [])) + "\n"
+                 + "\n".join(notes + legend_lines("compare", flags)))
     return t
 
 
@@ -322,7 +427,8 @@ def engine_table(res: dict) -> LiteralTable:
         match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
             ("NO", "bold red"), " (pairs " + ", ".join(r["mismatched"]) + ")")
         t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
-                  num(r["admit_median_s"], ".1f"), num(r["nocache_median_s"], ".1f"), sp,
+                  num(r["admit_median_s"], ".1f"), num(r["nocache_median_s"], ".1f"),
+                  mark(sp, r),
                   str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
                                      if r["incomplete"] else ""),
                   match, f"{r['n_retained']}/{r['n_rejected']}")
@@ -333,6 +439,9 @@ def engine_table(res: dict) -> LiteralTable:
         notes += ["\n", f"{g['id']}: {identity.group_text(g)}"]
     for w in res.get("warnings", []):
         notes += ["\n", ("warning:", "bold red"), f" {w}"]
+    flags = flag_lines([(f"{r['group']} {r['prompt']} speedup", r) for r in res["prompts"]])
+    for line in legend_lines("end-to-end", flags):
+        notes += ["\n", line]
     t.caption = compose(*notes, style="table.caption")
     return t
 

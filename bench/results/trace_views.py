@@ -98,14 +98,26 @@ def regimes_table(rows: Sequence[dict]) -> LiteralTable:
 
 
 def demand_table(rows: Sequence[dict]) -> LiteralTable:
-    t = LiteralTable(title="Demand model: LRU over one global pool, measured (second) pass")
-    for col in ("trace", "capacity", "pool keys", "misses/it", "nominal miss GB/it",
-                "logical GB/it", "hit rate"):
+    """The demand model's rows; rows whose capacity stands for one of the paper's, scaled to a
+    smaller pool (`scaled_from`, as the demo sweeps), say so in a column and the caption."""
+    scaled = [r for r in rows if r.get("scaled_from")]
+    t = LiteralTable(title="Demand model: LRU over one global pool, measured (second) pass"
+                     + (", the paper's capacities scaled to this pool" if scaled else ""))
+    for col in ("trace", "capacity", *(("scaled from",) if scaled else ()), "pool keys",
+                "misses/it", "nominal miss GB/it", "logical GB/it", "hit rate"):
         t.add_column(col, justify="left" if col == "trace" else "right")
     for r in rows:
-        t.add_row(source_name(str(r["trace"])), r["capacity"], str(r["capacity_experts"]),
+        t.add_row(source_name(str(r["trace"])), r["capacity"],
+                  *((f"paper {r['scaled_from']}" if r.get("scaled_from") else "-",)
+                    if scaled else ()), str(r["capacity_experts"]),
                   f"{r['misses_per_iteration']:.1f}", f"{r['nominal_miss_gb_per_iteration']:.2f}",
                   f"{r['logical_gb_per_iteration']:.2f}", pct(r["hit_rate"]))
+    if scaled:
+        r = scaled[0]
+        t.caption = (f"capacity = the paper's capacity x this pool / the paper's pool "
+                     f"({r['scaled_pool_bytes'] / 1e9:.3g} GB / "
+                     f"{r['paper_pool_bytes'] / 1e12:g} TB), whole MB: the same share of the "
+                     "pool, not the paper's bytes")
     return t
 
 

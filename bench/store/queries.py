@@ -281,9 +281,15 @@ def _pooled(groups: list[dict], diff: dict, why: str) -> dict:
                                  f"differ in {why}"}}
 
 
+def flagged(summary: dict) -> dict:
+    """A cell's summary with its reliability flags (stats.reliability_flags: too few retained
+    runs, too wide a spread), for JSON readers and the views alike."""
+    return summary | {"flags": stats.reliability_flags(summary["n_retained"], summary["spread"])}
+
+
 def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
     runs = g["runs"]
-    summary = stats.summarize(runs)
+    summary = flagged(stats.summarize(runs))
     keys = {identity.key_of(r)[1:] for r in runs}
     near = [r for r in runs_in_scope if identity.key_of(r)[1:] in keys]
     out = {"cell": name, "group": g["id"], "host": g["host"], "workload": g["workload"],
@@ -291,7 +297,8 @@ def _cell_group(name: str, g: dict, runs_in_scope: list[dict]) -> dict:
            "campaigns": sorted({r["campaign_id"] for r in runs if r["campaign_id"]}),
            "pooled": g.get("pooled"), "split": None, **summary,
            "seconds_per_accepted_token": per_token(summary["median_s"], g.get("workload")),
-           "warnings": stats.indicators(summary) + cross_check_warnings(name, near)}
+           "warnings": [f"read with care: {f}" for f in summary["flags"]]
+           + stats.indicators(summary) + cross_check_warnings(name, near)}
     if g.get("pooled"):
         out["warnings"].insert(0, g["pooled"]["reason"])
     if cell_of(name).is_engine:
@@ -361,7 +368,7 @@ def matrix_groups(store: Store, *, host=None, campaign=None, workload=None,
                 found[k] = ({c: r[c] for c in _PART_KEYS}, [])
             found[k][1].append(r)
         parts = list(found.values())
-    summarized = [first | {"summary": stats.summarize(rs)} for first, rs in parts]
+    summarized = [first | {"summary": flagged(stats.summarize(rs))} for first, rs in parts]
     groups = identity.label_groups(identity.group_runs(summarized, with_cell=False))
     cells = {(g["id"], p["cell"]): (cell_of(p["cell"]), p["summary"])
              for g in groups for p in g["runs"]}
@@ -443,6 +450,9 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
         st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
                   fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
                   n_rejected=sum(r["retained"] is False for r in g["runs"]))
+        sp = st["speedup"]      # flagged on its pairs and their ratios' spread
+        st["flags"] = stats.reliability_flags(
+            st["pairs"], sp and (st["speedup_max"] - st["speedup_min"]) / sp)
         out["prompts"].append(st)
         if st["hashes_match"] is False:
             out["warnings"].append(f"{name}: output hashes differ within pair(s) "
@@ -516,7 +526,11 @@ def compare(store: Store, a: str, b: str, *, host=None, campaign=None, workload=
 
 def _comparison(ra: list[dict], rb: list[dict], pairs: list[tuple[dict, dict]],
                 diff: list[str]) -> dict:
-    return stats.comparison(ra, rb, pairs, METRICS, diff)
+    """stats.comparison, flagged on its time pairs: their count, their ratios' spread."""
+    c = stats.comparison(ra, rb, pairs, METRICS, diff)
+    med, lo, hi = (c[f"time_{k}"] for k in ("median_pair_ratio", "pair_ratio_min",
+                                            "pair_ratio_max"))
+    return c | {"flags": stats.reliability_flags(c["time_pairs"], med and (hi - lo) / med)}
 
 
 SIZING_PREFERENCE = {"cgroup": 0, "memboot": 0, "none": 1, "balloon": 2}

@@ -373,8 +373,9 @@ def test_dry_run_golden_end_to_end(capsys, tmp_path):
     (regenerate with BENCH_REGEN_GOLDEN=1)."""
     from tests.support.facts import DEBIAN, fixture_facts, gh200_facts
     facts = gh200_facts(tmp_path, local=fixture_facts(DEBIAN))
+    absent = ["--db", str(tmp_path / "absent.db")]    # every estimate modelled
     rc = main(["schedule", "--matrix", "end-to-end", "--hosts-dir", str(ROOT / "hosts"),
-               "--seed", "7", "--dry-run", "--facts", facts])
+               "--seed", "7", "--dry-run", "--facts", facts, *absent])
     out = capsys.readouterr()
     assert rc == 0, out.err
     path = GOLDEN / "schedule-end-to-end-seed7.txt"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bench.matrix import schedule as S
 from bench.matrix.engine_cells import order_label, pair_orders
+from bench.matrix.estimate import Estimate
 from bench.matrix.expand import BootConfig, Candidate, RunRequest
 from bench.matrix.schedule import HostSchedule, HostState, ScheduledRun, schedule
 
@@ -72,7 +73,7 @@ def old_pair_info(r, seed):
 
 
 def old_order_host(h, items, seed, campaign, randomize, interleave, est, reboot_seconds):
-    hp = HostSchedule(h.name, h.current)
+    hp = HostSchedule(h.name, h.current, reboot=Estimate(reboot_seconds))
     hrng = S._rng(seed, "order", h.name)
     first_seen = {}
     for _r, c in sorted(items, key=lambda rc: (rc[0].index, rc[0].rep, rc[0].unit)):
@@ -148,7 +149,7 @@ def test_the_order_is_the_one_the_quadratic_algorithm_gave(w, seed, randomize, i
     def est(c):
         return 10.0
 
-    assigned = S._assign(S._units(requests, by_name), by_name, seed, est, 100.0)
+    assigned = S._assign(S._units(requests, by_name), by_name, seed, est, lambda _h: 100.0)
     want = [old_order_host(h, assigned[h.name], seed, "c", randomize, interleave, est, 100.0)
             for h in hosts]
     assert [hp.as_dict() for hp in plan.hosts] == [hp.as_dict() for hp in want]

@@ -30,7 +30,8 @@ T = "2026-11-29T19:05:00+00:00"
 
 def _stat(**kw) -> dict:
     return dict({"median_s": 1.0, "device_gb_per_iteration": 0.5, "scan_steal": 1.1,
-                 "served_fraction": 0.5, "locked_fraction": None}, **kw)
+                 "served_fraction": 0.5, "locked_fraction": None, "n_retained": 1,
+                 "n_rejected": 0, "spread": 0.0, "flags": ["n=1 < 3: no spread"]}, **kw)
 
 
 def _store_views(s: str) -> dict:
@@ -49,7 +50,8 @@ def _store_views(s: str) -> dict:
     rows = [{"group": s, "host": s, "capacity_bytes": 1 << 30, "reclaim": s, "mechanism": s, "n_retained": 1,
              "n_rejected": 0, "median_s": 1.0, "spread": 0.1, "device_gb_per_iteration": 0.5,
              "a_over_c_dev": 0.3, "nominal_miss_gb_per_iteration": 0.4, "amplification": 1.1,
-             "mglru": _stat(), "classic": _stat(), "mglru_over_classic": 0.9,
+             "mglru": _stat(), "classic": _stat(flags=[s]), "mglru_over_classic": 0.9,
+             "flags": [s],
              "pagecache": _stat(), "pinned": _stat(), s: _stat()}]
     head = {"host": s, "campaign": s, "workload": s, "rows": rows,
             "groups": [group, dict(group, id="g2", host="other")], "warnings": [s]}
@@ -57,11 +59,13 @@ def _store_views(s: str) -> dict:
         {"prompt": s, "admit_median_s": 10.0, "nocache_median_s": 20.0, "speedup": 2.0,
          "speedup_min": 1.5, "speedup_max": 2.5, "hashes_match": False, "mismatched": [s],
          "pairs": 3, "incomplete": [s], "n_retained": 6, "n_rejected": 1, "group": s,
+         "flags": [s],
          "host": s}], "groups": [group, dict(group, id="g2", host="other")]}
     ratios = {"n_a": 2, "n_b": 2, "time_ratio_of_medians": 1.1, "time_median_pair_ratio": 1.0,
               "time_pair_ratio_min": 0.9, "time_pair_ratio_max": 1.1, "time_pairs": 2,
               "device_ratio_of_medians": 1.0, "device_median_pair_ratio": 1.0,
-              "device_pair_ratio_min": 0.9, "device_pair_ratio_max": 1.1, "device_pairs": 2}
+              "device_pair_ratio_min": 0.9, "device_pair_ratio_max": 1.1, "device_pairs": 2,
+              "flags": [s]}
     return {
         "runs": store_views.runs_table([{
             "run_id": s, "campaign": s, "host": s, "cell": s, "repetition": 1, "retained": False,

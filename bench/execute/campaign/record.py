@@ -96,7 +96,8 @@ def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
               for c in (req.candidates if req else ())]
         runs[r.run_id] = {"host": r.host, "cell": r.cell, "point": r.point, "rep": r.rep,
                           "position": r.position, "boot": r.boot.as_dict(),
-                          "estimate_s": r.estimate_s, "candidates": cl,
+                          "reboot_before": r.reboot_before, "estimate_s": r.estimate_s,
+                          "estimate_n": r.estimate_n, "candidates": cl,
                           "placement": "one" if len(cl) > 1 else "each"}
         if r.pair:      # engine runs: their place in a balanced pair
             runs[r.run_id]["pair"] = r.pair
@@ -105,7 +106,11 @@ def campaign_record(schedule: Schedule, expansion: Expansion, matrix: Matrix,
             "protocol": dict(matrix.protocol or {}),
             "workload": dict(matrix.workload), "hosts": host_names,
             "estimates": {"run_seconds": schedule.run_seconds,
-                          "reboot_seconds": schedule.reboot_seconds},
+                          "reboot_seconds": schedule.reboot_seconds,
+                          # per host: one reboot's estimate (n: reboots measured behind it)
+                          "reboots_by_host": {h.host: {"seconds": h.reboot.seconds,
+                                                       "n": h.reboot.n}
+                                              for h in schedule.hosts}},
             # what the report sets the campaign's duration and reboots against
             "estimate": {"estimate_s": schedule.estimate_s, "reboots": schedule.reboots,
                          "reboot_lower_bound": sum(h.lower_bound for h in schedule.hosts)},

@@ -59,6 +59,19 @@ def test_golden_cell(full):
     check_golden("cell_64Mi-balloon-mglru.txt", text)
 
 
+def test_matrix_json_carries_reliability_flags(full, capsys):
+    """`bench results --matrix reclaim --json` gives JSON readers the flags the table marks:
+    each cell's reliability_flags of its own n and spread (two repetitions: n=2 < 3)."""
+    from bench.judge.stats import reliability_flags
+    assert main(["results", "--matrix", "reclaim", "--json", "--db", full[1]]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    cells = [s for r in rows for s in (r.get("mglru"), r.get("classic")) if s]
+    assert len(cells) == 6
+    for s in cells:
+        assert s["flags"] == reliability_flags(s["n_retained"], s["spread"])
+        assert s["flags"][0] == "n=2 < 3"
+
+
 def test_golden_detects_a_change(tmp_path, monkeypatch):
     monkeypatch.setattr(golden, "GOLDEN", tmp_path)
     monkeypatch.delenv("BENCH_UPDATE_GOLDEN", raising=False)
