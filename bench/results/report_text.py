@@ -21,7 +21,7 @@ SECTIONS = (("summary", "Summary"), ("figures", "Results per figure"),
 
 FIGURE_LEGEND = (
     "median s: median over retained runs of each run's median iteration time; min-max: the "
-    "fastest and slowest retained run; n: retained runs / rejected runs; spread: (max - min) "
+    "fastest and slowest retained run; n: retained / all judged runs of the cell; spread: (max - min) "
     f"/ median; GB/it: median device traffic per iteration (10^9 bytes); flagged: n < {N_LIMIT} "
     f"or spread > {100 * SPREAD_LIMIT:.0f}% (the protocol's thresholds).")
 
@@ -109,7 +109,7 @@ def figure_table(f: dict) -> Table:
     for r in f["rows"]:
         stats = [num(r["median_s"]),
                  "-" if r["min_s"] is None else f"{r['min_s']:.3f}-{r['max_s']:.3f}",
-                 f"{r['n_retained']}/{r['n_rejected']}",
+                 f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
                  pct(r["spread"]) if r["n_retained"] > 1 else "-", num(r["device_gb"], ".4f"),
                  "; ".join(r["flags"]) or "-"]
         rows.append(([r["group"]] if several else []) + [r["cell"]]
