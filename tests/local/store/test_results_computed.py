@@ -41,7 +41,8 @@ def _every_run_grouped(store, *, host=None, campaign=None, workload=None, includ
     for g in groups:
         for r in g["runs"]:
             cells.setdefault((g["id"], r["cell"]), []).append(r)
-    return groups, {k: (queries.cell_of(k[1]), stats.summarize(rs)) for k, rs in cells.items()}
+    return groups, {k: (queries.cell_of(k[1]), queries.flagged(stats.summarize(rs)))
+                    for k, rs in cells.items()}
 
 
 def _same_as_every_run_grouped(store, monkeypatch) -> None:
