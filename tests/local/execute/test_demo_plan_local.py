@@ -21,7 +21,7 @@ def test_the_demo_plan_counts_no_reboot_on_the_local_host(tmp_path):
     e = dc.estimate
     assert e["reboot_count"] == 0 and e["reboots"] == "none"
     assert e["runs"] == "modelled"               # a fresh database has measured nothing
-    assert e["seconds"] == 20.0 * len(dc.runs)   # the demo matrix's 20 s per run, no reboot
+    assert e["seconds"] == 5.0 * len(dc.runs)    # the demo matrix's 5 s per run, no reboot
     text = plan_views.estimates_text(e)
     assert text.endswith("; no reboot") and "per reboot" not in text
     store = open_store(db, write=False)
