@@ -21,9 +21,9 @@ SECTIONS = (("summary", "Summary"), ("figures", "Results per figure"),
 
 FIGURE_LEGEND = (
     "median s: median over retained runs of each run's median iteration time; min-max: the "
-    "fastest and slowest retained run; n: retained / all judged runs of the cell; spread: (max - min) "
-    f"/ median; GB/it: median device traffic per iteration (10^9 bytes); flagged: n < {N_LIMIT} "
-    f"or spread > {100 * SPREAD_LIMIT:.0f}% (the protocol's thresholds).")
+    "fastest and slowest retained run; n: retained / all judged runs of the cell; spread: "
+    "(max - min) / median; GB/it: median device traffic per iteration (10^9 bytes); "
+    f"flagged: n < {N_LIMIT} or spread > {100 * SPREAD_LIMIT:.0f}% (the protocol's thresholds).")
 
 
 @dataclass(frozen=True)
