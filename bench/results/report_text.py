@@ -39,6 +39,14 @@ def num(x, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def sig(x, places: int = 3) -> str:
+    """A measured value that keeps its digits: `places` decimals down to 0.1, below that three
+    significant digits (a 0.2 ms iteration reads 0.000215, not 0.000; 0 stays 0)."""
+    if x is None:
+        return "-"
+    return format(x, f".{places}f") if x == 0 or abs(x) >= 0.1 else format(x, ".3g")
+
+
 def pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -107,10 +115,10 @@ def figure_table(f: dict) -> Table:
         "median s", "min-max s", "n", "spread", "GB/it", "flagged"]
     rows = []
     for r in f["rows"]:
-        stats = [num(r["median_s"]),
-                 "-" if r["min_s"] is None else f"{r['min_s']:.3f}-{r['max_s']:.3f}",
+        stats = [sig(r["median_s"]),
+                 "-" if r["min_s"] is None else f"{sig(r['min_s'])}-{sig(r['max_s'])}",
                  f"{r['n_retained']}/{r['n_retained'] + r['n_rejected']}",
-                 pct(r["spread"]) if r["n_retained"] > 1 else "-", num(r["device_gb"], ".4f"),
+                 pct(r["spread"]) if r["n_retained"] > 1 else "-", sig(r["device_gb"], 4),
                  "; ".join(r["flags"]) or "-"]
         rows.append(([r["group"]] if several else []) + [r["cell"]]
                     + ([r["host"]] if hosts else []) + stats)

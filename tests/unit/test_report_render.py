@@ -136,3 +136,12 @@ def test_markdown_and_html_say_the_same_counts():
     md, page = report_md.render(d), report_html.render(d, None)
     line = "3: 1 validated, 1 rejected, 1 failed, 0 pending; 1 cell(s) skipped at planning"
     assert line in page and report_md.md(line) in md
+
+
+def test_small_measured_values_keep_their_digits():
+    """A 0.2 ms iteration and 7 kB per iteration are not printed as 0.000 (a reader saw a
+    21% spread around a median of 0.000)."""
+    from bench.results.report_text import sig
+    assert sig(0.000215) == "0.000215" and sig(7.1e-6, 4) == "7.1e-06"
+    assert sig(1.5) == "1.500" and sig(0.25) == "0.250" and sig(0.0336, 4) == "0.0336"
+    assert sig(0) == "0.000" and sig(None) == "-"
