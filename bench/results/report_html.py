@@ -35,6 +35,7 @@ dl.kv dt { font-weight: 600; } dl.kv dd { margin: 0; }
         align-items: start; }
 .pair > div { min-width: 0; overflow-x: auto; }
 @media (max-width: 900px) { .pair { grid-template-columns: minmax(0, 1fr); } }
+.pair.stacked { grid-template-columns: minmax(0, 1fr); }
 figure { margin: 0; } figure svg { width: 100%; height: auto; display: block; }
 td { overflow-wrap: anywhere; }
 .flag { color: var(--warn); font-weight: 600; } .bad { color: var(--bad); font-weight: 600; }
@@ -141,8 +142,11 @@ def _figures(data: dict, svgs: Mapping[str, str | None] | None) -> str:
         missing = PLOT_HINT if svgs is None else f"no figure drawn for {f['kind']}"
         fig = (f"<figure>{svg}<figcaption class=\"muted\">{e(f['title'])}</figcaption>"
                "</figure>" if svg else f'<p class="muted">{e(missing)}</p>')
+        head, _rows = tbl = rt.figure_table(f)
+        # a table with group and host columns does not fit beside its figure: stacked
+        cls = "pair" if len(head) <= 7 else "pair stacked"
         out.append(f'<h3 id="figure-{e(f["kind"])}">{e(f["title"])}</h3>'
-                   f'<div class="pair"><div>{table(rt.figure_table(f))}'
+                   f'<div class="{cls}"><div>{table(tbl)}'
                    f'<p class="muted">{e(rt.FIGURE_LEGEND)}</p>'
                    f'{ul(rt.group_lines(f), "groups")}{ul(f["warnings"], "warnings")}</div>'
                    f'<div class="fig">{fig}</div></div>')
