@@ -23,7 +23,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -93,6 +96,26 @@ def write_private(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_replacing(out: Path, write: Callable[[BinaryIO], object]) -> None:
+    """A user's output file (a figure, a report) written by `write` into a temporary file
+    beside OUT, then renamed over it: a failed write leaves no partial file. The file gets the
+    mode open() would give it under the umask (not mkstemp's 0600). OSError propagates."""
+    tmp = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+        tmp = None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 def private_tree(root: Path) -> None:

@@ -4,8 +4,6 @@ report_html / report_md render it, report_figures draws the inline figures."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -113,23 +111,12 @@ def _check(store, ids: list[str]) -> None:
 
 def _write(out: Path, text: str) -> None:
     """Through a temporary file beside OUT, so a failed write leaves no partial report."""
+    from bench.paths import write_replacing
     from bench.plan.planfile import write_error
-    tmp = None
     try:
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        tmp = Path(name)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-        tmp = None
+        write_replacing(out, lambda f: f.write(text.encode("utf-8")))
     except OSError as exc:
         raise write_error(out, exc) from None
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,8 +15,6 @@ the first decade below the smallest positive value), so a zero is drawn at 0, no
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +37,7 @@ from matplotlib.transforms import Bbox
 from matplotlib.typing import RcKeyType
 
 from bench.errors import InputError
+from bench.paths import write_replacing
 from bench.plan.planfile import write_error
 
 RASTER_DPI = 200
@@ -357,22 +356,14 @@ def save(fig: Figure, out: Path) -> None:
     ids), through a temporary file beside it so a failed write leaves no partial file; a
     failed write is an error naming OUT."""
     fmt = out.suffix[1:].lower()
-    tmp = None
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-        tmp = Path(name)
-        with os.fdopen(fd, "wb") as f, styled():
+
+    def draw(f) -> None:
+        with styled():
             fig.savefig(f, format=fmt, dpi=RASTER_DPI, metadata=METADATA.get(fmt))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)           # as open() would have made it, not mkstemp's 0600
-        os.replace(tmp, out)
-        tmp = None
+    try:
+        write_replacing(out, draw)
     except OSError as exc:
         raise write_error(out, exc) from None
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
 
 
 def svg_text(fig: Figure, prefix: str) -> str:
