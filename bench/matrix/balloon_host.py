@@ -19,10 +19,15 @@ outside its balloon and C: 480 GB x (1 - 0.81) - 64 GB = 27.2 GB, from the 81% m
 (the 93G point then models to 0.749 against the measured 0.74). mem= is set to the MemTotal
 wanted: the boot's MemTotal lies up to 6% below it, which moves the measured share by about
 0.02 (tests/vm/test_campaign_vm.py prints and checks the measured locked fraction of every
-balloon run: 0.784-0.819 at 64G's mem=1422M, 0.718-0.760 at 93G's 1179M, 0.048-0.056 at
-448G's 376M). A share below MIN_LOCKED (the paper's 448G balloon
-locked 1%) is sized as MIN_LOCKED: a smaller balloon is within the run-to-run noise of
-MemAvailable (+-25 MB on the guests), and one the noise takes below zero cannot start. Without
+balloon run: 0.784-0.819 at 64G's mem=1422M, 0.718-0.760 at 93G's 1179M). A balloon smaller
+than MIN_BALLOON_BYTES is sized as MIN_BALLOON_BYTES: the host's own use varies from boot to
+boot (MemTotal less MemAvailable at mem=376M: 89.7 MB on one guest, 109.3 MB on the other, in
+the same campaign, 8 MB of it anonymous memory), and a balloon the variation takes below zero
+cannot start. The paper's 448G balloon locked 1% of its host, 4.8 GB; 1% of a 376 MB guest is
+3.8 MB, inside that variation (the former floor, 3.5% or 13 MB, left the 265M balloon of one
+guest 2.2 MB short: MemAvailable 262.8 MB). The lab's 448G point therefore locks about 10%
+(`bench matrix show --scale lab` says its locked share is out of regime), still a near-empty
+balloon beside the 74-81% that §5's finding compares. Without
 a `balloon_overhead` a scale's balloons run at the host's full memory and the regime check
 compares their share with the scale's `memory`, the host's own use left out."""
 
@@ -36,7 +41,7 @@ PAPER_MEMORY = 480 * 10**9          # machines A and B, 480 GB GH200s (inventory
 PAPER_LOCKED_64G = 0.81             # §5: the balloon at C = 64G locked 81% of the host
 PAPER_BALLOON_OVERHEAD = round(PAPER_MEMORY * (1 - PAPER_LOCKED_64G)) - 64 * 10**9
 OVERHEAD_FRACTION = 0.26            # a small host keeps this share of itself (measured above)
-MIN_LOCKED = 0.035                  # the least share a lab balloon is sized to lock
+MIN_BALLOON_BYTES = 40 * 10**6      # the least a lab balloon locks: twice the spread above
 
 
 def locked_share(capacity: int | float, memory: int | float, overhead: int | float = 0
@@ -55,13 +60,25 @@ def paper_locked_share(capacity: int) -> float:
 
 def balloon_host_memory(paper_capacity: int, lab_capacity: int, lab_overhead: int) -> int:
     """The mem= (bytes, rounded up to a whole decimal MB) at which a lab balloon at
-    `lab_capacity` locks the share the paper's did at `paper_capacity` (at least MIN_LOCKED)."""
-    share = max(paper_locked_share(paper_capacity), MIN_LOCKED)
+    `lab_capacity` locks the share the paper's did at `paper_capacity`, or MIN_BALLOON_BYTES
+    where that share is less."""
+    share = paper_locked_share(paper_capacity)
     room = 1 - OVERHEAD_FRACTION - share
     small = lab_capacity / room if room > 0 else math.inf      # u = a share of the host
     exact = small if OVERHEAD_FRACTION * small <= lab_overhead else \
         (lab_capacity + lab_overhead) / (1 - share)             # u = the overhead
+    if exact - min(OVERHEAD_FRACTION * exact, lab_overhead) - lab_capacity < MIN_BALLOON_BYTES:
+        floor = lab_capacity + MIN_BALLOON_BYTES                 # what the host must hold
+        small = floor / (1 - OVERHEAD_FRACTION)
+        exact = small if OVERHEAD_FRACTION * small <= lab_overhead else floor + lab_overhead
     return math.ceil(exact / 10**6) * 10**6
+
+
+def lab_locked_share(paper_capacity: int, lab_capacity: int, lab_overhead: int) -> float:
+    """The share of its host a lab balloon is sized to lock (what the paper's locked, or the
+    floor's share)."""
+    mem = balloon_host_memory(paper_capacity, lab_capacity, lab_overhead)
+    return locked_share(lab_capacity, mem, lab_overhead)
 
 
 def balloon_boots(capacity_map: tuple[tuple[str, str], ...], balloon_capacities: set[str],

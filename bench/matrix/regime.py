@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.matrix.balloon_host import PAPER_MEMORY, locked_share, paper_locked_share
+from bench.matrix.balloon_host import (MIN_BALLOON_BYTES, PAPER_MEMORY, locked_share,
+                                       paper_locked_share)
 from bench.matrix.load import Matrix, workload_pool_bytes
 from bench.matrix.matrix_schema import parse_capacity
 from bench.plan.planfile import read_plan
@@ -182,7 +183,10 @@ def regime_lines(points: list[RegimePoint]) -> list[str]:
         out.append(f"    {p.paper:>6} {pm:>6}  ->  {lab:<18} {lm:>6}  {p.status}")
         for x in p.locked:
             lx = "-" if x.lab is None else f"{x.lab:.3f}"
+            floor = x.boot and x.lab is not None and x.lab > x.paper + LOCKED_TOLERANCE
             why = (" (the scale names no memory)" if x.lab is None else
+                   f" (boots mem={format_size(x.boot)}: a lab balloon locks at least "
+                   f"{format_size(MIN_BALLOON_BYTES)})" if floor else
                    f" (boots mem={format_size(x.boot)})" if x.boot else "")
             out.append(f"      {x.kind + ' locks':<14}{x.paper:.3f}  ->  {'':<18} {lx:>6}  "
                        f"{x.status}{why}")

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.matrix.balloon_host import (MIN_LOCKED, PAPER_BALLOON_OVERHEAD, balloon_host_memory,
-                                       locked_share, paper_locked_share)
+from bench.matrix.balloon_host import (MIN_BALLOON_BYTES, PAPER_BALLOON_OVERHEAD,
+                                       balloon_host_memory, locked_share, paper_locked_share)
 from bench.matrix.expand import expand
 from bench.matrix.load import MatrixError, load_matrix
 from bench.units import parse_size
@@ -43,9 +43,11 @@ def test_each_lab_balloon_boots_the_host_where_it_locks_the_papers_share(name):
     assert set(dict(m.balloon_boots)) == balloons
     for lab, mem in m.balloon_boots:
         share = locked_share(parse_size(lab), mem, m.balloon_overhead)
-        # equal up to the whole MB mem= is rounded up to
-        want = max(paper_locked_share(paper_of[lab]), MIN_LOCKED)
-        assert 0 <= share - want < 1e6 / mem, (lab, mem)
+        # the paper's share, or the floor's where the paper's balloon is smaller, up to the
+        # whole MB mem= is rounded up to
+        want = max(paper_locked_share(paper_of[lab]), MIN_BALLOON_BYTES / mem)
+        assert 0 <= share - want < 1e6 / mem, (lab, mem, share, want)
+        assert share * mem >= MIN_BALLOON_BYTES - 1e6
         assert mem == balloon_host_memory(paper_of[lab], parse_size(lab), m.balloon_overhead)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from bench.cli import main
-from bench.matrix.balloon_host import PAPER_BALLOON_OVERHEAD, PAPER_MEMORY, paper_locked_share
+from bench.matrix.balloon_host import (MIN_BALLOON_BYTES, PAPER_BALLOON_OVERHEAD, PAPER_MEMORY,
+                                       paper_locked_share)
 from bench.matrix.load import load_matrix, shipped_names
 from bench.matrix.regime import (LOCKED_TOLERANCE, TOLERANCE, fixed_set_lines, no_scale_reason,
                                  regime, regime_lines)
@@ -168,8 +169,13 @@ def test_shipped_scales_keep_the_miss_regime(name, scale):
 def test_shipped_balloon_scales_lock_the_papers_share(name, scale):
     pts = regime(load_matrix(name, scale), DATA)
     shares = [x for p in pts for x in p.locked]
-    assert shares and all(x.lab is not None for x in shares)
-    assert all(x.status == "ok" for x in shares), regime_lines(pts)
+    assert shares and all(x.lab is not None and x.boot for x in shares)
+    # a paper balloon smaller than the lab's least (448G's 1%) locks the floor, said as such
+    floored = [x for x in shares if x.paper * x.boot < MIN_BALLOON_BYTES]
+    assert all(abs(x.lab * x.boot - MIN_BALLOON_BYTES) < 2e6 for x in floored), floored
+    assert all(x.status == "ok" for x in shares if x not in floored), regime_lines(pts)
+    text = "\n".join(regime_lines(pts))
+    assert text.count("a lab balloon locks at least 40M") == len(floored)
 
 
 def test_one_paper_capacity_is_one_lab_capacity_per_workload():

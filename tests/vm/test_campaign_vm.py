@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from bench.matrix.balloon_host import MIN_LOCKED, paper_locked_share
+from bench.matrix.balloon_host import lab_locked_share, paper_locked_share
 from bench.matrix.load import load_matrix
 from bench.units import format_size, parse_size
 from tests.support.campaign_db import journal_of as _journal
@@ -127,7 +127,7 @@ def test_every_mechanism_ran_and_mglru_was_toggled_both_ways(campaign):
             cap = r["cell"].split("-")[0]
             mem = BALLOON_MEM[cap]
             assert r["mem_total_bytes"] is not None and mem * 0.9 < r["mem_total_bytes"] <= mem, r
-            want = max(paper_locked_share(PAPER_C[cap]), MIN_LOCKED)   # what it is sized to
+            want = lab_locked_share(PAPER_C[cap], parse_size(cap), LAB.balloon_overhead)
             print(f"{r['cell']} on {r['host']}: mem={format_size(mem)}, MemTotal "
                   f"{r['mem_total_bytes'] / 1e6:.1f} MB, locked {r['locked_fraction']:.3f}, "
                   f"sized to lock {want:.3f}")
