@@ -42,6 +42,8 @@ DROP_RESIDUE_BYTES = 512 * MiB  # page cache left after drop_caches, beyond Shme
 KMSG_BAD = re.compile(r"I/O error|blk_update_request|critical medium error|Buffer I/O|"
                       r"Out of memory|oom-kill|invoked oom-killer|Killed process|"
                       r"EXT4-fs error|XFS .*error|nvme.*(timeout|reset)", re.IGNORECASE)
+# a /dev/kmsg record: "priority,sequence,microseconds since boot,flags[,...];message"
+KMSG_RECORD = re.compile(r"^\d+,\d+,(\d+),[^;]*;(.*)$", re.DOTALL)
 
 
 def run_kind(b: Bundle) -> str:
@@ -294,12 +296,22 @@ def timeline_reaches_wall(b, ctx):
     return True, f"memory.current reached {_mb(peak)} of the {_mb(wall)} wall"
 
 
+def kmsg_text(line: str) -> str:
+    """A kernel log line as dmesg shows it: "[seconds] message" for a /dev/kmsg record,
+    other lines (dmesg --raw) as they are."""
+    m = KMSG_RECORD.match(line.strip())
+    if not m:
+        return line.strip()
+    usec = int(m.group(1))
+    return f"[{usec // 10**6}.{usec % 10**6:06d}] {m.group(2)}"
+
+
 @rule("kernel_log_clean", 1)
 def kernel_log_clean(b, ctx):
     """No I/O error or OOM line among the kernel log lines of the run."""
     for line in b.kmsg:
         if KMSG_BAD.search(line):
-            return False, f"kernel log: {line.strip()[:160]}"
+            return False, f"kernel log: {kmsg_text(line)[:160]}"
     return True, f"{len(b.kmsg)} kernel log lines, none an I/O error or OOM"
 
 

@@ -12,7 +12,9 @@ rebooted) or does nothing.
    After the patience the ladder looks (unreachable), power-cycles; the command says it failed
    but the cycle happened: the new boot is waited for, proven, and the run is stored failed
    with the ladder's steps (the command's exit status and stderr among them); the campaign
-   finishes X's other runs. One call of the command.
+   finishes X's other runs. One call of the command. Meanwhile an I/O-error line written to
+   the (shared) kernel log while a run of Y measures gets that run rejected, so `bench report`
+   of the campaign shows a failed and a rejected run.
 2. Re-attaching: a controller is SIGKILLed while X runs a run and X crashes with it; a resume
    finds X answering, then X goes away for good at the re-attachment. The patience runs out,
    the ladder climbs: the first power command fails and nothing comes back within the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +55,7 @@ TERMINAL = ("validated", "rejected")
 RECONNECT_S = 3.0
 UP_S = 8.0
 IPMI_ERR = "Error: Unable to establish IPMI v2 / RMCP+ session"
+KMSG_LINE = "Buffer I/O error on dev bench-test, logical block 0, async page read"
 
 # the BMC stand-in: argv[1] its call counter, argv[2] its mode (cycle: reboot the lab host on
 # every call; second: only from the second call on; nothing: never), argv[3] the lab's state
@@ -103,6 +107,38 @@ def executing_on_x(lab, db: str, cid: str):
     return None
 
 
+def measuring_on_y(lab, db: str, cid: str):
+    """A run of Y inside its kernel-log window (opened at `pre`, read at `post`: warm-up and
+    measurement both lie inside it), or None."""
+    try:
+        store = open_store(db)
+    except Exception:  # noqa: BLE001 - the database is not created yet
+        return None
+    try:
+        for r in run_rows(store, cid):
+            if r.host == Y and r.state == "running":
+                if (host_status(lab, Y, r.run_id) or {}).get("phase") in ("warmup", "measuring"):
+                    return r.run_id
+    finally:
+        store.close()
+    return None
+
+
+def inject_io_error_during_a_run_of_y(lab, db: str, cid: str, done: threading.Event,
+                                      out: dict) -> None:
+    """Write one I/O-error line to the kernel log while a run of Y measures: the netns hosts
+    share this machine's kernel, so each run whose window holds the line (Y's, perhaps X's)
+    is rejected by kernel_log_clean. The line names itself as the test's."""
+    while not done.is_set():
+        rid = measuring_on_y(lab, db, cid)
+        if rid:
+            with open("/dev/kmsg", "w") as k:
+                k.write(f"<3>bench tests: {KMSG_LINE} (during {rid})\n")
+            out["during"] = rid
+            return
+        time.sleep(0.1)
+
+
 def settings(tmp_path: Path, db: str, hosts_dir: Path) -> Settings:
     return Settings(threads=1, passes=24, data_dir=tmp_path / "data", db_url=db,
                     hosts_dir=hosts_dir, reconnect_timeout_s=RECONNECT_S, chunk_s=5.0,
@@ -132,8 +168,12 @@ def test_a_failing_bmc_command_that_cycled_the_host_recovers_it_mid_wait(
     out: dict = {}
     ex = Executor(store, cid, s, on_event=lambda e: lines.append(e.line()))
     th = threading.Thread(target=lambda: out.update(res=ex.run()), daemon=True)
+    done, injected = threading.Event(), {}
+    inject = threading.Thread(target=inject_io_error_during_a_run_of_y,
+                              args=(lab, db, cid, done, injected), daemon=True)
     t0 = time.monotonic()
     th.start()
+    inject.start()
     try:
         flying = wait_for(lambda: executing_on_x(lab, db, cid), 120, "a run executing on X",
                           interval=0.2)
@@ -141,6 +181,8 @@ def test_a_failing_bmc_command_that_cycled_the_host_recovers_it_mid_wait(
         t_kill = time.monotonic()
     finally:
         th.join(240)
+        done.set()
+        inject.join(5)
         lab.reload()                      # the BMC stand-in rebooted X from its own process
     assert not th.is_alive(), "\n".join(lines[-40:])
     res = out["res"]
@@ -166,6 +208,13 @@ def test_a_failing_bmc_command_that_cycled_the_host_recovers_it_mid_wait(
           f"{steps[1]['seconds']}s, campaign {secs:.1f}s\n  reason: {reason}")
     verdicts = queries.verdicts(store, list(rows))
     store.close()
+    # the run of Y that measured through the injected line is rejected for it, and only for it
+    during = injected.get("during")
+    assert during and rows[during].state == "rejected", (injected, rows.get(during))
+    bad = [v for v in verdicts[during] if not v["passed"]]
+    assert [v["rule"] for v in bad] == ["kernel_log_clean"], bad
+    assert re.search(r"kernel log: \[\d+\.\d{6}\] bench tests: " + re.escape(KMSG_LINE),
+                     bad[0]["reason"]), bad
     _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying)
 
 
@@ -187,7 +236,7 @@ def _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying)
             bad = [v["rule"] for v in verdicts[rid] if not v["passed"]]
             assert bad and all(f"| {rule} |" in rejected for rule in bad), (rid, rejected)
     n_rej = sum(r.state == "rejected" for r in rows.values())
-    assert f"{n_rej} rejected, 1 failed" in md, md[:2000]
+    assert n_rej and f"{n_rej} rejected, 1 failed" in md, md[:2000]
     print(md[md.index("## Summary"):md.index("## Results per figure")] + rejected + failed)
 
 
