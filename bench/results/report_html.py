@@ -38,6 +38,7 @@ dl.kv dt { font-weight: 600; } dl.kv dd { margin: 0; }
 .pair.stacked { grid-template-columns: minmax(0, 1fr); }
 figure { margin: 0; } figure svg { width: 100%; height: auto; display: block; }
 td { overflow-wrap: anywhere; }
+td.key { white-space: nowrap; overflow-wrap: normal; }
 .flag { color: var(--warn); font-weight: 600; } .bad { color: var(--bad); font-weight: 600; }
 .findings li, .warnings li { margin: .2em 0; } code { background: #f3f3f3; padding: 0 3px; }
 pre { background: #f6f6f6; padding: .5em; white-space: pre-wrap; word-break: break-all; }
@@ -71,6 +72,11 @@ def _is_num(c: object) -> bool:
     return bool(_NUMBER.fullmatch(str(c)))
 
 
+# columns naming what a row is: kept whole (a prose column beside them would otherwise
+# squeeze them to a letter a line, since every cell may break anywhere)
+KEY_COLUMNS = {"run", "host", "cell", "group", "state now", "rule", "campaign", "time", "kind"}
+
+
 def table(t: rt.Table, cls: str = "") -> str:
     head, rows = t
     if not rows:
@@ -82,6 +88,8 @@ def table(t: rt.Table, cls: str = "") -> str:
         tds = []
         for h, c in zip(head, r):
             klass = ' class="num"' if _is_num(c) and not isinstance(c, rt.Link) else ""
+            if h in KEY_COLUMNS:
+                klass = ' class="key"'
             if h == "flagged" and c != "-":
                 klass = ' class="flag"'
             tds.append(f"<td{klass}>{_cell(c)}</td>")

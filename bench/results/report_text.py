@@ -7,6 +7,7 @@ link to the run's own section (id "run-<id>")."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from bench.judge.stats import N_LIMIT, SPREAD_LIMIT
@@ -182,10 +183,23 @@ def rejected_table(data: dict) -> Table:
 def failed_table(data: dict) -> Table:
     head = ["run", "host", "cell", "state now", "why it failed", "recovery ladder"]
     rows = [[Link(r["run_id"]), r["host"], r["cell"], r["state"],
-             "; ".join(r.get("failures") or []) or "-",
+             "; ".join(failure_text(f, r["run_id"], bool(r["ladder"]))
+                       for f in r.get("failures") or []) or "-",
              "; ".join(ladder_line(s) for s in r["ladder"]) or "no ladder climbed"]
             for r in data["failed"]]
     return head, rows
+
+
+# the executor's failure line ends in the ladder's summary (bench.execute.campaign.worker);
+# the report shows the steps in their own column
+_LADDER_TAIL = re.compile(r"; (?:host recovered by the ladder|recovery ladder): .*\Z", re.DOTALL)
+
+
+def failure_text(message: str, run_id: str, ladder_shown: bool) -> str:
+    """A journal line that failed a run, as its row shows it: without the run id the row
+    names, and without the ladder's summary when the ladder column has its steps."""
+    text = message.removeprefix(f"{run_id}: ")
+    return _LADDER_TAIL.sub("", text) if ladder_shown else text
 
 
 def ladder_line(s: dict) -> str:
@@ -225,7 +239,10 @@ def run_pairs(r: dict) -> list[tuple[str, str]]:
 
 
 def _bytes(v) -> str:
-    return f"{v / 1e9:.4f} GB" if v >= 1e8 else f"{v / 1e6:.2f} MB"
+    """GB from 0.1 GB, MB from 10 kB, bytes below (a few stray reads are not "0.00 MB")."""
+    if v >= 1e8:
+        return f"{v / 1e9:.4f} GB"
+    return f"{v / 1e6:.2f} MB" if v >= 1e4 else f"{v:.3g} B"
 
 
 def _onoff(v) -> str:
@@ -234,9 +251,9 @@ def _onoff(v) -> str:
 
 # a run's measured quantities, labelled in words with their units (RUN_METRICS's keys)
 _METRICS = (("iterations", "iterations measured", str),
-            ("iteration_median_s", "iteration time, median", lambda v: f"{v:.4f} s"),
-            ("iteration_min_s", "iteration time, min", lambda v: f"{v:.4f} s"),
-            ("iteration_max_s", "iteration time, max", lambda v: f"{v:.4f} s"),
+            ("iteration_median_s", "iteration time, median", lambda v: f"{sig(v, 4)} s"),
+            ("iteration_min_s", "iteration time, min", lambda v: f"{sig(v, 4)} s"),
+            ("iteration_max_s", "iteration time, max", lambda v: f"{sig(v, 4)} s"),
             ("device_bytes_per_iteration", "device reads per iteration", _bytes),
             ("logical_bytes_per_iteration", "bytes requested per iteration", _bytes),
             ("nominal_miss_bytes_per_iteration", "nominal misses per iteration", _bytes),

@@ -229,6 +229,9 @@ def _report_shows_failed_and_rejected(tmp_path, db, cid, rows, verdicts, flying)
     failed = md[md.index("### Failed runs"):md.index("### Cells skipped")]
     line = next(x for x in failed.splitlines() if f"[{flying}](#run-{flying})" in x)
     assert "| failed |" in line and "look: unreachable" in line and "power-cycle: ok" in line
+    why = line.split(" | ")[4]     # the ladder's steps stand in their own column, once
+    assert why.startswith("running -&gt; failed:") and "interrupted by the recovery ladder" in why
+    assert "power-cycle" not in why and line.count("power-cycle: ok") == 1, line
     rejected = md[md.index("### Rejected runs"):md.index("### Failed runs")]
     for rid, r in rows.items():
         assert page.count(f'id="run-{rid}"') == 1 and md.count(f'<a id="run-{rid}">') == 1

@@ -145,3 +145,31 @@ def test_small_measured_values_keep_their_digits():
     assert sig(0.000215) == "0.000215" and sig(7.1e-6, 4) == "7.1e-06"
     assert sig(1.5) == "1.500" and sig(0.25) == "0.250" and sig(0.0336, 4) == "0.0336"
     assert sig(0) == "0.000" and sig(None) == "-"
+    from bench.results.report_text import run_pairs
+    r = _run("c1-r1", "validated")
+    r["metrics"] = {"iteration_median_s": 0.000154, "iteration_min_s": 0.000104,
+                    "device_bytes_per_iteration": 10.6, "logical_bytes_per_iteration": 1.16e6}
+    facts = dict(run_pairs(r))
+    assert facts["iteration time, median"] == "0.000154 s"
+    assert facts["iteration time, min"] == "0.000104 s"
+    assert facts["device reads per iteration"] == "10.6 B"
+    assert facts["bytes requested per iteration"] == "1.16 MB"
+
+
+def test_a_failure_line_leaves_the_ladder_to_its_column():
+    from bench.results.report_text import failure_text
+    msg = ("c1-r3: running -> failed: attempt 1/3, not retried: interrupted by the recovery "
+           "ladder: unreachable for 3s; host recovered by the ladder: 05:01 look: unreachable")
+    want = ("running -> failed: attempt 1/3, not retried: interrupted by the recovery ladder: "
+            "unreachable for 3s")
+    assert failure_text(msg, "c1-r3", ladder_shown=True) == want
+    assert failure_text(msg.replace("host recovered by the ladder", "recovery ladder"),
+                        "c1-r3", ladder_shown=True) == want
+    assert failure_text(msg, "c1-r3", ladder_shown=False) == msg.removeprefix("c1-r3: ")
+    assert failure_text(msg, "c1-r9", ladder_shown=False) == msg
+
+
+def test_identity_columns_keep_whole_beside_prose():
+    page = report_html.render(data(), None)
+    assert re.search(r'<td class="key">[^<]*110M-balloon-mglru</td>', page)
+    assert '<td class="key">failed</td>' in page
