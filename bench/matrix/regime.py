@@ -183,11 +183,12 @@ def regime_lines(points: list[RegimePoint]) -> list[str]:
         out.append(f"    {p.paper:>6} {pm:>6}  ->  {lab:<18} {lm:>6}  {p.status}")
         for x in p.locked:
             lx = "-" if x.lab is None else f"{x.lab:.3f}"
-            floor = x.boot and x.lab is not None and x.lab > x.paper + LOCKED_TOLERANCE
-            why = (" (the scale names no memory)" if x.lab is None else
-                   f" (boots mem={format_size(x.boot)}: a lab balloon locks at least "
-                   f"{format_size(MIN_BALLOON_BYTES)})" if floor else
-                   f" (boots mem={format_size(x.boot)})" if x.boot else "")
+            why = "" if x.boot is None else f" (boots mem={format_size(x.boot)})"
+            if x.lab is None:
+                why = " (the scale names no memory)"
+            elif x.boot is not None and x.lab > x.paper + LOCKED_TOLERANCE:
+                why = (f" (boots mem={format_size(x.boot)}: a lab balloon locks at least "
+                       f"{format_size(MIN_BALLOON_BYTES)})")
             out.append(f"      {x.kind + ' locks':<14}{x.paper:.3f}  ->  {'':<18} {lx:>6}  "
                        f"{x.status}{why}")
     return out
