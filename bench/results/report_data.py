@@ -269,7 +269,11 @@ def _reference(c: dict, figures: list[dict]) -> dict:
         return cell
     for ratio in paper_ratios(c["matrix"]):
         a, b = lab(ratio["a"]), lab(ratio["b"])
-        for g in dict.fromkeys(r["group"] for r in rows):
+        # only the groups that ran one of the two cells (a group of another boot has neither);
+        # none at all still shows the paper's ratio, with nothing measured beside it
+        groups = [g for g in dict.fromkeys(r["group"] for r in rows)
+                  if any(r["group"] == g and r["cell"] in (a, b) for r in rows)] or [None]
+        for g in groups:
             ra = next((r for r in rows if r["group"] == g and r["cell"] == a), None)
             rb = next((r for r in rows if r["group"] == g and r["cell"] == b), None)
             va, vb = (None if x is None else x.get(ratio["metric"]) for x in (ra, rb))

@@ -146,7 +146,8 @@ def ratio_table(ref: dict) -> Table:
     scale, the comparison that keeps its meaning."""
     head = ["ratio", "cells (measured)", "group", "host", "paper", "measured",
             "measured/paper"]
-    rows = [[r["what"], f"{r['measured_a']} / {r['measured_b']}", r["group"], r["host"] or "-",
+    rows = [[r["what"], f"{r['measured_a']} / {r['measured_b']}", r["group"] or "-",
+             r["host"] or "-",
              f"{r['value']:.3g}x", "-" if r["measured"] is None else f"{r['measured']:.3g}x",
              "-" if r["ratio"] is None else f"{r['ratio']:.3g}"]
             for r in ref.get("ratios", [])]

@@ -29,7 +29,8 @@ def test_a_lab_campaign_is_compared_at_its_scaled_cells():
     mglru, classic = (f"{lab['64G']}-balloon-{r}" for r in ("mglru", "classic"))
     rows = [{"group": g, "cell": cell, "host": h, "device_gb": gb, "campaign": "c"}
             for g, h, cell, gb in (("g1", "a", mglru, 0.03), ("g1", "a", classic, 0.012),
-                                   ("g2", "b", mglru, 0.02))]
+                                   ("g2", "b", mglru, 0.02), ("g3", "b", "235M-memboot-mglru",
+                                                              0.05))]
     ref = report_data._reference({"id": "c", "matrix": "reclaim", "scale": "lab"},
                                  [{"kind": "reclaim", "rows": rows}])
     assert ref["reference"] == "paper §5, Fig. 3" and ["64G", lab["64G"]] in ref["mapping"]
@@ -41,6 +42,11 @@ def test_a_lab_campaign_is_compared_at_its_scaled_cells():
     ratios = {r["group"]: r for r in ref["ratios"]}
     assert ratios["g1"]["measured"] == pytest.approx(2.5)
     assert ratios["g1"]["ratio"] == pytest.approx(1.25) and ratios["g2"]["measured"] is None
+    assert "g3" not in ratios       # a group (another boot) with neither cell: no empty row
+    none = report_data._reference({"id": "c", "matrix": "reclaim", "scale": "lab"},
+                                  [{"kind": "reclaim", "rows": rows[3:]}])
+    assert [(r["group"], r["measured"]) for r in none["ratios"]] == [(None, None)]
+    assert report_text.ratio_table(none)[1][0][2:4] == ["-", "-"]
     head, table = report_text.reference_table(ref)
     assert all(row[1].endswith("(scaled)") for row in table)
     lines = report_text.reference_lines(ref)
