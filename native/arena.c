@@ -158,7 +158,9 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 			c[nc++] = (struct cand){ counts[i], i };
 	qsort(c, nc, sizeof(*c), cand_cmp);
 	for (i = 0; i < nc && a->n_loaded < a->slots; i++) {
-		uint64_t idx = c[i].idx, off = a->n_loaded * pool->expert_bytes, got = 0;
+		uint64_t idx = c[i].idx, off = a->n_loaded * pool->expert_bytes, pos = 0, got = 0;
+		uint32_t nx, r;
+		const struct extent *x = pool_extents(pool, idx, &nx);
 		int fd;
 
 		ret = pool_get(pool, idx, &fd);
@@ -169,26 +171,29 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 			goto cleanup;
 		}
 
-		while (got < pool->expert_bytes) {
-			ssize_t r = pread(fd, a->base + off + got, pool->expert_bytes - got, (off_t)got);
-			int err = r < 0 ? errno : EIO;
+		for (r = 0; r < nx; r++, pos += x[r - 1].len, got = 0) {
+			while (got < x[r].len) {
+				ssize_t n = pread(fd, a->base + off + pos + got, x[r].len - got,
+						  (off_t)(x[r].off + got));
+				int err = n < 0 ? errno : EIO;
 
-			if (r < 0 && err == EINTR)
-				continue;
-			if (r <= 0) {
-				ret = -err;
-				set_reason(reason, rlen, "preload of L%llu/E%llu: %s",
-					   (unsigned long long)(idx / pool->experts_per_layer),
-					   (unsigned long long)(idx % pool->experts_per_layer),
-					   r < 0 ? strerror(err) : "short read");
-				pool_put(pool, fd);
-				goto cleanup;
+				if (n < 0 && err == EINTR)
+					continue;
+				if (n <= 0) {
+					ret = -err;
+					set_reason(reason, rlen, "preload of L%llu/E%llu: %s",
+						   (unsigned long long)(idx / pool->experts_per_layer),
+						   (unsigned long long)(idx % pool->experts_per_layer),
+						   n < 0 ? strerror(err) : "short read");
+					pool_put(pool, fd);
+					goto cleanup;
+				}
+				got += (uint64_t)n;
 			}
-			got += (uint64_t)r;
+			/* the arena is the only copy: keep the preload from also sitting in
+			 * the page cache and counting against the capacity twice */
+			posix_fadvise(fd, (off_t)x[r].off, (off_t)x[r].len, POSIX_FADV_DONTNEED);
 		}
-		/* the arena is the only copy: keep the preload from also sitting in
-		 * the page cache and counting against the capacity twice */
-		posix_fadvise(fd, 0, (off_t)pool->expert_bytes, POSIX_FADV_DONTNEED);
 		pool_put(pool, fd);
 		a->slot_of[idx] = (int32_t)a->n_loaded;
 		a->n_loaded++;

@@ -1,4 +1,5 @@
 #include "io.h"
+#include "pool.h"
 #include "util.h"
 
 #include <errno.h>
@@ -20,7 +21,8 @@ void io_cfg_init(struct io_cfg *c, enum io_kind kind, uint64_t expert_bytes,
 	if (kind == IO_DIRECT) {
 		/* O_DIRECT needs the length aligned too; the read at EOF then
 		 * returns exactly the file's remaining bytes */
-		c->read_len = round_up(expert_bytes, dio_offset_align ? dio_offset_align : page_size());
+		c->dio_align = dio_offset_align ? dio_offset_align : page_size();
+		c->read_len = round_up(expert_bytes, c->dio_align);
 		if (dio_mem_align > c->buf_align)
 			c->buf_align = dio_mem_align;
 	}
@@ -50,26 +52,27 @@ static int short_read(uint64_t got, uint64_t want, char *reason, size_t rlen)
 	return -EIO;
 }
 
-/* Loop until want bytes from off are in; a 0 return before that is a short
- * read (the file shrank or lies about its size). */
-static int read_loop(const struct io_cfg *c, int fd, char *buf, uint64_t off, uint64_t want,
-		     char *reason, size_t rlen)
+/* Loop until bytes [off, want) of the range starting at file offset base are in buf; a 0
+ * return before that is a short read (the file shrank or lies about its size). */
+static int read_loop(const struct io_cfg *c, int fd, char *buf, uint64_t base, uint64_t off,
+		     uint64_t want, char *reason, size_t rlen)
 {
 	uint64_t start = off;
+	/* O_DIRECT reads whole aligned blocks: a file pool's last block ends at EOF (the read
+	 * returns the rest), a gguf pool's ranges are aligned (pool_gguf_open) */
+	uint64_t cap = c->kind == IO_DIRECT ? round_up(want, c->dio_align) : want;
 
 	while (off < want) {
 		ssize_t n;
 
 		if (c->kind == IO_DONTCACHE) {
-			struct iovec iov = { buf + off, (size_t)(c->read_len - off) };
+			struct iovec iov = { buf + off, (size_t)(want - off) };
 
-			n = preadv2(fd, &iov, 1, (off_t)off, RWF_DONTCACHE);
-		} else if (c->kind == IO_DIRECT) {
+			n = preadv2(fd, &iov, 1, (off_t)(base + off), RWF_DONTCACHE);
+		} else {
 			/* partial O_DIRECT reads end on a block boundary, so
 			 * continuing at off keeps offset and buffer aligned */
-			n = pread(fd, buf + off, (size_t)(c->read_len - off), (off_t)off);
-		} else {
-			n = pread(fd, buf + off, (size_t)(want - off), (off_t)off);
+			n = pread(fd, buf + off, (size_t)(cap - off), (off_t)(base + off));
 		}
 		if (n < 0) {
 			int err = errno;
@@ -77,7 +80,7 @@ static int read_loop(const struct io_cfg *c, int fd, char *buf, uint64_t off, ui
 			if (err == EINTR)
 				continue;
 			set_reason(reason, rlen, "read failed at offset %llu: %s",
-				   (unsigned long long)off, strerror(err));
+				   (unsigned long long)(base + off), strerror(err));
 			return -err;
 		}
 		if (n == 0)
@@ -87,23 +90,21 @@ static int read_loop(const struct io_cfg *c, int fd, char *buf, uint64_t off, ui
 	return 0;
 }
 
-int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st,
-		   char *reason, size_t rlen)
+/* One extent: probe the cache (RWF_NOWAIT returns only what the page cache holds up to date),
+ * read the rest, drop it again for IO_DONTNEED. *cached gets the bytes the probe returned. */
+static int read_extent(const struct io_cfg *c, int fd, const struct extent *x, char *buf,
+		       uint64_t *cached, char *reason, size_t rlen)
 {
 	uint64_t off = 0;
 	int ret;
 
 	if (c->probe_cached && c->kind == IO_PREAD) {
-		/* RWF_NOWAIT returns only what the page cache holds up to date, so a
-		 * full return means the device was not touched by this read */
-		struct iovec iov = { buf, (size_t)c->expert_bytes };
-		ssize_t n = preadv2(fd, &iov, 1, 0, RWF_NOWAIT);
+		struct iovec iov = { buf, (size_t)x->len };
+		ssize_t n = preadv2(fd, &iov, 1, (off_t)x->off, RWF_NOWAIT);
 
 		if (n > 0) {
 			off = (uint64_t)n;
-			st->cached_bytes += off;
-			if (off == c->expert_bytes)
-				st->cached++;
+			*cached += off;
 		} else if (n < 0) {
 			int err = errno;
 
@@ -113,16 +114,35 @@ int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st
 			}
 		}
 	}
-	ret = read_loop(c, fd, buf, off, c->expert_bytes, reason, rlen);
+	ret = read_loop(c, fd, buf, x->off, off, x->len, reason, rlen);
 	if (ret)
 		return ret;
 	if (c->kind == IO_DONTNEED) {
-		ret = posix_fadvise(fd, 0, (off_t)c->expert_bytes, POSIX_FADV_DONTNEED);
+		ret = posix_fadvise(fd, (off_t)x->off, (off_t)x->len, POSIX_FADV_DONTNEED);
 		if (ret) {
 			set_reason(reason, rlen, "posix_fadvise(DONTNEED): %s", strerror(ret));
 			return -ret;
 		}
 	}
+	return 0;
+}
+
+int io_read_expert(const struct io_cfg *c, int fd, const struct extent *x, uint32_t n,
+		   void *buf, struct io_stat *st, char *reason, size_t rlen)
+{
+	uint64_t pos = 0, cached = 0;
+	uint32_t i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		ret = read_extent(c, fd, &x[i], (char *)buf + pos, &cached, reason, rlen);
+		if (ret)
+			return ret;
+		pos += x[i].len;
+	}
+	st->cached_bytes += cached;
+	if (c->probe_cached && cached == c->expert_bytes)
+		st->cached++;       /* served whole by the cache: the device was not touched */
 	return 0;
 }
 

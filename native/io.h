@@ -18,6 +18,7 @@ struct io_cfg {
 	enum io_kind kind;
 	uint64_t expert_bytes;
 	uint64_t read_len;     /* expert_bytes, rounded up to the DIO alignment for IO_DIRECT */
+	uint64_t dio_align;    /* IO_DIRECT: the offset alignment a read's length is rounded to */
 	size_t buf_align;      /* destination buffer alignment */
 	int probe_cached;      /* try RWF_NOWAIT first to learn whether the cache served it */
 };
@@ -36,9 +37,11 @@ void io_cfg_init(struct io_cfg *c, enum io_kind kind, uint64_t expert_bytes,
 /* Buffer of read_len bytes, aligned and pre-faulted (no page fault in a pass). */
 void *io_buf_alloc(const struct io_cfg *c);
 void io_buf_free(const struct io_cfg *c, void *buf);
-/* 0, -EIO with reason on a short read, or -errno. */
-int io_read_expert(const struct io_cfg *c, int fd, void *buf, struct io_stat *st,
-		   char *reason, size_t rlen);
+/* Read an expert's extents (pool_extents: n ranges of fd, lengths summing to expert_bytes)
+ * one after the other into buf. 0, -EIO with reason on a short read, or -errno. */
+struct extent;
+int io_read_expert(const struct io_cfg *c, int fd, const struct extent *x, uint32_t n,
+		   void *buf, struct io_stat *st, char *reason, size_t rlen);
 /* Check once, before any pass, that the kernel and filesystem accept the mode: 0, or -errno
  * with the reason. -EOPNOTSUPP, -EINVAL and -ENOSYS mean the kernel or the file system lacks
  * RWF_DONTCACHE (or RWF_NOWAIT, for probe_cached): see io_unsupported. */

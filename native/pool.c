@@ -15,6 +15,7 @@
 struct manifest_ctx {
 	struct pool *p;
 	int have_layers, have_experts, have_bytes, have_path, complete;
+	int have_file, have_file_bytes, have_ranges;
 	char *reason;
 	size_t rlen;
 };
@@ -61,6 +62,39 @@ static int manifest_member(void *vctx, const char *key, enum jtype t, const char
 		c->have_path = 1;
 	} else if (!strcmp(key, "complete")) {
 		c->complete = t == JT_BOOL && b;
+	} else if (!strcmp(key, "kind")) {
+		if (t != JT_STRING || (strcmp(s, "files") && strcmp(s, "gguf"))) {
+			set_reason(c->reason, c->rlen, "pool.json: kind is neither files nor gguf");
+			return -EINVAL;
+		}
+		c->p->gguf = !strcmp(s, "gguf");
+	} else if (!strcmp(key, "file")) {
+		if (t != JT_STRING || !*s || strlen(s) >= sizeof(c->p->file)) {
+			set_reason(c->reason, c->rlen, "pool.json: bad model file name");
+			return -EINVAL;
+		}
+		strcpy(c->p->file, s);
+		c->have_file = 1;
+	} else if (!strcmp(key, "ranges")) {
+		/* a plain name in the pool directory */
+		if (t != JT_STRING || !*s || strchr(s, '/') || !strcmp(s, ".") || !strcmp(s, "..") ||
+		    strlen(s) >= sizeof(c->p->ranges_name)) {
+			set_reason(c->reason, c->rlen, "pool.json: bad ranges file name");
+			return -EINVAL;
+		}
+		strcpy(c->p->ranges_name, s);
+		c->have_ranges = 1;
+	} else if (!strcmp(key, "file_bytes") || !strcmp(key, "ranges_per_expert")) {
+		if (t != JT_NUMBER || num_u64(s, &v) || v == 0 || v > UINT32_MAX * 4096ULL) {
+			set_reason(c->reason, c->rlen, "pool.json: bad value for %s", key);
+			return -EINVAL;
+		}
+		if (!strcmp(key, "file_bytes")) {
+			c->p->file_bytes = v;
+			c->have_file_bytes = 1;
+		} else {
+			c->p->ranges_per_expert = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+		}
 	}
 	return 0;
 }
@@ -77,8 +111,8 @@ static const char *file_kind(mode_t m)
  * blocking (a FIFO would block an O_RDONLY open until a writer came), then fstat: a file that
  * is not regular (a symlink to /dev/zero, a FIFO, a directory) is refused with its kind.
  * Returns the fd (O_NONBLOCK cleared again) or -errno with the reason set. */
-static int open_regular(int dirfd, const char *rel, const char *what, const char *shown,
-			int flags, struct stat *st, char *reason, size_t rlen)
+int pool_open_regular(int dirfd, const char *rel, const char *what, const char *shown,
+		      int flags, struct stat *st, char *reason, size_t rlen)
 {
 	int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | flags);
 	int ret;
@@ -119,7 +153,7 @@ static int open_regular(int dirfd, const char *rel, const char *what, const char
 	return fd;
 }
 
-/* pool.json, checked as open_regular does, read whole into text (at most cap - 1 bytes). */
+/* pool.json, checked as pool_open_regular does, read whole into text (at most cap - 1 bytes). */
 static int read_manifest_text(const char *dir, char *text, size_t cap, char *reason, size_t rlen)
 {
 	char shown[PATH_MAX + 16];
@@ -128,7 +162,7 @@ static int read_manifest_text(const char *dir, char *text, size_t cap, char *rea
 	int fd, ret = 0;
 
 	snprintf(shown, sizeof(shown), "%s/pool.json", dir);
-	fd = open_regular(AT_FDCWD, shown, "pool manifest", shown, 0, &st, reason, rlen);
+	fd = pool_open_regular(AT_FDCWD, shown, "pool manifest", shown, 0, &st, reason, rlen);
 	if (fd < 0) {
 		if (fd != -EINVAL && fd != -ELOOP)
 			set_reason(reason, rlen, "pool %s: cannot read pool.json: %s", dir,
@@ -168,6 +202,7 @@ int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rle
 
 	memset(p, 0, sizeof(*p));
 	p->dirfd = -1;
+	p->file_fd = -1;
 	if (strlen(dir) >= sizeof(p->dir)) {
 		set_reason(reason, rlen, "pool directory name too long");
 		return -ENAMETOOLONG;
@@ -183,7 +218,7 @@ int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rle
 			set_reason(reason, rlen, "pool %s: pool.json is not a valid JSON object", dir);
 		return -EINVAL;
 	}
-	if (!c.have_layers || !c.have_experts || !c.have_bytes || !c.have_path) {
+	if (!c.have_layers || !c.have_experts || !c.have_bytes || (!c.have_path && !p->gguf)) {
 		set_reason(reason, rlen,
 			   "pool %s: pool.json lacks layers, experts_per_layer, expert_bytes or path", dir);
 		return -EINVAL;
@@ -191,6 +226,15 @@ int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rle
 	if (!c.complete) {
 		set_reason(reason, rlen, "pool %s: pool.json says the pool is not complete", dir);
 		return -EINVAL;
+	}
+	p->whole = (struct extent){ 0, p->expert_bytes };
+	if (p->gguf) {
+		if (!c.have_file || !c.have_file_bytes || !c.have_ranges) {
+			set_reason(reason, rlen, "pool %s: a gguf pool.json needs file, file_bytes, "
+				   "ranges and ranges_per_expert", dir);
+			return -EINVAL;
+		}
+		return pool_gguf_load_ranges(p, reason, rlen);
 	}
 	/* validate the template once, so later expansion cannot fail */
 	ret = pool_expert_path(p, 0, 0, probe, sizeof(probe));
@@ -325,7 +369,7 @@ static uint64_t ra_window_of(dev_t dev)
 	return best;
 }
 
-/* A read's descriptor in the per-read strategy (checked by open_regular up front): never
+/* A read's descriptor in the per-read strategy (checked by pool_open_regular up front): never
  * through a symlink swapped in since. */
 static int open_one(const struct pool *p, const char *rel, int *out)
 {
@@ -347,6 +391,10 @@ static int open_one(const struct pool *p, const char *rel, int *out)
 
 int pool_get(const struct pool *p, uint64_t idx, int *fd)
 {
+	if (p->gguf) {
+		*fd = p->file_fd;
+		return 0;
+	}
 	if (!p->per_read) {
 		*fd = p->fds[idx];
 		return 0;
@@ -360,9 +408,40 @@ void pool_put(const struct pool *p, int fd)
 		close(fd);
 }
 
+const struct extent *pool_extents(const struct pool *p, uint64_t idx, uint32_t *n)
+{
+	if (!p->gguf) {
+		*n = 1;
+		return &p->whole;
+	}
+	*n = p->ranges_per_expert;
+	return p->ranges + idx * p->ranges_per_expert;
+}
+
 const char *pool_strategy(const struct pool *p)
 {
-	return p->per_read ? "per-read" : "all-open";
+	return p->gguf ? "one-file" : p->per_read ? "per-read" : "all-open";
+}
+
+void pool_device_facts(struct pool *p, int fd, const struct stat *st)
+{
+	p->ra_window = ra_window_of(st->st_dev);
+#ifdef STATX_DIOALIGN
+	struct statx sx;
+
+	if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) &&
+	    (sx.stx_mask & STATX_DIOALIGN)) {
+		p->dio_mem_align = sx.stx_dio_mem_align;
+		p->dio_offset_align = sx.stx_dio_offset_align;
+		return;
+	}
+#else
+	(void)fd;
+#endif
+	/* statx without DIOALIGN (Linux < 6.1): the page size is an alignment every block
+	 * device accepts */
+	p->dio_mem_align = (uint32_t)page_size();
+	p->dio_offset_align = (uint32_t)page_size();
 }
 
 int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t rlen)
@@ -380,6 +459,12 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 		set_reason(reason, rlen, "pool %s: %s", p->dir, strerror(-ret));
 		p->dirfd = -1;
 		return ret;
+	}
+	if (p->gguf) {
+		ret = pool_gguf_open(p, open_flags, fadv, reason, rlen);
+		if (ret)
+			goto fail;
+		return 0;
 	}
 	/* headroom for stdio, snapshots, the out file and the prefetcher */
 	if (raise_nofile(n + 256, &p->nofile_limit, nofile_reason, sizeof(nofile_reason))) {
@@ -419,7 +504,7 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 
 		pool_expert_path(p, layer, expert, path, sizeof(path));
 		rel = path + dlen; /* openat on the pool directory: no repeated walk of its path */
-		fd = open_regular(p->dirfd, rel, "expert file", path, open_flags, &st, reason, rlen);
+		fd = pool_open_regular(p->dirfd, rel, "expert file", path, open_flags, &st, reason, rlen);
 		if (fd < 0) {
 			ret = fd;
 			goto fail;
@@ -433,24 +518,8 @@ int pool_open_all(struct pool *p, int open_flags, int fadv, char *reason, size_t
 				goto fail;
 			}
 		}
-		if (i == 0) {
-			p->ra_window = ra_window_of(st.st_dev);
-#ifdef STATX_DIOALIGN
-			struct statx sx;
-
-			if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) &&
-			    (sx.stx_mask & STATX_DIOALIGN)) {
-				p->dio_mem_align = sx.stx_dio_mem_align;
-				p->dio_offset_align = sx.stx_dio_offset_align;
-			} else
-#endif
-			{
-				/* statx without DIOALIGN (Linux < 6.1): the page size is an
-				 * alignment every block device accepts */
-				p->dio_mem_align = (uint32_t)page_size();
-				p->dio_offset_align = (uint32_t)page_size();
-			}
-		}
+		if (i == 0)
+			pool_device_facts(p, fd, &st);
 		if (p->per_read) {
 			size_t l = strlen(rel) + 1;
 
@@ -487,8 +556,13 @@ void pool_close(struct pool *p)
 	}
 	free(p->relpaths);
 	free(p->reloff);
+	free(p->ranges);
 	p->relpaths = NULL;
 	p->reloff = NULL;
+	p->ranges = NULL;
+	if (p->file_fd >= 0)
+		close(p->file_fd);
+	p->file_fd = -1;
 	if (p->dirfd >= 0)
 		close(p->dirfd);
 	p->dirfd = -1;

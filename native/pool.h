@@ -10,13 +10,24 @@
  *    cache state is per inode, so caching, WILLNEED and DONTNEED behave the
  *    same; the open costs a few microseconds of dcache lookup per read.
  * Either way every file is checked (exists, regular, expert_bytes long) before
- * the first pass, so a missing file fails before anything is measured. */
+ * the first pass, so a missing file fails before anything is measured.
+ *
+ * A pool of kind "gguf" is one file, the engine's model itself: pool.json names it and a
+ * ranges file maps each expert to its byte ranges in it (its slice of each expert tensor), so
+ * a replay reads exactly the pages the engine reads for those experts. One descriptor; the
+ * file's size and every range are checked before the first pass. */
 #ifndef BENCH_POOL_H
 #define BENCH_POOL_H
 
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+
+/* Bytes [off, off + len) of an expert's file. */
+struct extent {
+	uint64_t off, len;
+};
 
 struct pool {
 	char dir[PATH_MAX];
@@ -35,6 +46,15 @@ struct pool {
 	/* Linux caps one POSIX_FADV_WILLNEED call at max(read_ahead_kb,
 	 * max_sectors_kb) of the backing device; 0 when unknown */
 	uint64_t ra_window;
+	/* kind "gguf": the model file, its size, the ranges file and the ranges read from it */
+	int gguf;
+	char file[PATH_MAX];
+	uint64_t file_bytes;
+	char ranges_name[256];
+	uint32_t ranges_per_expert;    /* gguf: the extents of each expert (1 for files) */
+	struct extent *ranges;         /* gguf: [idx * ranges_per_expert + r], in file order */
+	struct extent whole;           /* files: {0, expert_bytes} */
+	int file_fd;                   /* gguf: the model's descriptor */
 };
 
 int pool_load_manifest(struct pool *p, const char *dir, char *reason, size_t rlen);
@@ -49,6 +69,19 @@ void pool_close(struct pool *p);
  * with pool_put. 0 or -errno. */
 int pool_get(const struct pool *p, uint64_t idx, int *fd);
 void pool_put(const struct pool *p, int fd);
+/* The byte ranges of expert idx in the file pool_get gives: *n of them, in file order, their
+ * lengths summing to expert_bytes. */
+const struct extent *pool_extents(const struct pool *p, uint64_t idx, uint32_t *n);
 const char *pool_strategy(const struct pool *p);
+
+/* Inside the pool code (pool.c, poolgguf.c): open a file never through a symlink or blocking
+ * on a FIFO, refusing what is not a regular file (fd or -errno with the reason); record the
+ * device's readahead window and direct-I/O alignment from the pool's first file; and the
+ * gguf kind's ranges file and model descriptor. */
+int pool_open_regular(int dirfd, const char *rel, const char *what, const char *shown,
+		      int flags, struct stat *st, char *reason, size_t rlen);
+void pool_device_facts(struct pool *p, int fd, const struct stat *st);
+int pool_gguf_load_ranges(struct pool *p, char *reason, size_t rlen);
+int pool_gguf_open(struct pool *p, int open_flags, int fadv, char *reason, size_t rlen);
 
 #endif

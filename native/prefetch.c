@@ -34,21 +34,30 @@ static void *pf_main(void *arg)
 			if (ret) {
 				set_reason(reason, sizeof(reason), "open: %s", strerror(-ret));
 			} else if (pf->kind == PF_ADVICE) {
-				uint64_t eb = pf->pool->expert_bytes, off = 0;
-				uint64_t step = pf->advice_window ? pf->advice_window : eb;
+				uint32_t nx, r;
+				const struct extent *x = pool_extents(pf->pool, idx, &nx);
 
 				ret = 0;
-				for (off = 0; off < eb && !ret; off += step)
-					ret = -posix_fadvise(fd, (off_t)off,
-							     (off_t)(eb - off < step ? eb - off : step),
-							     POSIX_FADV_WILLNEED);
+				for (r = 0; r < nx && !ret; r++) {
+					uint64_t len = x[r].len, off;
+					uint64_t step = pf->advice_window ? pf->advice_window : len;
+
+					for (off = 0; off < len && !ret; off += step)
+						ret = -posix_fadvise(fd, (off_t)(x[r].off + off),
+								     (off_t)(len - off < step ?
+									     len - off : step),
+								     POSIX_FADV_WILLNEED);
+				}
 				if (ret)
 					set_reason(reason, sizeof(reason), "posix_fadvise(WILLNEED): %s",
 						   strerror(-ret));
 			} else {
 				struct io_stat st = { 0 };
+				uint32_t nx;
+				const struct extent *x = pool_extents(pf->pool, idx, &nx);
 
-				ret = io_read_expert(&pf->io, fd, pf->buf, &st, reason, sizeof(reason));
+				ret = io_read_expert(&pf->io, fd, x, nx, pf->buf, &st, reason,
+						     sizeof(reason));
 			}
 			if (fd >= 0)
 				pool_put(pf->pool, fd);

@@ -117,7 +117,10 @@ static void *worker_main(void *arg)
 				if (err) {
 					set_reason(reason, sizeof(reason), "open: %s", strerror(-err));
 				} else {
-					err = io_read_expert(c->io, fd, w->buf, &st, reason,
+					uint32_t nx;
+					const struct extent *x = pool_extents(c->pool, base + e, &nx);
+
+					err = io_read_expert(c->io, fd, x, nx, w->buf, &st, reason,
 							     sizeof(reason));
 					pool_put(c->pool, fd);
 				}
@@ -295,9 +298,10 @@ static void emit_summary(struct run *r, int ok)
 	}
 	if (r->have_pool) {
 		jl_u64(j, "expert_bytes", eb);
+		jl_str(j, "pool_kind", r->pool.gguf ? "gguf" : "files");
 		jl_str(j, "fd_strategy", pool_strategy(&r->pool));
-		jl_u64(j, "files_open",
-		       r->pool.fds ? (uint64_t)r->pool.layers * r->pool.experts_per_layer : 0);
+		jl_u64(j, "files_open", r->pool.gguf ? 1 : r->pool.fds ?
+		       (uint64_t)r->pool.layers * r->pool.experts_per_layer : 0);
 		jl_u64(j, "nofile_limit", r->pool.nofile_limit);
 	}
 	if (o->mode == MODE_NOCACHE && o->nocache == IO_DIRECT)

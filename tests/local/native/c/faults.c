@@ -392,14 +392,16 @@ static void case_io_nowait_eio(void)
 {
 	struct io_cfg c;
 	struct io_stat st = { 0 };
+	struct extent whole;
 	char reason[REASON_LEN] = "";
 	void *buf;
 	int fd, ret;
 
 	io_setup(&c, IO_PREAD, 1, &fd, &buf);
+	whole = (struct extent){ 0, c.expert_bytes };
 	fail_call("preadv2", 1, EIO);
 	clobber = 1;
-	ret = io_read_expert(&c, fd, buf, &st, reason, sizeof(reason));
+	ret = io_read_expert(&c, fd, &whole, 1, buf, &st, reason, sizeof(reason));
 	check_ret("io_read_expert (RWF_NOWAIT probe)", ret, -EIO, reason);
 	check_reason(reason, strerror(EIO));
 }
@@ -408,14 +410,16 @@ static void case_io_read_eio(void)
 {
 	struct io_cfg c;
 	struct io_stat st = { 0 };
+	struct extent whole;
 	char reason[REASON_LEN] = "";
 	void *buf;
 	int fd, ret;
 
 	io_setup(&c, IO_PREAD, 0, &fd, &buf);
+	whole = (struct extent){ 0, c.expert_bytes };
 	fail_call("pread", 1, EIO);
 	clobber = 1;
-	ret = io_read_expert(&c, fd, buf, &st, reason, sizeof(reason));
+	ret = io_read_expert(&c, fd, &whole, 1, buf, &st, reason, sizeof(reason));
 	check_ret("io_read_expert (pread)", ret, -EIO, reason);
 	check_reason(reason, strerror(EIO));
 }
