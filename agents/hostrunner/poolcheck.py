@@ -14,7 +14,7 @@ import re
 import stat
 from typing import IO, Any, Iterator
 
-from . import poolfmt
+from . import poolcheck_gguf, poolfmt
 
 MAX_PROBLEMS = 1000        # listed; more are counted
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -187,6 +187,9 @@ def verify(d: str) -> dict[str, Any]:
                            "content": None}
     try:
         raw = poolfmt.read_manifest(d)
+        if isinstance(raw, dict) and raw.get("kind") == "gguf":
+            poolcheck_gguf.verify_gguf(d, raw, res, rep.add)
+            return _done(res, rep)
         f = poolfmt.parse_manifest(raw)
     except FileNotFoundError:
         rep.add(poolfmt.MANIFEST, "manifest", "missing (no pool here; `bench pool make` "

@@ -57,13 +57,20 @@ def pool_check(directory: Annotated[Path, typer.Argument(help="Pool directory.")
     if json_out:
         views.emit_json(rep)
     else:
-        for p in rep["problems"][:SHOWN]:
-            views.say(f"{directory}/{p['line']}")
+        for p in rep["problems"][:SHOWN]:    # a gguf pool's model may lie outside it
+            views.say(p["line"] if p["file"].startswith("/") else f"{directory}/{p['line']}")
         if rep["problem_count"] > SHOWN:
             views.say(f"... and {rep['problem_count'] - SHOWN} more problems (--json lists "
                       f"up to {len(rep['problems'])})")
         m = rep["manifest"]
-        if m is not None:
+        if m is not None and m.get("kind") == "gguf":
+            views.say(f"pool {directory}: over the model {m['file']} ({m['file_bytes']} B), "
+                      f"{m['layers']} x {m['experts_per_layer']} experts of "
+                      f"{m['expert_bytes']} B in {m['ranges_per_expert']} ranges each, "
+                      + ("complete" if rep["complete"] else "INCOMPLETE")
+                      + "; model checked by size, mtime and first MiB, ranges by sha256; "
+                      + f"{rep['problem_count']} problem(s)")
+        elif m is not None:
             content = {"sampled": "content of sampled blocks checked against pool.sums",
                        "unverified": "content NOT checked: pool.json records no sampled "
                                      "digests (a pool written before bench kept them; "

@@ -329,6 +329,18 @@ def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int |
     return plan_from_trace(t, expert_bytes, meta)
 
 
+def _over_gguf(p, facts: dict, model: Path | None):
+    """The plan, checked to be of the model's shape (a trace of another model would read
+    other experts' bytes), its provenance naming the model."""
+    if (p.layers, p.experts_per_layer) != (facts["layers"], facts["experts"]):
+        raise InputError(f"the trace has {p.layers} layers x {p.experts_per_layer} experts, "
+                         f"the model {model} {facts['layers']} x {facts['experts']}: trace "
+                         "this model (bench engine trace) or name the model it came from")
+    from dataclasses import replace
+    return replace(p, meta={**p.meta, "pool": {"kind": "gguf", "model": str(model),
+                                               "model_bytes": facts["bytes"]}})
+
+
 def _hints_for(plan, hints: str):
     from bench.plan.planfile import hints_from_file, oracle_hints, previous_token_hints, read_plan
     if hints == "oracle":
@@ -354,16 +366,39 @@ def plan(
         help="Expert size if the header lacks it.")] = None,
     k: KOpt = None, batch: BatchOpt = False, json_out: JsonOpt = False,
     dry_run_ref: DryRunRefOpt = None,
+    from_gguf: Annotated[Optional[Path], typer.Option(
+        "--from-gguf", metavar="MODEL",
+        help="The pool is this GGUF model itself: also write a pool directory (--pool-out) "
+             "mapping each expert to its byte ranges in the file, so the agent replays the "
+             "pages the engine reads. The trace must be of this model's shape. Needs the "
+             "engine extra.")] = None,
+    pool_out: Annotated[Optional[Path], typer.Option(
+        help="With --from-gguf: the pool directory to write (default: OUT with .pool; made "
+             "if missing, its parent must exist).")] = None,
 ) -> None:
     """Write the binary replay plan (docs/formats.md) the agent reads, and optionally hints
     (every output's directory must exist)."""
     from bench.plan.planfile import frequency_table, write_error, write_plan
     output_file(out, "-o")
+    facts = None
+    if pool_out and not from_gguf:
+        raise InputError("--pool-out goes with --from-gguf MODEL")
+    if from_gguf:
+        from bench.engine.gguf_read import model_facts
+        if not from_gguf.is_file():
+            raise InputError(f"--from-gguf {from_gguf}: no such file")
+        facts = model_facts(from_gguf)
+        if expert_bytes is not None and expert_bytes != facts["expert_bytes"]:
+            raise InputError(f"--expert-bytes {expert_bytes} is not the model's expert size "
+                             f"{facts['expert_bytes']}: leave it out with --from-gguf")
+        expert_bytes = facts["expert_bytes"]
     if hints:
         output_file(hints_out or out.with_name(out.stem + ".hints.bin"), "--hints-out")
     if freq_out:
         output_file(freq_out, "--freq-out")
     p = _plan_for(files, k, batch, expert_bytes, dry_run_ref)
+    if facts is not None:
+        p = _over_gguf(p, facts, from_gguf)
     info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
             "accepted_tokens": p.meta["accepted_tokens"],
             "dry_run_iterations_excluded": p.meta.get("dry_run_iterations_excluded", 0),
@@ -374,6 +409,14 @@ def plan(
         target = hints_out or out.with_name(out.stem + ".hints.bin")
         info.update(hints=str(target), hints_bytes=write_plan(target, h),
                     hints_provenance=h.meta.get("provenance"))
+    if facts is not None and from_gguf is not None:
+        from bench.engine.gguf_pool import write_gguf_pool
+        target = pool_out or out.with_name(out.stem + ".pool")
+        m = write_gguf_pool(from_gguf, target, facts)
+        info.update(pool=str(target), pool_kind="gguf", model=m["file"],
+                    model_bytes=m["file_bytes"], expert_bytes=m["expert_bytes"],
+                    experts_share=round(m["layers"] * m["experts_per_layer"]
+                                        * m["expert_bytes"] / m["file_bytes"], 4))
     if freq_out:
         table = frequency_table(p)
         lines = [f"{layer} {expert} {n}" for (layer, expert), n in sorted(table.items())]
