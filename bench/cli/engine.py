@@ -64,6 +64,13 @@ def engine_trace(
     threads: Annotated[int, typer.Option(help="llama.cpp threads (the output does not "
                                          "depend on it; more than the idle cores slows "
                                          "decode down many times: ggml spins).")] = 1,
+    load: Annotated[str, typer.Option(
+        metavar="auto|mmap|read|direct-io",
+        help="How llama.cpp loads the weights: mmap (its loader also madvises WILLNEED over "
+             "the whole file: the page cache admits all of it at load), read (buffered "
+             "copies: admitted too), direct-io (O_DIRECT into its own memory: nothing "
+             "admitted), auto (llama.cpp's choice; mmap on a CPU build). The trace does not "
+             "depend on it.")] = "auto",
     json_out: JsonOpt = False,
 ) -> None:
     """Decode greedily through llama.cpp with an evaluation callback on the router's top-k
@@ -76,12 +83,13 @@ def engine_trace(
     need("llama_cpp")               # before anything is read: a missing extra is the one line
     header = header_for(model)
     dest = None if str(out) == "-" else output_file(out, "-o")
-    dec = decode(model, prompt, tokens, prefixes=(TOPK,), threads=threads)
+    dec = decode(model, prompt, tokens, prefixes=(TOPK,), threads=threads, load=load)
     check_complete(dec, header["layers"])
     with (contextlib.nullcontext(sys.stdout) if dest is None
           else open(dest, "w", encoding="utf-8")) as fh:
         n = write_trace(dec, header, fh)
-    info = {"model": str(model), "trace": str(out), "prompt_tokens": len(dec.prompt_tokens),
+    info = {"model": str(model), "trace": str(out), "load": load,
+            "prompt_tokens": len(dec.prompt_tokens),
             "tokens": len(dec.output_tokens), "records": n, "output_hash": dec.output_hash,
             "output_tokens": dec.output_tokens, "load_s": round(dec.load_s, 3),
             "prefill_s": round(dec.prefill_s, 3), "decode_s": round(dec.decode_s, 3),

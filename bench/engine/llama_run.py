@@ -147,23 +147,37 @@ def _quiet_logs(llama_cpp: ModuleType) -> list[str]:
     return _LOGS
 
 
+# llama.cpp's llama_load_mode: how the weights reach memory. mmap maps the file (and its
+# loader madvises WILLNEED over the whole mapping: the page cache admits the file at load);
+# read copies it with buffered reads (admitted too); direct-io reads it with O_DIRECT into
+# anonymous buffers (nothing admitted); auto lets llama.cpp choose.
+LOAD_MODES = {"auto": -1, "read": 0, "mmap": 1, "direct-io": 4}
+
+
 def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = (),
-           threads: int = THREADS, mmap: bool = True) -> Decoded:
+           threads: int = THREADS, load: str = "auto") -> Decoded:
     """Greedy-decode `n_tokens` tokens after `prompt` with llama.cpp, the callback copying
-    the tensors named by `prefixes` (e.g. "ffn_moe_topk-") at every llama_decode call."""
+    the tensors named by `prefixes` (e.g. "ffn_moe_topk-") at every llama_decode call; the
+    weights loaded as `load` says (LOAD_MODES)."""
     if not model.is_file():
         raise InputError(f"{model}: no such model file")
     if not 1 <= n_tokens <= MAX_DECODE_TOKENS:
         raise InputError(f"--tokens {n_tokens}: must be in [1, {MAX_DECODE_TOKENS}]")
     if not prompt:
         raise InputError("--prompt: must not be empty")
+    if load not in LOAD_MODES:
+        raise InputError(f"--load {load!r}: one of {', '.join(LOAD_MODES)}")
     L = need("llama_cpp")
     logs = _quiet_logs(L)
     keep: list[object] = []
     L.llama_backend_init()
     t0 = time.perf_counter()
     mparams = L.llama_model_default_params()
-    mparams.use_mmap = mmap
+    if "load_mode" not in dict(type(mparams)._fields_):
+        # a ctypes Structure takes any attribute silently: an unknown field changes nothing
+        raise EngineError(f"llama-cpp-python {getattr(L, '__version__', '?')} has no "
+                          "load_mode (0.3.36 or later is needed)")
+    mparams.load_mode = LOAD_MODES[load]
     mdl = L.llama_model_load_from_file(os.fsencode(model), mparams)
     if not mdl:
         raise EngineError(f"{model}: llama.cpp cannot load it: {_last(logs)}")

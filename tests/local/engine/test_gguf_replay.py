@@ -12,6 +12,7 @@ import contextlib
 import json
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,47 @@ def test_pool_check_names_what_changed_in_a_pool_over_a_gguf(gguf_plan, capsys, 
     assert main(["pool", "check", str(pool)]) == 1
     out = capsys.readouterr().err
     assert f"\n{copy}: its first MiB differs" in "\n" + out and "3 problem(s)" in out
+
+
+def _resident(path: Path) -> int:
+    """Bytes of the file in the page cache (util-linux fincore)."""
+    r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                       capture_output=True, text=True, check=True)
+    return int(r.stdout.split()[0])
+
+
+def test_load_modes_admit_the_whole_model_or_none_of_it(gguf_plan):
+    """What the engine reads at load, cold, for each llama.cpp load mode (the admission pair
+    of issue 25 item 4): mmap reads and admits the whole file (its loader madvises WILLNEED
+    over the mapping), buffered read admits it too, direct-io reads it past the page cache.
+    The output is the same in every mode."""
+    if shutil.which("fincore") is None:
+        pytest.skip("needs util-linux's fincore (page-cache residency of a file)")
+    from bench.engine.llama_run import decode
+    fs, model, trace, work = gguf_plan
+    size = model.stat().st_size
+    seen = {}
+    for load in ("mmap", "read", "direct-io"):
+        nl.drop_caches()
+        before = nl.device_bytes_read(fs.dev)
+        d = decode(model, "Pages of experts.", 8, load=load)
+        seen[load] = (nl.device_bytes_read(fs.dev) - before, _resident(model), d.output_hash)
+        print(f"\nload {load}: device {seen[load][0]} B, resident {seen[load][1]} B of "
+              f"{size} B")
+    assert len({h for _, _, h in seen.values()}) == 1
+    for load in ("mmap", "read"):
+        device, resident, _ = seen[load]
+        assert size <= device <= size + METADATA_SLACK and resident == size, (load, seen)
+    device, resident, _ = seen["direct-io"]
+    assert size * 0.95 <= device <= size + METADATA_SLACK, seen
+    assert resident <= 1 << 20, seen       # the header, read buffered; no tensor data
+
+
+def test_an_unknown_load_mode_is_one_line(gguf_plan, capsys, tmp_path):
+    fs, model, trace, work = gguf_plan
+    capsys.readouterr()
+    assert main(["engine", "trace", str(model), "-o", str(tmp_path / "t.jsonl"),
+                 "--load", "zip"]) == 2
+    err = capsys.readouterr().err
+    assert "--load 'zip': one of auto, read, mmap, direct-io" in err and "Traceback" not in err
+    assert not (tmp_path / "t.jsonl").exists()
