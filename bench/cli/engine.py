@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ import typer
 
 from bench.cli.options import JsonOpt
 from bench.cli.outpath import output_file
+from bench.errors import InputError
 from bench.results import views
 
 engine_app = typer.Typer(no_args_is_help=True, help="A real engine (llama.cpp) on a tiny MoE "
@@ -100,6 +102,53 @@ def engine_trace(
         print(f"{out}: {n} router records, {len(dec.output_tokens)} tokens decoded after "
               f"{len(dec.prompt_tokens)} prompt tokens ({dec.tokens_per_s:.1f} tokens/s, "
               f"load {dec.load_s:.2f} s); output sha256 {dec.output_hash[:16]}")
+
+
+MAX_PROMPT_FILE = 64 << 10
+
+
+@engine_app.command("run")
+def engine_run(
+    model: Annotated[Path, typer.Argument(help="A GGUF MoE model (bench engine model make).")],
+    prompt_file: Annotated[Path, typer.Option(help="The prompt, a UTF-8 text file (at most "
+                                              "64 KiB).")],
+    tokens: Annotated[int, typer.Option(help="Tokens to decode greedily (1-4096).")] = 64,
+    threads: Annotated[int, typer.Option(help="llama.cpp threads.")] = 1,
+    load: Annotated[str, typer.Option(metavar="auto|mmap|read|direct-io",
+                                      help="llama.cpp's load mode (see bench engine trace "
+                                           "--help).")] = "auto",
+) -> None:
+    """Decode greedily and print what an end-to-end engine cell reads (docs/engine.md): a
+    `backend:` line, `cold load: S s`, `output token ids: a,b,...` and the decode time. The
+    built-in engine of an [engine] table: command ["bench", "engine", "run", MODEL,
+    "--prompt-file", "{prompt_file}", "--tokens", "{n_tokens}", "{policy_args}"], the
+    policies' args `--load mmap` (admit) and `--load direct-io` (nocache)."""
+    from bench.engine.extra import need
+    from bench.engine.llama_run import decode, seconds_since_start
+    started = seconds_since_start()      # the interpreter's start and imports so far
+    t0 = time.perf_counter()
+    L = need("llama_cpp")
+    import_s = time.perf_counter() - t0
+    try:
+        with prompt_file.open("rb") as f:
+            raw = f.read(MAX_PROMPT_FILE + 1)
+    except OSError as exc:
+        raise InputError(f"--prompt-file {prompt_file}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_PROMPT_FILE:
+        raise InputError(f"--prompt-file {prompt_file}: larger than {MAX_PROMPT_FILE} bytes")
+    prompt = raw.decode("utf-8", "replace").strip()
+    dec = decode(model, prompt, tokens, threads=threads, load=load)
+    print(f"backend: llama.cpp CPU (llama-cpp-python {getattr(L, '__version__', '?')}, "
+          f"load {load})")
+    # from the process's start: the cell's steady time (wall - load) is then prefill, decode
+    # and exit, not the interpreter's start and llama.cpp's import
+    load_s = (started or 0.0) + import_s + dec.load_s
+    before = "?" if started is None else f"{started:.2f}"
+    print(f"cold load: {load_s:.6f} s (process start to bench {before} s, llama.cpp import "
+          f"{import_s:.3f} s, model and context {dec.load_s:.3f} s)")
+    print("output token ids: " + ",".join(str(t) for t in dec.output_tokens))
+    print(f"decode: {len(dec.output_tokens)} tokens in {dec.decode_s:.6f} s "
+          f"({dec.tokens_per_s:.1f} tokens/s); output sha256 {dec.output_hash}")
 
 
 def register(app: typer.Typer) -> None:

@@ -154,6 +154,20 @@ def _quiet_logs(llama_cpp: ModuleType) -> list[str]:
 LOAD_MODES = {"auto": -1, "read": 0, "mmap": 1, "direct-io": 4}
 
 
+def seconds_since_start() -> float | None:
+    """Seconds since this process started (/proc/self/stat's starttime against /proc/uptime,
+    in clock ticks: 10 ms), or None where /proc does not say."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read(4096)
+        with open("/proc/uptime") as f:
+            uptime = float(f.read(64).split()[0])
+        start = int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, round(uptime - start, 2))
+
+
 def decode(model: Path, prompt: str, n_tokens: int, prefixes: tuple[str, ...] = (),
            threads: int = THREADS, load: str = "auto") -> Decoded:
     """Greedy-decode `n_tokens` tokens after `prompt` with llama.cpp, the callback copying

@@ -48,3 +48,13 @@ def test_expert_slices_are_whole_pages():
         s = Shape(expert_mib=mib)
         assert s.expert_bytes % (3 * 4096) == 0
         assert s.expert_bytes <= mib * 2**20 or s.n_ff == 8
+
+
+def test_seconds_since_start_counts_from_the_process_start():
+    """`bench engine run`'s cold load starts at the process's start (/proc/self/stat)."""
+    import subprocess
+    code = ("import time; time.sleep(0.5); "
+            "from bench.engine.llama_run import seconds_since_start; print(seconds_since_start())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert 0.5 <= float(out) < 30
