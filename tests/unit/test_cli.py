@@ -48,7 +48,8 @@ def test_command_tree_is_complete():
                                      "report",      # the next-morning page (issue 24)
                                      # a real engine end to end (issue 25)
                                      "engine", "engine model", "engine model make",
-                                     "engine trace"}
+                                     "engine trace",
+                                     "engine run"}  # the built-in engine of an [engine] table
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],
@@ -73,7 +74,9 @@ def test_command_tree_is_complete():
             "trace synth": ["burst", "drift", "order", "phase"],
             # another prompt's trace, to find one trace's llama.cpp dry-run first pass
             "trace parse": ["dry_run_ref"], "trace stats": ["dry_run_ref"],
-            "demand": ["dry_run_ref"], "plan": ["dry_run_ref"],
+            "demand": ["dry_run_ref"],
+            # a plan whose pool is the GGUF model itself (issue 25)
+            "plan": ["dry_run_ref", "from_gguf", "pool_out"],
             # a run in progress refuses them; --force names the run it kills
             "hosts reboot": ["force"], "hosts restore": ["force"], "hosts mglru": ["force"]}
 
