@@ -158,7 +158,7 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 			c[nc++] = (struct cand){ counts[i], i };
 	qsort(c, nc, sizeof(*c), cand_cmp);
 	for (i = 0; i < nc && a->n_loaded < a->slots; i++) {
-		uint64_t idx = c[i].idx, off = a->n_loaded * pool->expert_bytes, pos = 0, got = 0;
+		uint64_t idx = c[i].idx, off = a->n_loaded * pool->expert_bytes, pos = 0;
 		uint32_t nx, r;
 		const struct extent *x = pool_extents(pool, idx, &nx);
 		int fd;
@@ -171,7 +171,9 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 			goto cleanup;
 		}
 
-		for (r = 0; r < nx; r++, pos += x[r - 1].len, got = 0) {
+		for (r = 0; r < nx; r++) {
+			uint64_t got = 0;
+
 			while (got < x[r].len) {
 				ssize_t n = pread(fd, a->base + off + pos + got, x[r].len - got,
 						  (off_t)(x[r].off + got));
@@ -193,6 +195,7 @@ int arena_preload(struct arena *a, const struct pool *pool, const uint64_t *coun
 			/* the arena is the only copy: keep the preload from also sitting in
 			 * the page cache and counting against the capacity twice */
 			posix_fadvise(fd, (off_t)x[r].off, (off_t)x[r].len, POSIX_FADV_DONTNEED);
+			pos += x[r].len;
 		}
 		pool_put(pool, fd);
 		a->slot_of[idx] = (int32_t)a->n_loaded;

@@ -14,11 +14,6 @@ _Static_assert(sizeof(struct plan_iter) == 8, "iteration record is 8 bytes");
 _Static_assert(sizeof(struct plan_pass) == 16, "pass record is 16 bytes");
 
 static uint16_t le16(const unsigned char *b) { return (uint16_t)(b[0] | b[1] << 8); }
-static uint32_t le32(const unsigned char *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-static uint64_t le64(const unsigned char *b) { return le32(b) | (uint64_t)le32(b + 4) << 32; }
 
 static int slurp(const char *path, void **out, size_t *len)
 {

@@ -23,16 +23,6 @@
 /* 82,432 experts x 3 ranges is 4 MB: a bound far above any model, below any harm */
 #define RANGES_MAX_BYTES (256ULL << 20)
 
-static uint32_t le32(const unsigned char *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static uint64_t le64(const unsigned char *b)
-{
-	return le32(b) | (uint64_t)le32(b + 4) << 32;
-}
-
 static int read_all(int fd, unsigned char *buf, size_t len)
 {
 	size_t got = 0;

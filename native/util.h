@@ -22,6 +22,17 @@
 #error "bench-agent reads little-endian plan files in place; build on a little-endian host"
 #endif
 
+/* Little-endian fields of the plan and ranges files, read byte by byte (no alignment). */
+static inline uint32_t le32(const unsigned char *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static inline uint64_t le64(const unsigned char *b)
+{
+	return le32(b) | (uint64_t)le32(b + 4) << 32;
+}
+
 int64_t now_ns(void);
 size_t page_size(void);
 uint64_t round_up(uint64_t v, uint64_t align);
