@@ -90,38 +90,33 @@ def ladder_inventory(lab, dest: Path, mode: str) -> tuple[Path, Path]:
     (dest / f"{X}.toml").write_text(render_host_toml(x))
     (dest / f"{Y}.toml").write_text(render_host_toml(inv[Y]))
     return dest, calls
-def executing_on_x(lab, db: str, cid: str):
-    """A run of X that its runner is executing (past accepted, not ended), or None."""
+def running_on(lab, db: str, cid: str, host: str, phase_ok) -> str | None:
+    """A run of `host` stored running whose runner's status phase satisfies phase_ok, or
+    None."""
     try:
         store = open_store(db)
     except Exception:  # noqa: BLE001 - the database is not created yet
         return None
     try:
         for r in run_rows(store, cid):
-            if r.host == X and r.state == "running":
-                st = host_status(lab, X, r.run_id)
-                if st and st.get("phase") not in ("accepted", "done", "failed"):
+            if r.host == host and r.state == "running":
+                st = host_status(lab, host, r.run_id)
+                if st and phase_ok(st.get("phase")):
                     return r.run_id
     finally:
         store.close()
     return None
+
+
+def executing_on_x(lab, db: str, cid: str):
+    """A run of X that its runner is executing (past accepted, not ended), or None."""
+    return running_on(lab, db, cid, X, lambda ph: ph not in ("accepted", "done", "failed"))
 
 
 def measuring_on_y(lab, db: str, cid: str):
     """A run of Y inside its kernel-log window (opened at `pre`, read at `post`: warm-up and
     measurement both lie inside it), or None."""
-    try:
-        store = open_store(db)
-    except Exception:  # noqa: BLE001 - the database is not created yet
-        return None
-    try:
-        for r in run_rows(store, cid):
-            if r.host == Y and r.state == "running":
-                if (host_status(lab, Y, r.run_id) or {}).get("phase") in ("warmup", "measuring"):
-                    return r.run_id
-    finally:
-        store.close()
-    return None
+    return running_on(lab, db, cid, Y, lambda ph: ph in ("warmup", "measuring"))
 
 
 def inject_io_error_during_a_run_of_y(lab, db: str, cid: str, done: threading.Event,
