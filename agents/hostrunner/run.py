@@ -106,6 +106,8 @@ class Run:
             raise RunFailed("leftovers of an earlier run could not be removed: "
                             + "; ".join(rep["problems"]))
         self.phase("cleaned")
+        if self.cfg.get("engine"):
+            self.engine_prepare()
         before = meminfo()["Cached"]
         t0 = time.monotonic_ns()
         os.sync()
@@ -301,6 +303,47 @@ class Run:
                       "pre": mask, "after_set": mask, "post": None}
         write_json(self.path("mglru.json"), self.mglru)
         self.phase("mglru_set")
+
+    def engine_prepare(self) -> None:
+        """The engine's prepare command (e.g. make its model when missing), before the caches
+        are dropped: outside the measurement, what it reads is dropped with the rest. Its own
+        session (a timeout or a stop ends its group), output to prepare.log."""
+        e = self.cfg["engine"]
+        argv = e.get("prepare")
+        if not argv:
+            return
+        rec: dict[str, Any] = {"argv": argv, "exit_code": None, "signal": None,
+                               "timed_out": False}
+        self.runner["engine_prepare"] = rec
+        t0 = time.monotonic()
+        with open(self.path("prepare.log"), "ab") as log:
+            try:
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     cwd=e["cwd"], env={**os.environ, **e["env"]},
+                                     start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise RunFailed(f"cannot start the engine's prepare {argv[0]}: {exc}") from None
+        self.active.add_pid("engine", p.pid, exe=e["prepare_exe"], argv=argv)
+        self.child, self.child_group = p, True
+        while p.poll() is None:
+            if self.stop_requested or time.monotonic() - t0 > e["timeout_s"]:
+                rec["timed_out"] = not self.stop_requested
+                stop(p, True)
+                break
+            time.sleep(0.1)
+        self.child = None
+        rec["wall_s"] = time.monotonic() - t0
+        rec["exit_code"], rec["signal"] = exit_fields(p.returncode)
+        self.check_stop()
+        if rec["timed_out"]:
+            raise RunFailed(f"the engine's prepare still running after timeout_s "
+                            f"{e['timeout_s']}")
+        if p.returncode != 0:
+            raise RunFailed(f"the engine's prepare exited with {p.returncode}: "
+                            f"{last_line(self.path('prepare.log'))}")
+        # a pool_dir the prepare made (a first run on a fresh host) is the run's device now
+        if e["pool_dir"] and os.path.isdir(e["pool_dir"]):
+            e["device_of"] = self.cfg["pool"] = e["pool_dir"]
 
     def engine_child(self, info: dict[str, Any]) -> Child:
         """The engine as the supervised child: argv without a shell, cwd, env additions, its

@@ -217,6 +217,13 @@ def validate_engine_spec(spec: dict[str, Any], work_dir: str, rid: str) -> dict[
             raise SpecError(f"engine.{key} = {e.get(key)!r} does not match cell {spec['cell']!r}")
     argv, env, cwd = _engine_command(e)
     exe = _engine_executable(argv, env, cwd, work_dir)
+    prepare, prepare_exe = e.get("prepare_argv"), None
+    if prepare is not None:
+        if not isinstance(prepare, list) or not prepare or not all(
+                isinstance(a, str) and "\0" not in a for a in prepare) or not prepare[0]:
+            raise SpecError("engine.prepare_argv must be a non-empty list of strings "
+                            "(no shell is used)")
+        prepare_exe = _engine_executable(prepare, env, cwd, work_dir)
     timeout = _int(e, "timeout_s", 1, required=True)
     _check_engine_texts(e, cwd, work_dir)
     pool = spec.get("pool")
@@ -225,7 +232,8 @@ def validate_engine_spec(spec: dict[str, Any], work_dir: str, rid: str) -> dict[
     eb = _expect_boot(spec)
     return {"run_id": rid, "cell": spec["cell"], **cell,
             "engine": {"argv": list(argv), "env": dict(env), "cwd": cwd, "exe": exe,
-                       "timeout_s": timeout, "device_of": device_of},
+                       "timeout_s": timeout, "device_of": device_of, "prepare": prepare,
+                       "prepare_exe": prepare_exe, "pool_dir": pool},
             "pool": device_of, "agent_version": {}, "expect_boot": eb,
             "interval_ms": _int(spec, "timeline_interval_ms", 10, 60000, default=100),
             "lock_timeout_s": _int(spec, "host_lock_timeout_s", 0, default=600),

@@ -39,16 +39,31 @@ def model_make(
                                               "and down matrices, f16; 0.01-64).")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the random weights (same seed and shape, "
                                       "same bytes).")] = 0,
+    reuse: Annotated[bool, typer.Option(
+        "--reuse", help="Keep OUT when bench made it with this shape and seed (the same "
+                        "bytes); refuse any other file there instead of replacing it.")] = False,
+    mkdir: Annotated[bool, typer.Option(
+        "--mkdir", help="Create OUT's directory (and its parents) when missing.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a GGUF of llama.cpp's llama architecture with experts (Mixtral layout: softmax
     router, top-k, SiLU experts), deterministic random weights and a byte-fallback vocabulary
     of 354 tokens. Experts dominate the file (default 8 x 32 experts of 1 MiB: 277 MB)."""
     from bench.engine.gguf_model import Shape, make_model
+    if mkdir:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"OUT {out}: cannot create {out.parent}: "
+                             f"{exc.strerror or exc}") from None
     info = make_model(output_file(out, "OUT"), Shape(layers=layers, experts=experts, k=k,
-                                                     expert_mib=expert_mib, seed=seed))
+                                                     expert_mib=expert_mib, seed=seed),
+                      reuse=reuse)
     if json_out:
         views.emit_json(info)
+        return
+    if info["kept"]:
+        print(f"{out}: kept, bench made it with this shape and seed ({info['bytes']} bytes)")
         return
     experts_total = info["layers"] * info["experts"] * info["expert_bytes"]
     print(f"{out}: {info['arch']} MoE, {info['layers']} layers x {info['experts']} experts "

@@ -35,7 +35,8 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
     demand model's miss fraction at the paper's C and at the scale's, and the share of the
     host's memory a balloon or arena locks), or why the matrix can have no such scale."""
     from bench.matrix.load import load_matrix
-    from bench.matrix.regime import fixed_set_lines, no_scale_reason, regime, regime_lines
+    from bench.matrix.regime import (engine_lines, fixed_set_lines, no_scale_reason, regime,
+                                     regime_lines)
     from bench.paths import default_data_dir
     full = load_matrix(matrix)
     reason = no_scale_reason(full) if scale and scale not in full.scales else None
@@ -54,7 +55,8 @@ def matrix_show(matrix: MatrixArg, scale: ScaleOpt = None, json_out: JsonOpt = F
         views.emit_json(m | ({"regime": [p.as_dict() for p in points]} if scale else {}))
     else:
         print(plan_views.matrix_text(m), end="")
-        for line in regime_lines(points) + (fixed_set_lines(loaded) if scale else []):
+        for line in regime_lines(points) + (fixed_set_lines(loaded) + engine_lines(loaded)
+                                            if scale else []):
             print(views.visible(line))
 
 

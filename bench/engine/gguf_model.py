@@ -20,6 +20,7 @@ order, so a shape and a seed give the same bytes on every machine (tests check t
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -121,19 +122,45 @@ def _tensors(shape: Shape, n_vocab: int) -> Iterator[tuple[str, np.ndarray]]:
         yield f"{b}.ffn_down_exps.weight", normal(e, d, f, fan_in=f, dtype=np.float16)
 
 
-def make_model(out: Path, shape: Shape) -> dict:
+SHAPE_KEY = "bench.shape"          # the Shape as JSON: what `make --reuse` compares
+
+
+def made_shape(path: Path) -> dict | None:
+    """The shape a file says bench made it with (its SHAPE_KEY), or None: not a GGUF, or
+    not one of bench's."""
+    gguf = need("gguf")
+    try:
+        f = gguf.GGUFReader(str(path)).get_field(SHAPE_KEY)
+        got = json.loads(f.contents()) if f is not None else None
+    except (OSError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def make_model(out: Path, shape: Shape, reuse: bool = False) -> dict:
     """Write the model to `out` (through a temporary file in its directory, renamed into
-    place) and return what it is: the shape's facts, the file's size and its vocabulary size."""
+    place) and return what it is: the shape's facts, the file's size and its vocabulary size.
+    `reuse`: an `out` bench made with this shape is kept as it is (`kept` true: the same
+    bytes); any other file there is refused, never overwritten."""
     shape.check()
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: no such directory")
     gguf = need("gguf")
+    if reuse and out.exists():
+        got = made_shape(out) if out.is_file() else None
+        if got != shape.as_dict():
+            said = "not a model bench made" if got is None else f"made with {got}"
+            raise InputError(f"{out}: exists and is {said}, not {shape.as_dict()}",
+                             hint="remove it, or make the model at another path")
+        return {**shape.as_dict(), "path": str(out), "bytes": out.stat().st_size,
+                "vocab": len(vocabulary()[0]), "kept": True}
     tokens, scores, types = vocabulary()
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     w = gguf.GGUFWriter(str(tmp), ARCH)
     try:
         w.add_name(f"bench-tiny-moe-{shape.layers}x{shape.experts}-top{shape.k}")
         w.add_custom_alignment(ALIGNMENT)
+        w.add_string(SHAPE_KEY, json.dumps(shape.as_dict(), sort_keys=True))
         w.add_context_length(CONTEXT)
         w.add_embedding_length(N_EMBD)
         w.add_block_count(shape.layers)
@@ -167,4 +194,4 @@ def make_model(out: Path, shape: Shape) -> dict:
     finally:
         tmp.unlink(missing_ok=True)
     return {**shape.as_dict(), "path": str(out), "bytes": out.stat().st_size,
-            "vocab": len(tokens)}
+            "vocab": len(tokens), "kept": False}

@@ -208,6 +208,7 @@ class EngineSpec(Closed):
     load_regex: Annotated[T4K, _regex("seconds")] = doc("regex of the cold-load seconds")
     config_sha256: Optional[Sha256] = doc("identity of the engine configuration", None)
     pair: Optional[EnginePair] = doc("the run's place in its balanced pair", None)
+    prepare_argv: Optional[Argv] = doc("run before the caches are dropped (no shell)", None)
 
 
 class Spec(Closed):

@@ -9,6 +9,8 @@ reader (`nocache`), in balanced pairs. Pure: data in, data out (docs/engine.md).
   ({prompt_file} {prompt} {policy} {n_tokens} {pool_dir} {work_dir} {run_dir} {run_id}) are
   substituted per argv element, never through a shell; an element that is exactly
   {policy_args} is replaced by the policy's argument list (else those arguments are appended).
+  {bench} and {bench_data} (this controller's bench and its data directory: the built-in
+  engine) make a matrix local-only: `build_spec` refuses another host.
 - `pair_orders(n, seed, salt)`: balanced pair order: pair 0 admit-first, pair 1 nocache-first,
   pairs 2.. a seeded shuffle (same seed, same order).
 - the gates over captured output and the pair statistics are judgement: bench.judge.engine_gates.
@@ -35,8 +37,15 @@ from bench.version import controller_version as current_controller_version
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
 ORDERS = ("admit-first", "nocache-first")
+# {bench} {bench_data}: this controller's own bench executable and its data directory (the
+# built-in engine, bench engine run, and its prompts): they exist on the local host only
+CONTROLLER = ("bench", "bench_data")
 PLACEHOLDERS = ("prompt_file", "prompt", "policy", "n_tokens", "pool_dir", "work_dir",
-                "run_dir", "run_id")
+                "run_dir", "run_id") + CONTROLLER
+LOCAL_ONLY = ("the engine runs this controller's own bench ({bench}, {bench_data}): the local "
+              "host only; a vm lab guest carries no llama.cpp (pip builds it from source, about "
+              "13 min on two native cores, many times that under qemu's TCG) and no bench")
+LOCAL_ONLY_SKIP = "its engine is this controller's bench ({bench}): the local host only"
 POLICY_ARGS = "{policy_args}"
 DEFAULT_TIMEOUT_S = 3600
 DEFAULT_N_TOKENS = 60
@@ -73,6 +82,7 @@ class EngineConfig:
     n_tokens: int = DEFAULT_N_TOKENS
     min_tokens: int = DEFAULT_N_TOKENS
     pairs: int = DEFAULT_PAIRS
+    prepare: tuple[str, ...] = ()                  # argv the runner runs before the drop
 
     def policy(self, name: str) -> Policy:
         return dict(self.policies)[name]
@@ -92,13 +102,22 @@ class EngineConfig:
         """Per prompt (in file order) its admit and its nocache cell."""
         return [engine_cell(p, pol) for p in self.prompt_names for pol in POLICIES]
 
+    @property
+    def local_only(self) -> bool:
+        """Whether it names this controller's bench ({bench}, {bench_data}) anywhere."""
+        texts = (*self.command, *self.prepare, *(a for _, p in self.policies for a in p.args))
+        return any("{" + c + "}" in t for t in texts for c in CONTROLLER) or any(
+            f.startswith(BENCH_DATA) for _, f in self.prompts)
+
     def as_dict(self) -> dict:
+        # prepare only when set: the digest of a configuration made before it existed holds
         return {"command": list(self.command), "cwd": self.cwd, "env": dict(self.env),
                 "timeout_s": self.timeout_s, "n_tokens": self.n_tokens,
                 "min_tokens": self.min_tokens, "pairs": self.pairs, "backend": self.backend,
                 "tokens_regex": self.tokens_regex, "load_regex": self.load_regex,
                 "policies": {k: v.as_dict() for k, v in self.policies},
-                "prompts": dict(self.prompts)}
+                "prompts": dict(self.prompts)} | (
+                    {"prepare": list(self.prepare)} if self.prepare else {})
 
     @property
     def digest(self) -> str:
@@ -160,10 +179,19 @@ def _backend(text: str) -> str:
     return text
 
 
+BENCH_DATA = "{bench_data}/"       # a prompt path's only placeholder, as its prefix
+
+
 def _prompt_file(text: str) -> str:
     if not text or "\0" in text:
         raise bad(f"must be a file path, got {text!r}")
     return text
+
+
+def _prompt_path(path: str, here: dict) -> str:
+    """A prompt path with its {bench_data}/ prefix substituted; any other brace is literal."""
+    return here["bench_data"] + path[len(BENCH_DATA) - 1:] if path.startswith(BENCH_DATA) \
+        else path
 
 
 def _some_prompt(prompts: dict) -> dict:
@@ -206,6 +234,10 @@ class EngineTable(Table):
     min_tokens: PosInt | None = doc("fewer output tokens is a degenerate output (default: "
                                     "n_tokens)", None)
     pairs: PosInt = doc("measured pairs per prompt", DEFAULT_PAIRS)
+    prepare: Annotated[list[Annotated[str, _template(False)]], AfterValidator(_command)] | None \
+        = doc("a command the runner runs before it drops the caches, outside the measurement "
+              "(e.g. make the model when it is missing); placeholders as in command", None,
+              examples=[["{bench}", "engine", "model", "make", "{pool_dir}/m.gguf", "--reuse"]])
     backend: Annotated[str, AfterValidator(_backend)] = doc(
         "the backend string that must appear in the engine's stdout or stderr")
     tokens_regex: Annotated[str, _regex("tokens", "output token ids")] = doc(
@@ -216,7 +248,8 @@ class EngineTable(Table):
     prompts: Annotated[dict[Annotated[str, matches(
         LABEL, "is not a prompt label", "1-32 of a-z, 0-9 and _ (it becomes part of the cell "
         "name)")], Annotated[str, AfterValidator(_prompt_file)]], AfterValidator(_some_prompt)] \
-        = doc("label = prompt file on the host (absolute, or relative to cwd)")
+        = doc("label = prompt file on the host (absolute, relative to cwd, or {bench_data}/...: "
+              "this controller's data directory, the shipped prompts)")
 
     @staticmethod
     def rules(v: View, ctx: dict) -> Iterator[Problem]:
@@ -229,7 +262,7 @@ class EngineTable(Table):
                           hint="tell the engine which reader to use: args, env or {policy}")
         if v.ok("prompts", "cwd") and v.cwd is None:
             for label, path in v.prompts.items():
-                if not path.startswith("/"):
+                if not path.startswith(("/", BENCH_DATA)):
                     yield Problem(("prompts", label), f"{path!r} is relative and no cwd is given",
                                   hint="give an absolute path on the host, or set engine.cwd")
 
@@ -251,7 +284,8 @@ def config_of(t: EngineTable) -> EngineConfig:
         policies=tuple((name, Policy(tuple(p.args), tuple(p.env.items())))
                        for name, p in ((n, getattr(t.policies, n)) for n in POLICIES)),
         cwd=t.cwd, env=tuple(t.env.items()), timeout_s=t.timeout_s, n_tokens=t.n_tokens,
-        min_tokens=t.n_tokens if t.min_tokens is None else t.min_tokens, pairs=t.pairs)
+        min_tokens=t.n_tokens if t.min_tokens is None else t.min_tokens, pairs=t.pairs,
+        prepare=tuple(t.prepare or ()))
 
 
 def from_dict(d: dict, source: str = "engine config") -> EngineConfig:
@@ -279,10 +313,14 @@ def _subst(text: str, values: dict) -> str:
 
 
 def values_for(cfg: EngineConfig, prompt: str, policy: str, *, pool_dir: str, work_dir: str,
-               run_id: str) -> dict:
-    return {"prompt_file": cfg.prompt_file(prompt), "prompt": prompt, "policy": policy,
-            "n_tokens": cfg.n_tokens, "pool_dir": pool_dir, "work_dir": work_dir,
-            "run_dir": f"{work_dir.rstrip('/')}/runs/{run_id}", "run_id": run_id}
+               run_id: str, controller: dict | None = None) -> dict:
+    """The placeholders' values of one run; `controller` gives {bench} and {bench_data}
+    (bench.paths.controller_paths) where the run is on the local host."""
+    here = {c: "{" + c + "}" for c in CONTROLLER} | (controller or {})
+    return {"prompt_file": _prompt_path(cfg.prompt_file(prompt), here), "prompt": prompt,
+            "policy": policy, "n_tokens": cfg.n_tokens, "pool_dir": pool_dir,
+            "work_dir": work_dir, "run_dir": f"{work_dir.rstrip('/')}/runs/{run_id}",
+            "run_id": run_id} | here
 
 
 def argv_for(cfg: EngineConfig, values: dict) -> list[str]:
@@ -335,8 +373,10 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
                first: str, seed: int, campaign: str | None = None, position: int = 0,
                created: str = "1970-01-01T00:00:00Z", timeline_interval_ms: int = 200,
                host_lock_timeout_s: int | None = None, controller_version: str | None = None,
-               extra: dict | None = None) -> dict:
-    """spec.json of one engine run on `host` (inventory Host: name, pool_dir, work_dir)."""
+               controller: dict | None = None, extra: dict | None = None) -> dict:
+    """spec.json of one engine run on `host` (inventory Host: name, transport, pool_dir,
+    work_dir); `controller`: {bench} and {bench_data}, for an engine that uses them, which
+    runs on the local host only (LOCAL_ONLY)."""
     if isinstance(cell, str):
         cell = parse_cell(cell)
     prompt, policy = cell.prompt, cell.policy       # both set exactly when cell.is_engine
@@ -348,8 +388,12 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
         raise InputError(f"pair order must start with admit or nocache, got {first!r}")
     if pair_index < 0:
         raise InputError(f"pair index must not be negative, got {pair_index}")
+    if cfg.local_only and (host.transport != "local" or controller is None):
+        raise InputError(f"host {host.name} cannot run this engine: {LOCAL_ONLY}",
+                         hint="run it with --hosts local, or set engine.command to an engine "
+                              "installed on that host")
     values = values_for(cfg, prompt, policy, pool_dir=host.pool_dir, work_dir=host.work_dir,
-                        run_id=run_id)
+                        run_id=run_id, controller=controller)
     spec = {
         "format": 1, "run_id": run_id, "campaign": campaign, "position": position,
         "repetition": pair_index, "host": host.name, "cell": cell.name,
@@ -372,6 +416,8 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
         "controller_version": controller_version or current_controller_version(),
         "created": created,
     }
+    if cfg.prepare:
+        spec["engine"]["prepare_argv"] = [_subst(a, values) for a in cfg.prepare]
     if host_lock_timeout_s is not None:
         spec["host_lock_timeout_s"] = host_lock_timeout_s
     spec.update(extra or {})

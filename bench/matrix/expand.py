@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.errors import InputError
+from bench.matrix.engine_cells import LOCAL_ONLY_SKIP
 from bench.matrix.limits import MAX_RUNS
 from bench.matrix.load import Matrix, MatrixError, Point
 from bench.units import format_size, parse_kernel_size
@@ -289,6 +290,8 @@ def _resolve(m: Matrix, p: Point, host, facts: Facts | None
     if problem is not None:
         return None, problem, None
     if p.engine is not None:            # ample capacity, no mechanism, the host's boot
+        if m.engine is not None and m.engine.local_only and host.transport != "local":
+            return None, LOCAL_ONLY_SKIP, None
         return Candidate(host.name, p.engine, BootConfig()), "", None
     mem_rel, why_rel = _relative_memory(host, facts)
     cap, why = p.capacity.resolve(m.pool_bytes, mem_rel)

@@ -55,7 +55,7 @@ from pydantic.fields import FieldInfo
 from bench.errors import InputError
 from bench.matrix.balloon_host import balloon_boots
 from bench.matrix.cells import ENGINE_RECLAIM, Cell, Reclaim, parse_cell
-from bench.matrix.engine_cells import EngineConfig, EngineTable, config_of
+from bench.matrix.engine_cells import LOCAL_ONLY, EngineConfig, EngineTable, config_of
 from bench.matrix.excludes import apply_excludes
 from bench.matrix.limits import CELLS_TEXT, RUNS_TEXT, Repetitions, cells_problem, runs_problem
 from bench.matrix.matrix_schema import DEFAULT_CGROUP_HEADROOM as DEFAULT_CGROUP_HEADROOM
@@ -187,7 +187,8 @@ class Matrix:
                         "placement": p.placement or self.placement,
                         "tags": _tags_json(p.tags if p.tags is not None else self.tags)}
                        for p in self.points],
-        } | ({"engine": self.engine.as_dict()} if self.engine else {})
+        } | ({"engine": self.engine.as_dict(), "engine_local_only":
+              LOCAL_ONLY if self.engine.local_only else None} if self.engine else {})
 
 
 def _tags_json(tags: tuple | None) -> str | dict:

@@ -173,6 +173,10 @@ def engine_matrix_text(m: dict) -> str:
               f"  run          cwd {e['cwd'] or '(the runner default)'}; timeout "
               f"{duration(e['timeout_s'])}; {e['n_tokens']} tokens (at least {e['min_tokens']})"
               + (f"; env {env(e['env'])}" if e["env"] else "")]
+    if e.get("prepare"):
+        lines.append(f"  prepare      {shlex.join(e['prepare'])} (before the caches are dropped)")
+    if m.get("engine_local_only"):
+        lines.append(f"  where        {m['engine_local_only']}")
     for pol, p in e["policies"].items():
         parts = (([shlex.join(p["args"])] if p["args"] else [])
                  + ([f"env {env(p['env'])}"] if p["env"] else []))

@@ -264,17 +264,60 @@ def gh(name, machine):
                 mem_total=480 << 30, reboot=RebootSpec(allowed=True, method="kexec"))
 
 
+def local_host(name="local"):
+    from bench.hosts.inventory import Host
+    return Host(name=name, address="localhost", transport="local", tags={"machine": "c"})
+
+
 def test_shipped_end_to_end_matrix():
+    """Its engine is the built-in one ({bench} engine run): the paper's machine B cannot run
+    it (skipped, saying why); the lab scale runs on any local host."""
     m = load_matrix("end-to-end")
     assert m.engine.pairs == 3 and m.repetitions == 3 and m.engine.n_tokens == 60
     assert m.engine.prompt_names == ["prose", "code", "chat"]
     assert [p.key for p in m.points] == [c.name for c in m.engine.cells()]
+    assert m.engine.local_only and m.as_dict()["engine"]["backend"] == "backend: llama.cpp CPU"
     exp = expand(m, [gh("gh200-a", "A"), gh("gh200-b", "B")])
-    assert len(exp.requests) == 18 and {r.candidates[0].host for r in exp.requests} == {"gh200-b"}
-    assert {r.unit for r in exp.requests} == {f"e2e-{p}@gh200-b" for p in ("prose", "code", "chat")}
+    assert exp.requests == [] and {s.host for s in exp.skipped} == {"gh200-b"}
+    assert all(s.reason == engine_cells.LOCAL_ONLY_SKIP for s in exp.skipped)
+    lab = load_matrix("end-to-end", scale="lab")
+    exp = expand(lab, [gh("gh200-b", "B"), local_host()])
+    assert len(exp.requests) == 18 and {r.candidates[0].host for r in exp.requests} == {"local"}
+    assert {r.unit for r in exp.requests} == {f"e2e-{p}@local" for p in ("prose", "code", "chat")}
     assert all(r.pair == (parse_cell(r.point).prompt, parse_cell(r.point).policy)
                and r.candidates[0].boot == BootConfig() for r in exp.requests)
-    assert m.as_dict()["engine"]["backend"] == "CUDA MoE backend"
+
+
+BUILTIN = {"command": ["{bench}", "engine", "run", "{pool_dir}/m.gguf", "--prompt-file",
+                       "{prompt_file}", "{policy_args}"],
+           "prepare": ["{bench}", "engine", "model", "make", "{pool_dir}/m.gguf", "--reuse"],
+           "prompts": {"prose": "{bench_data}/prompts/prose.txt"}}
+HERE = {"bench": "/venv/bin/bench", "bench_data": "/venv/lib/bench/data"}
+
+
+def test_controller_placeholders_make_the_engine_local_only():
+    c = cfg(**BUILTIN)
+    assert c.local_only and not cfg().local_only
+    assert cfg(prompts={"p": "{bench_data}/p.txt"}).local_only
+    s = engine_cells.build_spec("e2e-prose-admit", local_host(), c, run_id="c-local-001",
+                                pair_index=0, first="admit", seed=1, controller=HERE)
+    e = s["engine"]
+    assert e["argv"] == ["/venv/bin/bench", "engine", "run", "/var/lib/bench/pool/m.gguf",
+                         "--prompt-file", "/venv/lib/bench/data/prompts/prose.txt",
+                         "--reader", "admit"]
+    assert e["prompt_file"] == "/venv/lib/bench/data/prompts/prose.txt"
+    assert e["prepare_argv"] == ["/venv/bin/bench", "engine", "model", "make",
+                                 "/var/lib/bench/pool/m.gguf", "--reuse"]
+    assert "prepare_argv" not in engine_cells.build_spec(
+        "e2e-prose-admit", local_host(), cfg(), run_id="c-local-001", pair_index=0,
+        first="admit", seed=1)["engine"]
+    for host, here in ((gh("gh200-b", "B"), HERE), (local_host(), None)):
+        with pytest.raises(InputError, match="cannot run this engine: .*local host only"):
+            engine_cells.build_spec("e2e-prose-admit", host, c, run_id="c-x-001",
+                                    pair_index=0, first="admit", seed=1, controller=here)
+    # a configuration made before `prepare` existed keeps its identity
+    assert "prepare" not in cfg().as_dict() and c.as_dict()["prepare"] == BUILTIN["prepare"]
+    assert engine_cells.from_dict(c.as_dict()).digest == c.digest
 
 
 def doc(**over):
@@ -288,6 +331,9 @@ def doc(**over):
     ({"cells": {"capacities": ["1G"]}}, "cells", "not allowed in an engine matrix"),
     ({"mglru_at_boot": True}, "mglru_at_boot", "leaves reclaim"),
     ({"engine": table(command=["/e", "{pool}"])}, "engine.command[1]", "unknown placeholder"),
+    ({"engine": table(prepare=["/e", "{bench"])}, "engine.prepare[1]", "lone"),
+    ({"engine": table(prepare=[])}, "engine.prepare[0]", "must not be empty"),
+    ({"engine": table(prompts={"p": "rel/p.txt"})}, "engine.prompts.p", "relative"),
 ])
 def test_bad_engine_matrices(over, key, needle):
     with pytest.raises(MatrixError) as ei:
@@ -298,8 +344,9 @@ def test_bad_engine_matrices(over, key, needle):
 def test_cli_matrix_show_end_to_end(capsys):
     assert main(["matrix", "show", "end-to-end"]) == 0
     out = capsys.readouterr().out
-    assert "CONFIGURE-ME" in out and "pair 0 admit-first, pair 1 nocache-first" in out
-    assert "e2e-chat-nocache   /opt/engine/prompts/chat.txt" in out
+    assert "engine       '{bench}' engine run" in out and "pair 0 admit-first, pair 1" in out
+    assert "e2e-chat-nocache   {bench_data}/prompts/chat.txt" in out
+    assert f"where        {engine_cells.LOCAL_ONLY}" in out and "prepare      '{bench}'" in out
 
 
 # the scheduler keeps pairs adjacent --------------------------------------------------------------
@@ -369,24 +416,26 @@ def test_pairs_stay_adjacent_in_the_balanced_order(fleet, seed, randomize, inter
 
 
 def test_dry_run_golden_end_to_end(capsys, tmp_path):
-    """The shipped matrix on the shipped inventory, with the fixture hosts' facts
-    (regenerate with BENCH_REGEN_GOLDEN=1)."""
+    """The shipped matrix at lab scale on the shipped inventory, with the fixture hosts'
+    facts: the local host runs the pairs, the GH200s are skipped saying why (regenerate with
+    BENCH_REGEN_GOLDEN=1)."""
     from tests.support.facts import DEBIAN, fixture_facts, gh200_facts
     facts = gh200_facts(tmp_path, local=fixture_facts(DEBIAN))
     absent = ["--db", str(tmp_path / "absent.db")]    # every estimate modelled
-    rc = main(["schedule", "--matrix", "end-to-end", "--hosts-dir", str(ROOT / "hosts"),
-               "--seed", "7", "--dry-run", "--facts", facts, *absent])
+    rc = main(["schedule", "--matrix", "end-to-end", "--scale", "lab", "--hosts-dir",
+               str(ROOT / "hosts"), "--seed", "7", "--dry-run", "--facts", facts, *absent])
     out = capsys.readouterr()
     assert rc == 0, out.err
     path = GOLDEN / "schedule-end-to-end-seed7.txt"
     if os.environ.get("BENCH_REGEN_GOLDEN") == "1":
         path.write_text(out.out)
     assert out.out == path.read_text()
-    assert main(["schedule", "--matrix", "end-to-end", "--hosts-dir", str(ROOT / "hosts"),
-                 "--seed", "7", "--dry-run", "--json", "--facts", facts]) == 0
+    assert main(["schedule", "--matrix", "end-to-end", "--scale", "lab", "--hosts-dir",
+                 str(ROOT / "hosts"), "--seed", "7", "--dry-run", "--json", "--facts",
+                 facts]) == 0
     d = json.loads(capsys.readouterr().out)
     runs = [r for h in d["hosts"] for r in h["runs"]]
-    assert len(runs) == 18 and {r["host"] for r in runs} == {"gh200-b"}
+    assert len(runs) == 18 and {r["host"] for r in runs} == {"local"}
     assert runs[0]["pair"]["order"] == "admit-first" and runs[0]["pair"]["position"] == 0
 
 

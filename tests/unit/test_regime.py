@@ -7,13 +7,16 @@ shipped matrix with a lab scale or the reason it has none; one lab C per paper C
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench.cli import main
 from bench.matrix.balloon_host import (MIN_BALLOON_BYTES, PAPER_BALLOON_OVERHEAD, PAPER_MEMORY,
                                        paper_locked_share)
 from bench.matrix.load import load_matrix, shipped_names
-from bench.matrix.regime import (LOCKED_TOLERANCE, TOLERANCE, fixed_set_lines, no_scale_reason,
+from bench.matrix.regime import (LOCKED_TOLERANCE, TOLERANCE, engine_lines, fixed_set_lines,
+                                 no_scale_reason,
                                  regime, regime_lines)
 from bench.units import format_size
 
@@ -148,7 +151,9 @@ def test_every_shipped_matrix_has_a_lab_scale_or_the_reason_it_cannot(capsys):
         assert main(["matrix", "show", name, "--scale", "lab"]) == 0, name
         out = capsys.readouterr().out
         assert "regime" in out and (no_scale_reason(m) or "lab") in out.replace("\n", " ")
-    assert "engine" in no_scale_reason(load_matrix("end-to-end"))
+    e2e = load_matrix("end-to-end")
+    assert "lab" in e2e.scales and no_scale_reason(e2e) is None
+    assert "engine" in no_scale_reason(dataclasses.replace(e2e, scales=()))
     assert main(["matrix", "show", "capacity", "--scale", "big"]) == 2     # a typo stays an error
 
 
@@ -159,6 +164,9 @@ def test_shipped_scales_keep_the_miss_regime(name, scale):
     if m.workload.get("fixed_set_bytes"):           # admission: the set fits in C on both sides
         lines = fixed_set_lines(m)
         assert lines and all("does not fit" not in x for x in lines), lines
+        return
+    if m.engine is not None:                        # ample capacity: no miss curve to keep
+        assert pts == [] and engine_lines(m) and "ample capacity" in engine_lines(m)[0]
         return
     assert pts and all(p.miss_status == "ok" for p in pts), regime_lines(pts)
 

@@ -3,11 +3,18 @@ the campaign record (the matrix's [engine] table and the run's place in its bala
 journaled at planning time so a resume needs no matrix file). The worker starts it like any
 run, except that no plan or pool is shipped (the engine loads its own model; {pool_dir} is the
 host's pool directory as the inventory names it); the host-side runner refuses the spec (a bad
-spec, naming the fix) when the engine command is not an executable there."""
+spec, naming the fix) when the engine command is not an executable there. An engine that
+runs this controller's own bench ({bench}: the built-in llama.cpp engine) gets its paths here
+and runs on the local host only."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import time
+from importlib import resources
+from pathlib import Path
 
 from bench.errors import InputError
 from bench.hosts.inventory import Host
@@ -22,8 +29,22 @@ def spec_for(rec: dict, rid: str, cell: str, host: Host, *, created: str | None 
         raise InputError(f"{rid}: the campaign record has no pair for this engine run",
                          hint="re-create the campaign with `bench schedule`")
     cfg = engine.from_dict(rec["engine"], f"campaign {rec.get('campaign')} engine")
+    local = controller_paths() if cfg.local_only and host.transport == "local" else None
     return engine.build_spec(cell, host, cfg, run_id=rid, pair_index=pair["index"],
                              first=pair["order"].removesuffix("-first"), seed=pair["seed"],
                              campaign=rec.get("campaign"), position=run.get("position") or 0,
                              created=created or time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                              time.gmtime()))
+                                                              time.gmtime()),
+                             controller=local)
+
+
+def controller_paths() -> dict[str, str]:
+    """{bench}: the bench executable of this Python (a virtual environment's, beside its
+    interpreter), else the one on PATH; {bench_data}: the installed package's data directory."""
+    exe = Path(sys.executable).parent / "bench"
+    found = str(exe) if os.access(exe, os.X_OK) else shutil.which("bench")
+    if found is None:
+        raise InputError("cannot find this controller's bench executable (beside "
+                         f"{sys.executable} or on PATH) for the engine's {{bench}}",
+                         hint="install bench (pip install '.[engine]') and run that bench")
+    return {"bench": found, "bench_data": str(resources.files("bench").joinpath("data"))}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -91,6 +92,8 @@ def test_bad_engine_specs_refused_before_touching_anything(pool_and_prompts, tmp
         (lambda s: s["engine"].update(prompt_file=str(d / "nope.txt")), "does not exist"),
         (lambda s: s["engine"].update(timeout_s=0), "timeout_s"),
         (lambda s: s.update(cell="e2e-prose"), "an engine cell is e2e-{prompt}-{policy}"),
+        (lambda s: s["engine"].update(prepare_argv=[]), "engine.prepare_argv"),
+        (lambda s: s["engine"].update(prepare_argv=[str(d / "missing")]), "not an executable"),
     ]
     for change, why in cases:
         s = json.loads(json.dumps(ok))
@@ -161,6 +164,29 @@ def test_a_pair_runs_is_ingested_and_passes_every_gate(pool_and_prompts, work_di
         assert res["speedup"] == pytest.approx(n["steady_s"] / a["steady_s"])
     finally:
         store.close()
+
+
+PREPARE = [sys.executable, "-c", "import sys; print('prepare', sys.argv[1:]); "
+           "sys.exit(int(sys.argv[1]))"]
+
+
+@pytest.mark.root
+def test_the_prepare_command_runs_before_the_drop_and_its_failure_fails_the_run(
+        pool_and_prompts, work_dir):
+    d = pool_and_prompts
+    st, b = run(d, work_dir, "prep-ok", "e2e-prose-admit", prepare=PREPARE + ["0", "{run_id}"])
+    assert st["ok"] is True, st
+    assert (b / "prepare.log").read_text() == "prepare ['0', 'prep-ok']\n"
+    rec = read_json(b / "runner.json")["engine_prepare"]
+    assert rec["exit_code"] == 0 and rec["argv"][-1] == "prep-ok" and not rec["timed_out"]
+    assert read_json(b / "spec.json")["engine"]["prepare_argv"][-2:] == ["0", "prep-ok"]
+    verify_manifest(b)
+    st, b = run(d, work_dir, "prep-bad", "e2e-prose-admit", prepare=PREPARE + ["3"])
+    assert st["phase"] == "failed" and st["reason"] == (
+        "the engine's prepare exited with 3: prepare ['3']"), st
+    phases = [h["phase"] for h in st["history"]]
+    assert "caches_dropped" not in phases and "measuring" not in phases
+    assert not (b / "engine.stdout").exists() or not (b / "engine.stdout").read_text()
 
 
 @pytest.mark.root
