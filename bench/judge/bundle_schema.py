@@ -201,6 +201,8 @@ class EngineSpec(Closed):
     prompt: Label = doc("the prompt label")
     prompt_file: Optional[T4K] = doc("the prompt's file", None)
     policy: Literal["admit", "nocache"] = doc("page-cache admission or the nocache reader")
+    policy_args: Optional[Argv] = doc("the policy's arguments in argv (what tells the engine "
+                                      "which reader: shown beside the results)", None)
     n_tokens: Annotated[int, at.Ge(1), at.Le(1 << 20)] = doc("tokens to decode")
     min_tokens: Annotated[int, at.Ge(0), at.Le(1 << 20)] = doc("fewer is degenerate")
     backend: T4K = doc("the backend string the engine must print")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from bench.judge.stats import median
@@ -103,6 +104,7 @@ def facts(spec_engine: dict, stdout: str, stderr: str, record: dict | None) -> d
     pair = spec_engine.get("pair") or {}
     return {
         "prompt": spec_engine.get("prompt"), "policy": spec_engine.get("policy"),
+        "policy_args": spec_engine.get("policy_args"),
         "pair_index": pair.get("index"), "pair_order": pair.get("order"),
         "pair_position": pair.get("position"),
         "wall_s": wall, "load_s": load,
@@ -129,6 +131,10 @@ class PairStats:
     speedup_min: float | None = None
     speedup_max: float | None = None
     ratio_of_medians: float | None = None    # shown for contrast only
+    # device bytes per decoded token (the pool device, the whole run: load and decode),
+    # medians over the counted pairs' runs of each policy
+    admit_bytes_per_token: float | None = None
+    nocache_bytes_per_token: float | None = None
     hashes_match: bool | None = None         # every counted pair's two hashes equal
     mismatched: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
@@ -148,6 +154,7 @@ def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
         by.setdefault(r["pair"], {})[r["policy"]] = r
     st = PairStats(prompt)
     admits, nocaches = [], []
+    per_token: dict[str, list[float]] = {"admit": [], "nocache": []}
     for label in sorted(by):
         a, n = by[label].get("admit"), by[label].get("nocache")
         if a is None or n is None or a.get("steady_s") is None or n.get("steady_s") is None \
@@ -156,6 +163,9 @@ def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
             continue
         admits.append(a["steady_s"])
         nocaches.append(n["steady_s"])
+        for pol, r in (("admit", a), ("nocache", n)):
+            if r.get("device_bytes") is not None and r.get("tokens"):
+                per_token[pol].append(r["device_bytes"] / r["tokens"])
         st.ratios.append(n["steady_s"] / a["steady_s"])
         if a.get("output_sha256") is None or a.get("output_sha256") != n.get("output_sha256"):
             st.mismatched.append(label)
@@ -166,4 +176,27 @@ def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
         st.speedup_min, st.speedup_max = min(st.ratios), max(st.ratios)
         st.ratio_of_medians = st.nocache_median_s / st.admit_median_s
         st.hashes_match = not st.mismatched
+    if per_token["admit"]:
+        st.admit_bytes_per_token = median(per_token["admit"])
+    if per_token["nocache"]:
+        st.nocache_bytes_per_token = median(per_token["nocache"])
     return st
+
+
+def policy_args(data) -> list[str] | None:
+    """The policy's arguments an engine run's data holds, if they are a list of strings."""
+    got = data.get("policy_args") if isinstance(data, dict) else None
+    return got if isinstance(got, list) and all(isinstance(a, str) for a in got) else None
+
+
+def arms(runs: list[dict]) -> dict[str, str]:
+    """What told the engine which reader, per policy, as the runs' specs said it (the
+    arguments; `shlex`-joined), e.g. {"admit": "--load mmap", "nocache": "--load direct-io"};
+    a policy whose runs disagree shows each."""
+    out: dict[str, list[str]] = {}
+    for r in runs:
+        if r.get("policy_args") is not None:
+            text = shlex.join(r["policy_args"]) or "(no arguments)"
+            if text not in out.setdefault(r["policy"], []):
+                out[r["policy"]].append(text)
+    return {k: " | ".join(v) for k, v in sorted(out.items())}

@@ -405,7 +405,8 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
         "engine": {
             "argv": argv_for(cfg, values), "env": env_for(cfg, policy), "cwd": cfg.cwd,
             "timeout_s": cfg.timeout_s, "prompt": prompt, "prompt_file": values["prompt_file"],
-            "policy": policy, "n_tokens": cfg.n_tokens, "min_tokens": cfg.min_tokens,
+            "policy": policy, "policy_args": [_subst(a, values) for a in cfg.policy(policy).args],
+            "n_tokens": cfg.n_tokens, "min_tokens": cfg.min_tokens,
             "backend": cfg.backend, "tokens_regex": cfg.tokens_regex,
             "load_regex": cfg.load_regex, "config_sha256": cfg.digest,
             "pair": {"index": pair_index, "order": order_label(first),

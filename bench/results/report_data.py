@@ -11,6 +11,8 @@ The dict (`gather`):
   findings    [str]     mechanism agreement, balloon cross-check and mem= lines, in words
   figures     [{kind, title, matrix (bench.store.queries.matrix), rows, legend, warnings,
                 campaigns, command}]
+  engine      [{campaign, results (bench.store.queries.engine_results)}]: Table 3, per
+                campaign with retained or rejected engine runs
   reference   [{campaign, matrix, reference, scale, mapping, rows}]
   rejected, failed, skipped, provenance, runs (see the functions below)."""
 
@@ -52,7 +54,10 @@ def gather(store: Store, campaign_ids: Sequence[str], db: str | None = None) -> 
     figures, findings = _figures(store, campaign_ids, db)
     for c in camps:         # the typed rows were for the functions above only
         del c["journal"], c["run_rows"]
-    return {"campaigns": camps, "findings": findings, "figures": figures,
+    engine = [{"campaign": cid, "results": res} for cid in campaign_ids
+              if (res := queries.engine_results(store, campaign=cid, include_demo=True))
+              ["prompts"]]
+    return {"campaigns": camps, "findings": findings, "figures": figures, "engine": engine,
             "reference": [_reference(c, figures) for c in camps],
             # rejected at ingest, or no longer retained after `bench retention recheck`
             "rejected": [r for r in runs if r["state"] == "rejected" or r["retained"] is False],

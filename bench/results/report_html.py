@@ -143,8 +143,13 @@ def _summary(data: dict) -> str:
 
 def _figures(data: dict, svgs: Mapping[str, str | None] | None) -> str:
     out = [_h2("figures")]
-    if not data["figures"]:
+    if not data["figures"] and not data.get("engine"):
         out.append('<p class="muted">no retained run in a matrix shape: no figure</p>')
+    for en in data.get("engine", []):
+        out.append(f'<h3 id="engine-{e(en["campaign"])}">{e(rt.ENGINE_TITLE)}: '
+                   f'{e(en["campaign"])}</h3><div>{table(rt.engine_table(en))}'
+                   f'<p class="muted">{e(rt.ENGINE_LEGEND)}</p>'
+                   f'{ul(rt.engine_lines(en), "groups")}</div>')
     for f in data["figures"]:
         svg = None if svgs is None else svgs.get(f["kind"])
         missing = PLOT_HINT if svgs is None else f"no figure drawn for {f['kind']}"

@@ -62,16 +62,7 @@ def render(data: dict, drawn: bool = False) -> str:
     out += ["### Findings", ""]
     out += [f"- {md(x)}" for x in data["findings"]] or [
         "no mechanism agreement, balloon cross-check or mem= point in these campaigns' cells"]
-    out += [""] + _h2("figures")
-    for f in data["figures"]:
-        out += [f"### {md(f['title'])}", ""] + table(rt.figure_table(f))
-        out += [md(rt.FIGURE_LEGEND), ""]
-        out += [f"- {md(x)}" for x in rt.group_lines(f)]
-        out += [f"- warning: {md(x)}" for x in f["warnings"]] + [""]
-        cmds = " and ".join(md(c) for c in f["commands"])
-        out += [f"Figure: {cmds} draws it"
-                + ("" if drawn else " (figures need matplotlib: pip install 'bench[plot]')")
-                + "; the HTML report (`--format html`) inlines it.", ""]
+    out += [""] + _figures(data, drawn)
     out += _h2("reference")
     for ref in data["reference"]:
         out += [f"- {md(x)}" for x in rt.reference_lines(ref)] + [""]
@@ -107,6 +98,25 @@ def render(data: dict, drawn: bool = False) -> str:
             md(rt.passed_line(r)), ""]
         out += ["Timeline:", ""] + table(rt.timeline_table(r))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _figures(data: dict, drawn: bool) -> list[str]:
+    """The figures section: each figure's table, legend, groups and command; Table 3."""
+    out = _h2("figures")
+    for f in data["figures"]:
+        out += [f"### {md(f['title'])}", ""] + table(rt.figure_table(f))
+        out += [md(rt.FIGURE_LEGEND), ""]
+        out += [f"- {md(x)}" for x in rt.group_lines(f)]
+        out += [f"- warning: {md(x)}" for x in f["warnings"]] + [""]
+        cmds = " and ".join(md(c) for c in f["commands"])
+        out += [f"Figure: {cmds} draws it"
+                + ("" if drawn else " (figures need matplotlib: pip install 'bench[plot]')")
+                + "; the HTML report (`--format html`) inlines it.", ""]
+    for e in data.get("engine", []):
+        out += [f"### {md(rt.ENGINE_TITLE)}: {md(e['campaign'])}", ""] + table(
+            rt.engine_table(e))
+        out += [md(rt.ENGINE_LEGEND), ""] + [f"- {md(x)}" for x in rt.engine_lines(e)] + [""]
+    return out
 
 
 def _h2(key: str) -> list[str]:

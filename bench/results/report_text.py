@@ -83,12 +83,16 @@ def summary_pairs(c: dict) -> list[tuple[str, str]]:
         reb += (f", lower bound {c['reboot_lower_bound']})"
                 if c.get("reboot_lower_bound") is not None else ")")
     w = {k: v for k, v in (c.get("workload") or {}).items() if v is not None}
+    engine = w.get("trace") == "engine"         # an engine matrix replays no trace
+    work = ("the engine's own decode of each prompt (no trace replayed)" if engine else
+            ", ".join(f"{k} {_value(k, v)}" for k, v in w.items()) or "-")
     return [("campaign", f"{c['id']} ({c['state']}{', demo' if c.get('demo') else ''})"),
-            ("matrix", (c["matrix"] or "ad hoc") + (f", scale {c['scale']} (capacities "
-                                                    "scaled)" if c["scale"] else "")),
+            ("matrix", (c["matrix"] or "ad hoc") + (
+                f", scale {c['scale']}" + ("" if engine else " (capacities scaled)")
+                if c["scale"] else "")),
             ("seed", "-" if c["seed"] is None else str(c["seed"])),
             ("hosts", ", ".join(c["hosts"]) or "-"),
-            ("workload", ", ".join(f"{k} {_value(k, v)}" for k, v in w.items()) or "-"),
+            ("workload", work),
             ("start", when(c["start"])), ("end", when(c["end"])),
             ("duration", dur),
             ("runs", f"{n['runs']}: {n['validated']} validated, {n['rejected']} rejected, "
@@ -107,6 +111,54 @@ def _value(key: str, v: object) -> str:
     if isinstance(v, int) and not isinstance(v, bool) and ("bytes" in key or key == "pool"):
         return format_size(v)
     return str(v)
+
+
+ENGINE_TITLE = "Table 3: end-to-end decode, page-cache admission vs nocache"
+
+
+def engine_table(e: dict) -> Table:
+    """One campaign's Table 3 (bench.store.queries.engine_results): per prompt and result
+    group the steady-decode medians, the median pair ratio, device bytes per token, n."""
+    res = e["results"]
+    hosts = len({r["host"] for r in res["prompts"]}) > 1
+    head = ["group", "prompt"] + (["host"] if hosts else []) + [
+        "admit s", "nocache s", "speedup [range]", "MB/tok admit", "MB/tok nocache", "pairs",
+        "hashes", "kept/rej", "flagged"]
+    rows = []
+    for r in res["prompts"]:
+        sp = "-" if r["speedup"] is None else (
+            f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
+        hashes = {True: "yes", None: "-"}.get(r["hashes_match"]) or (
+            "NO: " + ", ".join(r["mismatched"]))
+        mb = ["-" if x is None else f"{x / 1e6:.3g}" for x in (
+            r.get("admit_bytes_per_token"), r.get("nocache_bytes_per_token"))]
+        rows.append([r["group"], r["prompt"]] + ([r["host"]] if hosts else []) + [
+            sig(r["admit_median_s"]), sig(r["nocache_median_s"]), sp, *mb,
+            str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)" if r["incomplete"]
+                               else ""),
+            hashes, f"{r['n_retained']}/{r['n_rejected']}", "; ".join(r["flags"]) or "-"])
+    return head, rows
+
+
+ENGINE_LEGEND = (
+    "admit s / nocache s: median steady-decode seconds (wall time minus the engine's reported "
+    "cold load) over the counted pairs; speedup: median over pairs of nocache_s / admit_s "
+    "[min-max], not the quotient of the medians; MB/tok: median device megabytes (10^6 bytes) "
+    "per decoded token, the whole run with its load; pairs: balanced pairs with both runs "
+    "retained; hashes: every pair's two output hashes equal; kept/rej: retained/rejected runs.")
+
+
+def engine_lines(e: dict) -> list[str]:
+    """Under a Table 3: each group's identity and arms, then the warnings."""
+    from bench.judge.identity import group_text
+    res = e["results"]
+    arms = {r["group"]: r.get("arms") or {} for r in res["prompts"]}
+    out = []
+    for g in res["groups"]:
+        a = arms.get(g["id"]) or {}
+        out.append(f"{g['id']} ({e['campaign']}): {group_text(g)}"
+                   + ("; arms " + ", ".join(f"{k} `{v}`" for k, v in a.items()) if a else ""))
+    return out + [f"warning: {w}" for w in res["warnings"]]
 
 
 def figure_table(f: dict) -> Table:

@@ -40,8 +40,11 @@ LEGENDS = {
                  f"[min-max] over retained runs; {_STAT}; admitted/bypassed = the ratio of "
                  "the two medians; bypassed GB/it = device GB per iteration when bypassing",
     "end-to-end": "admit s / nocache s = median steady-decode seconds of each policy; speedup = "
-                  "median over pairs of nocache_s / admit_s [min-max]; pairs = balanced pairs "
-                  "counted; runs kept/rejected = retained/rejected engine runs; flagged on the "
+                  "median over pairs of nocache_s / admit_s [min-max]; MB/tok a/n = median "
+                  "device megabytes (10^6 B) per decoded token of admit / nocache runs, the "
+                  "whole run (load included); pairs = balanced pairs counted; hashes = every "
+                  "pair's two output hashes equal (NO: the pairs that differ); kept/rej = "
+                  "retained/rejected engine runs; flagged on the "
                   "pairs: fewer than 3, or per-pair ratios spread (max - min over the median) "
                   f"above {100 * SPREAD_LIMIT:.0f}%",
     "compare": "ratio of medians = median of a over median of b; median pair ratio = median "
@@ -407,6 +410,11 @@ def recheck_table(changes: Sequence[dict]) -> LiteralTable:
     return t
 
 
+def mb(x: float | None) -> str:
+    """Bytes as decimal megabytes, three significant digits ('-' for none)."""
+    return "-" if x is None else f"{x / 1e6:.3g}"
+
+
 def engine_table(res: dict) -> LiteralTable:
     """Table 3: per prompt and result group admit and nocache median steady-decode s, the
     median of per-pair ratios [range], pairs, and whether every pair's output hashes match
@@ -418,25 +426,29 @@ def engine_table(res: dict) -> LiteralTable:
     groups = res.get("groups", [])
     several = len({g["host"] for g in groups}) > 1
     for col in ("group" + (" host" if several else ""), "prompt", "admit s", "nocache s",
-                "speedup [range]", "pairs", "hashes match", "runs kept/rejected"):
-        t.add_column(col, justify="left" if col in ("prompt", "hashes match") or
+                "speedup [range]", "MB/tok a/n", "pairs", "hashes", "kept/rej"):
+        t.add_column(col, justify="left" if col in ("prompt", "hashes") or
                      col.startswith("group") else "right")
     for r in res["prompts"]:
         sp = "-" if r["speedup"] is None else (
             f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
         match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
-            ("NO", "bold red"), " (pairs " + ", ".join(r["mismatched"]) + ")")
+            ("NO", "bold red"), ": " + ", ".join(r["mismatched"]))
         t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
-                  num(r["admit_median_s"], ".1f"), num(r["nocache_median_s"], ".1f"),
-                  mark(sp, r),
+                  num(r["admit_median_s"], ".3g"), num(r["nocache_median_s"], ".3g"),
+                  mark(sp, r), f"{mb(r.get('admit_bytes_per_token'))}/"
+                               f"{mb(r.get('nocache_bytes_per_token'))}",
                   str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
                                      if r["incomplete"] else ""),
                   match, f"{r['n_retained']}/{r['n_rejected']}")
     notes: list[str | tuple[str, str]] = [
         "speedup = median over pairs of nocache_s / admit_s (steady decode: wall time minus the "
         "engine's cold load); not the quotient of the two medians"]
+    arms = {r["group"]: r.get("arms") or {} for r in res["prompts"]}
     for g in groups:
         notes += ["\n", f"{g['id']}: {identity.group_text(g)}"]
+        if arms.get(g["id"]):
+            notes += ["; arms " + ", ".join(f"{k} `{v}`" for k, v in arms[g["id"]].items())]
     for w in res.get("warnings", []):
         notes += ["\n", ("warning:", "bold red"), f" {w}"]
     flags = flag_lines([(f"{r['group']} {r['prompt']} speedup", r) for r in res["prompts"]])

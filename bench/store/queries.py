@@ -412,8 +412,7 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
 
 def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
                 include_demo: bool = False) -> list[dict]:
-    """Stored engine runs (load_runs rows with their identity, joined with their engine_runs
-    row)."""
+    """Stored engine runs: load_runs rows + their engine_runs row (and data's policy_args)."""
     runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
             if cell_of(r["cell"]).is_engine}
@@ -421,11 +420,12 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
         return []
     from bench.store.models import EngineRun, Run      # not on the replay views' path
     cols = [c for c in EngineRun.__table__.columns.keys() if c not in ("run_id", "data")]
-    q = (select(Run.run_id, *[getattr(EngineRun, c) for c in cols])
+    q = (select(Run.run_id, EngineRun.data, *[getattr(EngineRun, c) for c in cols])
          .join(EngineRun, EngineRun.run_id == Run.id).where(Run.run_id.in_(list(runs)))
          .order_by(Run.id))
     with store.session() as s:
-        return [runs[row[0]] | dict(zip(cols, row[1:])) for row in s.execute(q)]
+        return [runs[row[0]] | dict(zip(cols, row[2:]), policy_args=engine_gates.policy_args(
+            row[1])) for row in s.execute(q)]
 
 
 def engine_results(store: Store, *, host=None, campaign=None, workload=None,
@@ -448,8 +448,8 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
                 for r in g["runs"] if r["retained"]]
         st = engine_gates.pair_stats(prompt, kept).as_dict()
         st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
-                  fingerprint=g["fingerprint"]["digest"], n_retained=len(kept),
-                  n_rejected=sum(r["retained"] is False for r in g["runs"]))
+                  fingerprint=g["fingerprint"]["digest"], arms=engine_gates.arms(g["runs"]),
+                  n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in g["runs"]))
         sp = st["speedup"]      # flagged on its pairs and their ratios' spread
         st["flags"] = stats.reliability_flags(
             st["pairs"], sp and (st["speedup_max"] - st["speedup_min"]) / sp)
@@ -465,10 +465,10 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
         out["warnings"].append(f"{len(groups)} groups for {len(set(prompts))} prompt(s), not "
                                "pooled: they differ in "
                                + identity.describe_differences(identity.differences(groups)))
-    out["runs"] = [{k: r[k] for k in ("run_id", "host", "campaign_id", "cell", "prompt",
-                                      "policy", "pair_index", "pair_order", "pair_position",
-                                      "retained", "wall_s", "load_s", "steady_s", "tokens",
-                                      "output_sha256", "backend_found")} for r in rows]
+    out["runs"] = [{k: r[k] for k in (
+        "run_id", "host", "campaign_id", "cell", "prompt", "policy", "pair_index", "pair_order",
+        "pair_position", "retained", "wall_s", "load_s", "steady_s", "tokens", "output_sha256",
+        "backend_found", "device_bytes", "policy_args")} for r in rows]
     return out
 
 

@@ -88,6 +88,11 @@ def test_median_of_pair_ratios_recomputed_from_stored_rows(e2e):
         assert p["admit_median_s"] == pytest.approx(admits[1])
         for r in kept:       # steady-decode time = wall - reported cold load
             assert r["steady_s"] == pytest.approx(r["wall_s"] - r["load_s"])
+        for pol in ("admit", "nocache"):    # device bytes per decoded token, median of runs
+            per_token = sorted(v[pol]["device_bytes"] / v[pol]["tokens"] for v in pairs.values())
+            assert per_token[1] > 0 and p[f"{pol}_bytes_per_token"] == pytest.approx(per_token[1])
+        # the arms as the specs the real plan writer made say them
+        assert p["arms"] == {"admit": "--policy admit", "nocache": "--policy nocache"}
     assert by_prompt["prose"]["n_rejected"] == 1 and by_prompt["prose"]["pairs"] == 3
     assert by_prompt["chat"]["hashes_match"] is False
     assert by_prompt["chat"]["mismatched"] == ["c1/fixture-a/1"]
@@ -132,3 +137,24 @@ def test_an_engine_cell_points_at_the_engine_table(e2e):
     assert res["workload"]["kind"] == "engine" and res["workload"]["prompt"] == "prose"
     assert res["n_retained"] == 3 and res["median_s"] is None
     assert any("--matrix end-to-end" in w for w in res["warnings"])
+
+
+def test_the_report_carries_table_3_with_bytes_per_token_and_arms(e2e):
+    """bench report of an engine campaign: Table 3 from the stored runs (the same figures as
+    `bench results --matrix end-to-end`), in Markdown and in HTML, with the arms and n."""
+    from bench.results import report_data, report_html, report_md
+    store = e2e[0]
+    data = report_data.gather(store, ["c1"])
+    (e,) = data["engine"]
+    assert e["campaign"] == "c1"
+    want = {p["prompt"]: p for p in queries.engine_results(store, campaign="c1")["prompts"]}
+    assert {p["prompt"]: p for p in e["results"]["prompts"]} == want
+    md = report_md.render(data)
+    assert "### Table 3: end-to-end decode, page-cache admission vs nocache: c1" in md
+    for prompt, p in want.items():
+        row = next(ln for ln in md.splitlines() if ln.startswith(f"| {p['group']} | {prompt} |"))
+        assert f"| {p['admit_bytes_per_token'] / 1e6:.3g} | " in row and f"| {p['pairs']} |" in row
+    assert report_md.md("NO: c1/fixture-a/1") in md
+    assert report_md.md("arms admit `--policy admit`, nocache `--policy nocache`") in md
+    page = report_html.render(data, None)
+    assert 'id="engine-c1"' in page and "MB/tok nocache" in page
