@@ -175,6 +175,9 @@ def schedule_cmd(
             plan, exp, m = build_plan(matrix, names, hosts_dir, seed, campaign, scale, hf.facts,
                                       measured)
             _refuse_empty(plan, exp, m)
+            if not dry_run and m.engine is not None:   # the built-in engine needs its extra
+                from bench.execute.campaign.engine_runs import check_builtin
+                check_builtin(m.engine)
             if drawn and not json_out:  # after the checks, so an error is the first thing said
                 views.say(f"seed {seed}")
             if not dry_run:

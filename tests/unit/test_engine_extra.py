@@ -58,3 +58,36 @@ def test_seconds_since_start_counts_from_the_process_start():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert 0.5 <= float(out) < 30
+
+
+@pytest.mark.parametrize("hidden", ["gguf", "llama_cpp"])
+def test_a_builtin_engine_campaign_is_refused_before_it_starts(hidden, tmp_path, capsys,
+                                                              monkeypatch):
+    """The shipped end-to-end matrix runs this controller's bench: without the extra every
+    run's prepare would fail, so the schedule refuses it first, in one line; a dry run and
+    an engine configured on the host do not need it."""
+    from bench.execute.campaign.engine_runs import check_builtin
+    from bench.hosts.inventory import Host, render_host_toml
+    from bench.matrix.engine_cells import parse_engine
+    from bench.matrix.load import load_matrix
+    monkeypatch.setitem(sys.modules, hidden, None)
+    with pytest.raises(InputError, match=f"{hidden} is not installed"):
+        check_builtin(load_matrix("end-to-end", scale="lab").engine)
+    check_builtin(parse_engine({
+        "command": ["/opt/e/decode", "{policy_args}"], "backend": "b", "prompts": {"p": "/p"},
+        "tokens_regex": "^ids: (.*)$", "load_regex": "^load: (.*)$",
+        "policies": {"admit": {"args": ["--admit"]}, "nocache": {"args": ["--nocache"]}}},
+        "t.toml"))
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "local.toml").write_text(render_host_toml(Host(
+        name="local", address="localhost", transport="local", tags={"machine": "c"},
+        pool_dir=str(tmp_path / "pool"), work_dir=str(tmp_path / "work"))))
+    common = ["schedule", "--matrix", "end-to-end", "--scale", "lab", "--hosts", "local",
+              "--hosts-dir", str(hosts), "--db", f"sqlite:///{tmp_path}/b.db", "--seed", "1"]
+    assert main(common + ["--dry-run"]) == 0
+    capsys.readouterr()
+    assert main(common) == 2
+    err = capsys.readouterr().err
+    assert f"({hidden} is not installed" in err and "pip install 'bench[engine]'" in err
+    assert not (tmp_path / "work").exists()           # nothing ran

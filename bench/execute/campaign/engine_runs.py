@@ -38,6 +38,17 @@ def spec_for(rec: dict, rid: str, cell: str, host: Host, *, created: str | None 
                              controller=local)
 
 
+def check_builtin(cfg: engine.EngineConfig) -> None:
+    """Before a campaign of an engine that runs this controller's bench: that bench and its
+    engine extra are here (else every run would fail at its prepare); InputError naming the
+    install command."""
+    if cfg.local_only:
+        controller_paths()
+        from bench.engine.extra import need
+        need("gguf")
+        need("llama_cpp")
+
+
 def controller_paths() -> dict[str, str]:
     """{bench}: the bench executable of this Python (a virtual environment's, beside its
     interpreter), else the one on PATH; {bench_data}: the installed package's data directory."""
