@@ -24,19 +24,20 @@ MODEL = "bench-tiny-moe.gguf"
 
 
 @pytest.mark.root
-def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path):
+def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path, capsys):
+    """What a user types: `bench schedule --matrix end-to-end --scale lab --hosts local`, then
+    `bench results --matrix end-to-end`, against an inventory whose local host keeps its pool
+    on a loop device."""
     if not BENCH.is_file():
         pytest.skip(f"no bench script beside {sys.executable} (install the package)")
-    from bench.execute.campaign.executor import Executor
-    from bench.execute.campaign.record import Settings, create
-    from bench.hosts.inventory import Host, load_inventory, render_host_toml, select
-    from bench.matrix.expand import expand
+    from bench.cli import main
+    from bench.hosts.inventory import Host, render_host_toml
     from bench.matrix.load import load_matrix
-    from bench.matrix.schedule import HostState, schedule
     from bench.store import queries
     from bench.store.db import open_store
     m = load_matrix("end-to-end", scale="lab")
     prompts, pairs, tokens = m.engine.prompt_names, m.engine.pairs, m.engine.n_tokens
+    db = f"sqlite:///{tmp_path}/campaign.db"
     with nl.loopfs_or_skip(400 << 20, "bench-e2e-lab-") as fs:
         hosts_dir = tmp_path / "hosts"
         hosts_dir.mkdir()
@@ -45,29 +46,23 @@ def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path):
             name="local", address="localhost", transport="local",
             tags={"machine": "controller"}, pool_dir=str(pool),
             work_dir=str(tmp_path / "work"))))
-        hosts = select(load_inventory(hosts_dir), ["local"])
-        exp = expand(m, hosts)
-        plan = schedule(exp.requests, [HostState.from_host(h) for h in hosts], 5,
-                        campaign="e2e-lab", randomize=m.randomize, interleave=m.interleave)
-        assert len(plan.runs) == len(prompts) * pairs * 2
-        url = f"sqlite:///{tmp_path}/campaign.db"
-        settings = Settings(threads=1, retries=1, data_dir=tmp_path / "data", db_url=url,
-                            hosts_dir=hosts_dir, chunk_s=1.0, retry_pause_s=0.5)
-        store = open_store(url)
-        try:
-            create(store, plan, exp, m, ["local"], settings, "end-to-end")
-            res = Executor(store, "e2e-lab", settings).run()
-            assert res.state == "done", res
-            assert {r.state for r in res.runs} == {"validated"}, res.runs
-            rows = queries.engine_rows(store, campaign="e2e-lab")
-            table3 = {p["prompt"]: p for p in
-                      queries.engine_results(store, campaign="e2e-lab")["prompts"]}
-        finally:
-            store.close()
+        rc = main(["schedule", "--matrix", "end-to-end", "--scale", "lab", "--hosts", "local",
+                   "--hosts-dir", str(hosts_dir), "--db", db, "--data-dir",
+                   str(tmp_path / "data"), "--seed", "5", "--campaign", "e2e-lab"])
+        out = capsys.readouterr()
+        assert rc == 0, out.err[-2000:]
+        assert "18 validated, 0 rejected, 0 failed" in out.err + out.out
         size = (pool / MODEL).stat().st_size
         made = sorted(p.name for p in pool.iterdir())
+    store = open_store(db)
+    try:
+        rows = queries.engine_rows(store, campaign="e2e-lab")
+        table3 = {p["prompt"]: p for p in
+                  queries.engine_results(store, campaign="e2e-lab")["prompts"]}
+    finally:
+        store.close()
     assert made == [MODEL]                  # made once, kept by every later run's --reuse
-    assert len(rows) == len(plan.runs)
+    assert len(rows) == len(prompts) * pairs * 2
     for r in rows:
         assert r["tokens"] == tokens and "llama.cpp CPU" in r["backend_line"]
         # cold, each arm reads the whole model: mmap through the loader's WILLNEED prefetch,
@@ -80,6 +75,12 @@ def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path):
     assert set(table3) == set(prompts)
     for p in table3.values():
         assert p["pairs"] == pairs and p["hashes_match"] is True and p["incomplete"] == []
+        assert p["arms"] == {"admit": "--load mmap", "nocache": "--load direct-io"}
+        for pol in ("admit", "nocache"):
+            assert size / tokens <= p[f"{pol}_bytes_per_token"] <= (size + SLACK) / tokens
+    assert main(["results", "--matrix", "end-to-end", "--db", db]) == 0
+    shown = capsys.readouterr().out
+    assert "arms admit `--load mmap`, nocache `--load direct-io`" in " ".join(shown.split())
     print("\nlab end-to-end pairs: " + "; ".join(
         f"{r['prompt']} {r['policy']} steady {r['steady_s']:.3f}s device {r['device_bytes']}"
         for r in sorted(rows, key=lambda r: (r["prompt"], r["policy"]))))
