@@ -132,9 +132,15 @@ def made_shape(path: Path) -> dict | None:
     try:
         f = gguf.GGUFReader(str(path)).get_field(SHAPE_KEY)
         got = json.loads(f.contents()) if f is not None else None
-    except (OSError, ValueError):
+    except Exception:   # noqa: BLE001 - gguf's reader raises many kinds on a malformed file
         return None
     return got if isinstance(got, dict) else None
+
+
+def shape_text(d: dict) -> str:
+    """A shape as a person reads it: 8 layers x 32 experts (top-4) of 1.0 MiB, seed 0."""
+    return (f"{d.get('layers')} layers x {d.get('experts')} experts (top-{d.get('k')}) of "
+            f"{d.get('expert_mib')} MiB, seed {d.get('seed')}")
 
 
 def make_model(out: Path, shape: Shape, reuse: bool = False) -> dict:
@@ -149,8 +155,9 @@ def make_model(out: Path, shape: Shape, reuse: bool = False) -> dict:
     if reuse and out.exists():
         got = made_shape(out) if out.is_file() else None
         if got != shape.as_dict():
-            said = "not a model bench made" if got is None else f"made with {got}"
-            raise InputError(f"{out}: exists and is {said}, not {shape.as_dict()}",
+            said = ("not a whole model bench made (gguf cannot read it, or it has no "
+                    f"{SHAPE_KEY})" if got is None else f"a model of {shape_text(got)}")
+            raise InputError(f"{out}: exists and is {said}, not {shape_text(shape.as_dict())}",
                              hint="remove it, or make the model at another path")
         return {**shape.as_dict(), "path": str(out), "bytes": out.stat().st_size,
                 "vocab": len(vocabulary()[0]), "kept": True}

@@ -19,8 +19,9 @@ def _reader(model: Path) -> Any:
     gguf = need("gguf")
     try:
         return gguf.GGUFReader(str(model))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{model}: not a GGUF file gguf can read: {exc}") from None
+    except Exception as exc:   # noqa: BLE001 - gguf's reader raises many kinds on a bad file
+        raise InputError(f"{model}: not a GGUF file gguf can read: "
+                         f"{type(exc).__name__}: {exc}") from None
 
 
 def _scalar(r: Any, key: str) -> int | str | None:

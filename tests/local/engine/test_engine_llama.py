@@ -58,6 +58,46 @@ def test_model_make_is_deterministic_and_expert_dominated(model, tmp_path, capsy
     assert experts / f["bytes"] > 0.7            # the default (1 MiB experts) is 96.6%
 
 
+def test_reuse_keeps_the_same_model_and_refuses_anything_else(model, tmp_path, capsys):
+    """`make --reuse` (what the end-to-end matrix's prepare runs before every run): a model
+    bench made with this shape and seed is kept untouched; another shape, a truncated model,
+    a hostile header or a file bench did not make is refused in one line, never replaced."""
+    args = ["--layers", "4", "--experts", "16", "--k", "4", "--expert-mib", "0.25"]
+    out = tmp_path / "new" / "dir" / "m.gguf"
+    assert main(["engine", "model", "make", str(out), *args, "--seed", "7", "--reuse"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["engine", "model", "make", str(out), *args, "--seed", "7", "--reuse",
+                 "--mkdir"]) == 0
+    assert _sha(out) == _sha(model)
+    capsys.readouterr()
+    before = out.stat().st_mtime_ns
+    assert main(["engine", "model", "make", str(out), *args, "--seed", "7", "--reuse",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kept"] is True
+    assert out.stat().st_mtime_ns == before                 # not rewritten
+    assert main(["engine", "model", "make", str(out), *args, "--seed", "8", "--reuse"]) == 2
+    err = capsys.readouterr().err
+    assert "4 layers x 16 experts (top-4) of 0.25 MiB, seed 7, not 4 layers" in err
+    whole = out.read_bytes()
+    prompt = tmp_path / "p.txt"
+    prompt.write_text(PROMPT)
+    for bad in (whole[: len(whole) // 2], whole[:100_000], b"GGUF\x03\x00\x00\x00" + b"\xff" * 16,
+                b"", b"not a model\n"):
+        out.write_bytes(bad)
+        assert main(["engine", "model", "make", str(out), *args, "--seed", "7", "--reuse"]) == 2
+        err = capsys.readouterr().err
+        assert "not a whole model bench made" in err and "Traceback" not in err
+        assert out.read_bytes() == bad                       # refused, not replaced
+        if bad:             # the readers of a model say so in one line too
+            assert main(["engine", "trace", str(out), "-o", str(tmp_path / "t.jsonl")]) == 2
+            err = capsys.readouterr().err
+            assert "not a GGUF file gguf can read" in err and "Traceback" not in err
+            # the engine itself hands the file to llama.cpp (no second reader in its load)
+            assert main(["engine", "run", str(out), "--prompt-file", str(prompt)]) != 0
+            err = capsys.readouterr().err
+            assert "cannot load it" in err and "Traceback" not in err
+
+
 def test_expert_ranges_hold_the_experts_weights(model):
     """Each (layer, expert)'s byte ranges, read raw from the file, are that expert's rows of
     the three expert tensors as gguf's reader sees them (the ranges a plan over the GGUF
