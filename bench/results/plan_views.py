@@ -115,12 +115,20 @@ def _host_estimate_text(h: dict) -> str:
     return " (" + "; ".join(parts) + ")"
 
 
+def _engine_name(m: dict) -> str:
+    """The engine's program; the built-in one ({bench} engine run) by its name."""
+    argv = m["engine"]["command"]
+    if argv[:3] == ["{bench}", "engine", "run"]:
+        return "bench engine run (built-in: llama.cpp; the local host only)"
+    return argv[0]
+
+
 def plan_text(m: dict, plan: dict, expansion: dict) -> str:
     """The dry-run plan: per host its ordered runs by boot group, reboots, estimate."""
     o = m["order"]
     lines = [f"campaign {plan['campaign']}: matrix {m['name']}"
              + (f" at scale {m['scale']}" if m.get("scale") else "") + f", seed {plan['seed']}",
-             (f"engine {m['engine']['command'][0]}, {m['engine']['pairs']} pairs per prompt; "
+             (f"engine {_engine_name(m)}, {m['engine']['pairs']} pairs per prompt; "
               if m.get("engine") else f"workload {_workload_text(m['workload'])}; ")
              + ("randomized" if o["randomize"] else "as written")
              + (", repetitions interleaved" if o["interleave_reps"] else "")
