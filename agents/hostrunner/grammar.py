@@ -132,6 +132,7 @@ DELIVERIES = ("advice", "block")
 ENGINE_PREFIX = "e2e"
 ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
 POLICY_MODES = {"admit": "pagecache", "nocache": "nocache"}
+ENGINE_MECHANISMS = ("cgroup", "balloon")    # an engine cell's capacity, where it has one
 LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,96}")     # '.': a capacity's fraction (1.5G)
 Fields = Dict[str, Any]
@@ -145,11 +146,14 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
         if not LABEL.fullmatch(prompt):
             raise GrammarError(f"bad prompt label {prompt!r}", "a prompt label is 1-32 of "
                                "a-z, 0-9 and _ (prose, code, chat)")
-        if (capacity_bytes, mechanism, reclaim, hints, delivery) != (
-                0, "none", ENGINE_RECLAIM, None, None) or mode not in POLICY_MODES.values():
-            raise GrammarError("an engine cell has capacity 0, mechanism none, reclaim "
+        ample = (capacity_bytes, mechanism) == (0, "none")
+        if not (ample or capacity_bytes > 0 and mechanism in ENGINE_MECHANISMS) or (
+                reclaim, hints, delivery) != (ENGINE_RECLAIM, None, None) \
+                or mode not in POLICY_MODES.values():
+            raise GrammarError("an engine cell has capacity 0 and mechanism none (ample) or a "
+                               f"capacity under {' or '.join(ENGINE_MECHANISMS)}, reclaim "
                                f"{ENGINE_RECLAIM}, no prefetch and mode pagecache or nocache",
-                               "build it with engine_cell(prompt, policy)")
+                               "build it with engine_cell(prompt, policy[, capacity, mechanism])")
         return
     if capacity_bytes <= 0:
         raise GrammarError(f"cell capacity must be positive, got {capacity_bytes}")
@@ -169,12 +173,15 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
                                f"valid: {', '.join(DELIVERIES)}")
 
 
-def engine_fields(prompt: str, policy: str) -> Fields:
-    """The fields of the engine cell of one prompt under one policy (admit or nocache)."""
+def engine_fields(prompt: str, policy: str, capacity_bytes: int = 0,
+                  mechanism: str = "none") -> Fields:
+    """The fields of the engine cell of one prompt under one policy (admit or nocache), at
+    ample capacity or at `capacity_bytes` under a cgroup wall or a balloon."""
     if policy not in POLICY_MODES:
         raise GrammarError(f"unknown engine policy {policy!r}",
                            f"valid: {', '.join(POLICY_MODES)}")
-    fields: Fields = {"capacity_bytes": 0, "mechanism": "none", "reclaim": ENGINE_RECLAIM,
+    fields: Fields = {"capacity_bytes": capacity_bytes, "mechanism": mechanism,
+                      "reclaim": ENGINE_RECLAIM,
               "mode": POLICY_MODES[policy], "hints": None, "delivery": None, "prompt": prompt}
     check_cell(**fields)
     return fields
@@ -186,7 +193,8 @@ def cell_name(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "pa
     """The canonical name of checked fields (the inverse of parse_cell)."""
     if prompt is not None:
         policy = next(p for p, m in POLICY_MODES.items() if m == mode)
-        return f"{ENGINE_PREFIX}-{prompt}-{policy}"
+        arm = f"-{format_size(capacity_bytes)}-{mechanism}" if capacity_bytes else ""
+        return f"{ENGINE_PREFIX}-{prompt}-{policy}{arm}"
     parts = [format_size(capacity_bytes), mechanism, reclaim]
     if mode != "pagecache":
         parts.append(mode)
@@ -203,7 +211,30 @@ def _fail(name: str, why: str) -> GrammarError:
         f"mechanisms: {', '.join(MECHANISMS)}; reclaim: {', '.join(RECLAIMS)}; "
         f"modes: {', '.join(MODES[1:])} (pagecache is omitted); deliveries: "
         f"{', '.join(DELIVERIES)}; or an engine cell {ENGINE_PREFIX}-{{prompt}}-"
-        f"{{{'|'.join(POLICY_MODES)}}}")
+        f"{{{'|'.join(POLICY_MODES)}}}[-{{C}}-{{{'|'.join(ENGINE_MECHANISMS)}}}]")
+
+
+def _engine_cell(name: str, parts: list) -> Fields:
+    """parse_cell of an engine cell name (its lower-cased parts)."""
+    if len(parts) not in (3, 5) or not LABEL.fullmatch(parts[1]) \
+            or parts[2] not in POLICY_MODES:
+        raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}}[-{{C}}-"
+                          f"{{mechanism}}] with a prompt label of a-z, 0-9, _, policy "
+                          f"{' or '.join(POLICY_MODES)} and mechanism "
+                          f"{' or '.join(ENGINE_MECHANISMS)}")
+    if len(parts) == 3:
+        return engine_fields(parts[1], parts[2])
+    if parts[4] not in ENGINE_MECHANISMS:
+        raise _fail(name, f"an engine cell's capacity is under {' or '.join(ENGINE_MECHANISMS)}"
+                          f", not {parts[4]!r}")
+    try:
+        capacity = parse_size(name.split("-")[3], "capacity", unit_required=True)
+    except GrammarError:
+        raise _fail(name, f"capacity {name.split('-')[3]!r} is not a size like 400M or "
+                          "512Mi") from None
+    if capacity <= 0:
+        raise _fail(name, "an engine cell's capacity must be positive")
+    return engine_fields(parts[1], parts[2], capacity, parts[4])
 
 
 def parse_cell(name: object) -> Fields:
@@ -215,11 +246,7 @@ def parse_cell(name: object) -> Fields:
                                "allowed")
     cap, parts = name.split("-")[0], name.lower().split("-")
     if parts[0] == ENGINE_PREFIX:
-        if len(parts) != 3 or not LABEL.fullmatch(parts[1]) or parts[2] not in POLICY_MODES:
-            raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}} with a "
-                              f"prompt label of a-z, 0-9, _ and policy "
-                              f"{' or '.join(POLICY_MODES)}")
-        return engine_fields(parts[1], parts[2])
+        return _engine_cell(name, parts)
     if len(parts) < 3:
         raise _fail(name, "it needs at least capacity, mechanism and reclaim")
     mech, reclaim, rest = parts[1], parts[2], parts[3:]

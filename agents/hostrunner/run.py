@@ -348,15 +348,26 @@ class Run:
     def engine_child(self, info: dict[str, Any]) -> Child:
         """The engine as the supervised child: argv without a shell, cwd, env additions, its
         own session (a timeout stops the whole process group), stdout/stderr kept apart."""
-        e = self.cfg["engine"]
+        e, cg = self.cfg["engine"], self.cg
+        cur_file = os.path.join(cg["path"], CG_CURRENT[cg["backend"]]) if cg else None
 
         def started(p: Popen[bytes], launched_ns: int) -> None:
             self.child, self.child_group = p, True
             info["start_mono_ns"] = launched_ns
             self.active.add_pid("engine", p.pid, exe=e["exe"], argv=e["argv"])
             info["pid"] = p.pid
-            self.status["children"] = {"engine": p.pid}
+            self.status["children"] = {"engine": p.pid} | (
+                {"balloon": self.balloon.pid} if self.balloon is not None else {})
+            if self.balloon is not None and self.balloon_info is not None:
+                self.balloon_info["alive_at_engine_start"] = self.balloon.poll() is None
             self.phase("measuring")             # written with the engine's pid
+            if cg:          # entered between fork and exec (Child.scope_procs): say so
+                info["cgroup"] = (read_or_none(f"/proc/{p.pid}/cgroup") or "").splitlines()
+                info["in_cgroup"] = cgroup_line_in(
+                    info["cgroup"], "/" + os.path.relpath(cg["path"], cg["mount"]))
+
+        def row() -> tuple[str, str]:
+            return "measuring", (read_or_none(cur_file) or "").strip() if cur_file else ""
 
         def start_failed(exc: BaseException, launched_ns: int) -> None:
             info["start_mono_ns"] = launched_ns
@@ -367,7 +378,8 @@ class Run:
         # umask became 077 (its output files in the bundle are opened by the runner: 0600)
         return Child(argv=e["argv"], what=f"the engine {e['argv'][0]}",
                      stdout=self.path("engine.stdout"), stderr=self.path("engine.stderr"),
-                     env=env, cwd=e["cwd"], new_session=True, umask=0o022,
+                     env=env, cwd=e["cwd"], new_session=True, umask=0o022, row=row,
+                     scope_procs=os.path.join(cg["path"], "cgroup.procs") if cg else None,
                      timeout_s=e["timeout_s"],
                      timeout_reason=f"engine still running after its timeout_s {e['timeout_s']}",
                      on_start=started, on_start_error=start_failed)

@@ -237,8 +237,25 @@ def validate_engine_spec(spec: dict[str, Any], work_dir: str, rid: str) -> dict[
             "pool": device_of, "agent_version": {}, "expect_boot": eb,
             "interval_ms": _int(spec, "timeline_interval_ms", 10, 60000, default=100),
             "lock_timeout_s": _int(spec, "host_lock_timeout_s", 0, default=600),
-            "headroom": 0, "balloon_max_bytes": None, "agent_timeout_s": None,
+            "headroom": _int(spec, "cgroup_headroom_bytes", 0, default=0),
+            "balloon_max_bytes": _int(spec, "balloon_max_bytes", 0),
+            "agent": _balloon_agent(cell["mechanism"], work_dir), "agent_timeout_s": None,
             "toggle": False, "passes": 0}
+
+
+AGENT_PATH = "native/bench-agent"      # where deploy puts it (bench.matrix.runspec)
+
+
+def _balloon_agent(mechanism: str, work_dir: str) -> str | None:
+    """The agent whose `balloon` subcommand a balloon engine cell runs (deployed with the
+    runner), None for other cells."""
+    if mechanism != "balloon":
+        return None
+    agent = resolve(work_dir, AGENT_PATH)
+    if not os.access(agent, os.X_OK):
+        raise SpecError(f"a balloon engine cell needs the agent at {agent} (bench hosts "
+                        "deploy)")
+    return agent
 
 
 def _engine_command(e: dict[str, Any]) -> tuple[list[str], dict[str, str], str | None]:

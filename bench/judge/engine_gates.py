@@ -183,6 +183,24 @@ def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
     return st
 
 
+def by_arm(groups: list[dict]) -> list[dict]:
+    """Result groups split by arm (ample, or a capacity and mechanism: the cell less its
+    policy), each with its `arm` text; ordered by prompt, ample first, then the largest
+    capacity first, then host."""
+    from bench.matrix.cells import parse_cell
+    from bench.matrix.engine_cells import arm_text
+    out = []
+    for g in groups:
+        arms: dict[tuple[int, str], list[dict]] = {}
+        for r in g["runs"]:
+            c = parse_cell(r["cell"])
+            arms.setdefault((c.capacity_bytes, c.mechanism), []).append(r)
+        out += [dict(g, runs=runs, arm=arm_text(*arm), arm_key=arm)
+                for arm, runs in arms.items()]
+    return sorted(out, key=lambda g: (g["runs"][0]["prompt"], g["arm_key"][0] != 0,
+                                      -g["arm_key"][0], g["arm_key"][1], g["host"]))
+
+
 def policy_args(data) -> list[str] | None:
     """The policy's arguments an engine run's data holds, if they are a list of strings."""
     got = data.get("policy_args") if isinstance(data, dict) else None

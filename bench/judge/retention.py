@@ -147,11 +147,15 @@ def no_oom(b, ctx):
     return True, "no OOM event in the cgroup or the system"
 
 
-@rule("alive_throughout", 2)
+@rule("alive_throughout", 3)
 def alive_throughout(b, ctx):
     """The cgroup scope and the balloon stayed alive from warm-up to the end. v2: the
-    runner's own end state is runner_completed's (v1 also checked it here)."""
+    runner's own end state is runner_completed's (v1 also checked it here). v3: an engine
+    run under a capacity (no passes): the scope's files at `post` and in every timeline
+    sample, the balloon alive when the engine started and at the end."""
     mech = b.spec.get("mechanism")
+    if "engine" in b.spec:
+        return _alive_engine(b, mech)
     if mech == "cgroup":
         for phase in ("pass0-start", b.loop_entry, b.measured_end):
             s = b.snapshots.get(phase, {})
@@ -167,6 +171,25 @@ def alive_throughout(b, ctx):
                            f"end {bal.get('alive_at_end')} (signal {bal.get('signal')})")
     return True, {"cgroup": "scope alive at every snapshot and timeline sample",
                   "balloon": "balloon alive at loop entry and end"}.get(mech, "runner done")
+
+
+def _alive_engine(b, mech: str | None) -> tuple[bool, str]:
+    if mech == "cgroup":
+        s = b.snapshots.get("post", {})
+        if find(s, "memory.stat") is None or any(k.endswith(".err") and "memory." in k
+                                                 for k in s):
+            return False, "the scope's memory files were unreadable at post"
+        if not b.timeline or any(r["memory_current"] is None for r in b.timeline):
+            return False, "memory.current missing from the timeline (scope gone?)"
+        return True, "scope alive at post and in every timeline sample"
+    if mech == "balloon":
+        bal = b.balloon or {}
+        if not (bal.get("alive_at_engine_start") and bal.get("alive_at_end")):
+            return False, (f"balloon alive at the engine's start "
+                           f"{bal.get('alive_at_engine_start')}, at end {bal.get('alive_at_end')}"
+                           f" (signal {bal.get('signal')})")
+        return True, "balloon alive at the engine's start and at the end"
+    return True, "runner done"
 
 
 @rule("mglru_as_requested", 1, kinds=("agent",))

@@ -18,11 +18,12 @@ Names stored before capacities were decimal were all lower case and read K/M/G/T
 a name the old way, for bundles written before then.
 
 End-to-end engine cells (bench.matrix.engine_cells, docs/engine.md) are a second kind:
-`e2e-{prompt}-{policy}` with policy `admit` (page-cache admission: mode pagecache) or `nocache`
-(mode nocache), e.g. e2e-prose-admit (lower case; read case-insensitively too). They run at
-ample capacity with no capacity mechanism and leave reclaim as the host runs it:
-capacity_bytes 0, mechanism none, reclaim `host` (ENGINE_RECLAIM); `prompt` holds the prompt
-label. Replay cells never start with a letter, so the two grammars cannot collide.
+`e2e-{prompt}-{policy}[-{C}-{mechanism}]` with policy `admit` (page-cache admission: mode
+pagecache) or `nocache` (mode nocache), e.g. e2e-prose-admit (lower case; read
+case-insensitively too). Without a capacity they run at ample capacity (capacity_bytes 0,
+mechanism none); with one, under a cgroup wall or a balloon of C (e2e-prose-admit-400M-cgroup).
+They leave reclaim as the host runs it (reclaim `host`, ENGINE_RECLAIM); `prompt` holds the
+prompt label. Replay cells never start with a letter, so the two grammars cannot collide.
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ class Cell:
         return grammar.cell_name(*self._fields())
 
 
-def engine_cell(prompt: str, policy: str) -> Cell:
-    """The engine cell of one prompt under one policy (admit or nocache)."""
-    return Cell(**as_input_error(grammar.engine_fields, prompt, policy))
+def engine_cell(prompt: str, policy: str, capacity_bytes: int = 0,
+                mechanism: str = "none") -> Cell:
+    """The engine cell of one prompt under one policy (admit or nocache), ample or at a
+    capacity under a cgroup wall or a balloon."""
+    return Cell(**as_input_error(grammar.engine_fields, prompt, policy, capacity_bytes,
+                                 mechanism))
 
 
 def parse_cell(name: str) -> Cell:

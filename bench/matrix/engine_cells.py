@@ -29,10 +29,11 @@ from typing import Annotated, Iterator
 from pydantic import AfterValidator
 
 from bench.errors import InputError
-from bench.matrix.cells import POLICY_MODES, Cell, engine_cell, parse_cell
+from bench.matrix.cells import ENGINE_PREFIX, POLICY_MODES, Cell, engine_cell, parse_cell
 from bench.matrix.runspec import check_run_id
 from bench.matrix.matrix_schema import (AbsPath, PosInt, Problem, SchemaError, Table, View, bad,
                                         collect, doc, matches, no_nul)
+from bench.units import format_size
 from bench.version import controller_version as current_controller_version
 
 POLICIES = tuple(POLICY_MODES)                    # admit, nocache
@@ -83,6 +84,7 @@ class EngineConfig:
     min_tokens: int = DEFAULT_N_TOKENS
     pairs: int = DEFAULT_PAIRS
     prepare: tuple[str, ...] = ()                  # argv the runner runs before the drop
+    capacities: tuple[tuple[int, str], ...] = ()    # (C bytes, cgroup|balloon) besides ample
 
     def policy(self, name: str) -> Policy:
         return dict(self.policies)[name]
@@ -98,9 +100,16 @@ class EngineConfig:
     def prompt_names(self) -> list[str]:
         return [p for p, _ in self.prompts]
 
+    @property
+    def arms(self) -> list[tuple[int, str]]:
+        """Ample (0, none), then each capacity in file order."""
+        return [(0, "none"), *self.capacities]
+
     def cells(self) -> list[Cell]:
-        """Per prompt (in file order) its admit and its nocache cell."""
-        return [engine_cell(p, pol) for p in self.prompt_names for pol in POLICIES]
+        """Per prompt (in file order) and arm (ample, then each capacity) its admit and its
+        nocache cell."""
+        return [engine_cell(p, pol, c, m) for p in self.prompt_names for c, m in self.arms
+                for pol in POLICIES]
 
     @property
     def local_only(self) -> bool:
@@ -117,7 +126,9 @@ class EngineConfig:
                 "tokens_regex": self.tokens_regex, "load_regex": self.load_regex,
                 "policies": {k: v.as_dict() for k, v in self.policies},
                 "prompts": dict(self.prompts)} | (
-                    {"prepare": list(self.prepare)} if self.prepare else {})
+                    {"prepare": list(self.prepare)} if self.prepare else {}) | (
+                    {"capacities": [arm_text(c, m) for c, m in self.capacities]}
+                    if self.capacities else {})
 
     @property
     def digest(self) -> str:
@@ -194,6 +205,28 @@ def _prompt_path(path: str, here: dict) -> str:
         else path
 
 
+def arm_text(capacity_bytes: int, mechanism: str) -> str:
+    """An arm as the matrix and the results write it: 400M-cgroup; ample for none."""
+    return "ample" if not capacity_bytes else f"{format_size(capacity_bytes)}-{mechanism}"
+
+
+def parse_arm(text: str) -> tuple[int, str]:
+    """A capacities entry ("400M-cgroup", "512Mi-balloon") -> (bytes, mechanism)."""
+    try:
+        c = parse_cell(f"e2e-x-admit-{text}")
+    except InputError:
+        raise bad(f"{text!r} is not a capacity and mechanism like 400M-cgroup or "
+                  "400M-balloon") from None
+    return c.capacity_bytes, c.mechanism
+
+
+def _arms(texts: list[str]) -> list[str]:
+    seen = [parse_arm(t) for t in texts]
+    if len(set(seen)) != len(seen):
+        raise bad("names one capacity and mechanism twice")
+    return texts
+
+
 def _some_prompt(prompts: dict) -> dict:
     if not prompts:
         raise bad("must name at least one prompt")
@@ -238,6 +271,10 @@ class EngineTable(Table):
         = doc("a command the runner runs before it drops the caches, outside the measurement "
               "(e.g. make the model when it is missing); placeholders as in command", None,
               examples=[["{bench}", "engine", "model", "make", "{pool_dir}/m.gguf", "--reuse"]])
+    capacities: Annotated[list[str], AfterValidator(_arms)] = doc(
+        "arms besides ample capacity, each C-mechanism (cgroup or balloon): the pairs run "
+        "again with the engine under a cgroup wall of C, or with a balloon leaving C", [],
+        examples=[["400M-cgroup", "400M-balloon"]])
     backend: Annotated[str, AfterValidator(_backend)] = doc(
         "the backend string that must appear in the engine's stdout or stderr")
     tokens_regex: Annotated[str, _regex("tokens", "output token ids")] = doc(
@@ -285,7 +322,8 @@ def config_of(t: EngineTable) -> EngineConfig:
                        for name, p in ((n, getattr(t.policies, n)) for n in POLICIES)),
         cwd=t.cwd, env=tuple(t.env.items()), timeout_s=t.timeout_s, n_tokens=t.n_tokens,
         min_tokens=t.n_tokens if t.min_tokens is None else t.min_tokens, pairs=t.pairs,
-        prepare=tuple(t.prepare or ()))
+        prepare=tuple(t.prepare or ()),
+        capacities=tuple(parse_arm(x) for x in t.capacities))
 
 
 def from_dict(d: dict, source: str = "engine config") -> EngineConfig:
@@ -363,6 +401,12 @@ def pair_orders(n_pairs: int, seed: int, salt: str = "") -> list[tuple[str, str]
     return out
 
 
+def pair_unit(cell: Cell) -> str:
+    """What the two cells of a pair share (the scheduler's unit): e2e-{prompt}[-{arm}]."""
+    arm = arm_text(cell.capacity_bytes, cell.mechanism)
+    return f"{ENGINE_PREFIX}-{cell.prompt}" + ("" if arm == "ample" else f"-{arm}")
+
+
 def order_label(first: str) -> str:
     return f"{first}-first"
 
@@ -419,6 +463,8 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
     }
     if cfg.prepare:
         spec["engine"]["prepare_argv"] = [_subst(a, values) for a in cfg.prepare]
+    if cell.mechanism == "cgroup":      # the wall holds the whole engine: no agent headroom
+        spec["cgroup_headroom_bytes"] = 0
     if host_lock_timeout_s is not None:
         spec["host_lock_timeout_s"] = host_lock_timeout_s
     spec.update(extra or {})

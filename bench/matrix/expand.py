@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.errors import InputError
-from bench.matrix.engine_cells import LOCAL_ONLY_SKIP
+from bench.matrix.cells import parse_cell
+from bench.matrix.engine_cells import LOCAL_ONLY_SKIP, pair_unit
 from bench.matrix.limits import MAX_RUNS
 from bench.matrix.load import Matrix, MatrixError, Point
 from bench.units import format_size, parse_kernel_size
@@ -374,8 +375,8 @@ def _add_requests(out: Expansion, m: Matrix, idx: int, p: Point, cands: list[Can
     """The run requests of point p (the idx-th of the matrix) on its candidate hosts."""
     placement = p.placement or m.placement
     reps = p.repetitions or m.repetitions
-    # both cells of an engine prompt share a unit: a pair stays on one host
-    unit = p.key if p.engine is None else p.engine.rsplit("-", 1)[0]
+    # both cells of an engine prompt and arm share a unit: a pair stays on one host
+    unit = p.key if p.engine is None else pair_unit(parse_cell(p.engine))
     pair = _pair(p)
     if placement == "each":
         for cand in cands:

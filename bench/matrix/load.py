@@ -402,6 +402,10 @@ class MatrixFile(Table):
             if v.ok("mglru_at_boot") and v.mglru_at_boot:
                 yield Problem(("mglru_at_boot",), "an engine matrix leaves reclaim as the host "
                               "runs it")
+            if v.ok("engine", "protocol") and v.engine and v.protocol.balloon_max is None \
+                    and any(x.endswith("-balloon") for x in v.engine.capacities):
+                yield Problem(("engine", "capacities"), "a balloon arm needs [protocol] "
+                              "balloon_max, the most it may lock", hint='e.g. balloon_max = "2G"')
             return
         for k, hint in (("repetitions", None), ("workload", "a table with trace, domain, batch"),
                         ("cells", "a table with capacities, mechanisms, ...")):
@@ -513,9 +517,10 @@ def _cell_rules(v: View, ctx: dict) -> Iterator[Problem]:
 
 
 def _engine_points(eng: EngineConfig) -> list[Point]:
-    """The cells of an engine matrix: per prompt the admit and the nocache cell."""
-    return [Point(Capacity("0", "abs", 0), cell.mechanism, ENGINE_RECLAIM, cell.mode,
-                  repetitions=eng.pairs, engine=cell.name) for cell in eng.cells()]
+    """The cells of an engine matrix: per prompt and arm the admit and the nocache cell."""
+    return [Point(Capacity(format_size(c.capacity_bytes), "abs", c.capacity_bytes), c.mechanism,
+                  ENGINE_RECLAIM, c.mode, repetitions=eng.pairs, engine=c.name)
+            for c in eng.cells()]
 
 
 # loading ------------------------------------------------------------------------------------------

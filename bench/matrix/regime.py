@@ -215,9 +215,12 @@ def engine_lines(scaled: Matrix) -> list[str]:
     admission, not a capacity."""
     if not scaled.scale or scaled.engine is None:
         return []
+    arms = [x for x in scaled.engine.as_dict().get("capacities", [])]
     return ["  regime       ample capacity at every scale (no mechanism): the model fits in "
             "the host's memory, as the paper's did in machine B's 480 GB; the pairs compare "
-            "page-cache admission against none, not a capacity"]
+            "page-cache admission against none"
+            + (f"; the arms {', '.join(arms)} are the engine's capacities as written (its "
+               "model does not change with the scale)" if arms else "")]
 
 
 def fixed_set_lines(scaled: Matrix) -> list[str]:

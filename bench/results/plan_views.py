@@ -196,8 +196,9 @@ def engine_matrix_text(m: dict) -> str:
               + "; pair blocks " + ("randomized" if o["randomize"] else "as written")
               + (", interleaved" if o["interleave_reps"] else ", back to back"),
               f"  hosts        {_tags_text(m['hosts']['tags'])}, placement "
-              f"{m['hosts']['placement']}; ample capacity (no mechanism), reclaim as the host "
-              "runs it",
+              f"{m['hosts']['placement']}; ample capacity (no mechanism)"
+              + "".join(f", {x}" for x in e.get("capacities", []))
+              + "; reclaim as the host runs it",
               f"  estimate     {duration(m['estimate']['run_seconds'])} per run",
               f"  cells ({len(m['points'])}):"]
     w = max(len(p["point"]) for p in m["points"])

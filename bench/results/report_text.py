@@ -121,7 +121,7 @@ def engine_table(e: dict) -> Table:
     group the steady-decode medians, the median pair ratio, device bytes per token, n."""
     res = e["results"]
     hosts = len({r["host"] for r in res["prompts"]}) > 1
-    head = ["group", "prompt"] + (["host"] if hosts else []) + [
+    head = ["group", "prompt", "capacity"] + (["host"] if hosts else []) + [
         "admit s", "nocache s", "speedup [range]", "MB/tok admit", "MB/tok nocache", "pairs",
         "hashes", "kept/rej", "flagged"]
     rows = []
@@ -132,7 +132,8 @@ def engine_table(e: dict) -> Table:
             "NO: " + ", ".join(r["mismatched"]))
         mb = ["-" if x is None else f"{x / 1e6:.3g}" for x in (
             r.get("admit_bytes_per_token"), r.get("nocache_bytes_per_token"))]
-        rows.append([r["group"], r["prompt"]] + ([r["host"]] if hosts else []) + [
+        rows.append([r["group"], r["prompt"], r.get("arm") or "ample"]
+                    + ([r["host"]] if hosts else []) + [
             sig(r["admit_median_s"]), sig(r["nocache_median_s"]), sp, *mb,
             str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)" if r["incomplete"]
                                else ""),

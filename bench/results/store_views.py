@@ -425,9 +425,12 @@ def engine_table(res: dict) -> LiteralTable:
                      caption_justify="left")
     groups = res.get("groups", [])
     several = len({g["host"] for g in groups}) > 1
-    for col in ("group" + (" host" if several else ""), "prompt", "admit s", "nocache s",
-                "speedup [range]", "MB/tok a/n", "pairs", "hashes", "kept/rej"):
-        t.add_column(col, justify="left" if col in ("prompt", "hashes") or
+    by_arm = any(r.get("arm", "ample") != "ample" for r in res["prompts"])
+    for col in ("group" + (" host" if several else ""), "prompt") + (("capacity",) if by_arm
+                                                                    else ()) + (
+            "admit s", "nocache s", "speedup [range]", "MB/tok a/n", "pairs", "hashes",
+            "kept/rej"):
+        t.add_column(col, justify="left" if col in ("prompt", "capacity", "hashes") or
                      col.startswith("group") else "right")
     for r in res["prompts"]:
         sp = "-" if r["speedup"] is None else (
@@ -435,6 +438,7 @@ def engine_table(res: dict) -> LiteralTable:
         match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
             ("NO", "bold red"), ": " + ", ".join(r["mismatched"]))
         t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
+                  *([r.get("arm", "ample")] if by_arm else []),
                   num(r["admit_median_s"], ".3g"), num(r["nocache_median_s"], ".3g"),
                   mark(sp, r), f"{mb(r.get('admit_bytes_per_token'))}/"
                                f"{mb(r.get('nocache_bytes_per_token'))}",

@@ -436,18 +436,18 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
     output hashes match. A pair is (campaign, host, pair index)."""
     rows = engine_rows(store, host=host, campaign=campaign, workload=workload,
                        include_demo=include_demo)
-    groups = sorted(identity.group_runs(rows, with_cell=False),
-                    key=lambda g: (g["runs"][0]["prompt"], g["host"]))
+    groups = engine_gates.by_arm(identity.group_runs(rows, with_cell=False))
     identity.label_groups(groups)
-    prompts = [g["runs"][0]["prompt"] for g in groups]
+    prompts = [g["runs"][0]["prompt"] + ("" if g["arm"] == "ample" else f" {g['arm']}")
+               for g in groups]
     out = {"matrix": "end-to-end", "host": host, "campaign": campaign, "workload": workload,
            "prompts": [], "groups": group_keys(groups), "warnings": []}
     for g, prompt in zip(groups, prompts):
         name = prompt if prompts.count(prompt) == 1 else f"{prompt} ({g['id']})"
         kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
                 for r in g["runs"] if r["retained"]]
-        st = engine_gates.pair_stats(prompt, kept).as_dict()
-        st.update(group=g["id"], host=g["host"], workload=g["workload"]["digest"],
+        st = engine_gates.pair_stats(g["runs"][0]["prompt"], kept).as_dict()
+        st.update(group=g["id"], arm=g["arm"], host=g["host"], workload=g["workload"]["digest"],
                   fingerprint=g["fingerprint"]["digest"], arms=engine_gates.arms(g["runs"]),
                   n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in g["runs"]))
         sp = st["speedup"]      # flagged on its pairs and their ratios' spread

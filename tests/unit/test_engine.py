@@ -244,8 +244,23 @@ def test_engine_cell_names_are_exact_inverses(prompt, policy):
     assert c.mode == ("pagecache" if policy == "admit" else "nocache")
 
 
+@given(st.from_regex(r"[a-z0-9_]{1,32}", fullmatch=True), st.sampled_from(["admit", "nocache"]),
+       st.integers(1, 10**15), st.sampled_from(["cgroup", "balloon"]))
+def test_engine_cells_at_a_capacity_are_exact_inverses(prompt, policy, capacity, mechanism):
+    c = engine_cell(prompt, policy, capacity, mechanism)
+    assert parse_cell(c.name) == c and parse_cell(c.name.upper()) == c
+    assert c.name.startswith(f"e2e-{prompt}-{policy}-") and c.name.endswith(f"-{mechanism}")
+    assert (c.capacity_bytes, c.mechanism, c.reclaim) == (capacity, mechanism, "host")
+    assert engine_cells.pair_unit(c) == f"e2e-{prompt}-{c.name.split('-')[3]}-{mechanism}"
+    assert engine_cells.pair_unit(engine_cell(prompt, policy)) == f"e2e-{prompt}"
+
+
 @pytest.mark.parametrize("bad", ["e2e-prose", "e2e-prose-pagecache", "e2e--admit",
-                                 "e2e-a-b-admit", "e2e-prose-admit-x", "e2e-pro$e-admit"])
+                                 "e2e-a-b-admit", "e2e-prose-admit-x", "e2e-pro$e-admit",
+                                 "e2e-prose-admit-400M", "e2e-prose-admit-400M-memboot",
+                                 "e2e-prose-admit-400M-none", "e2e-prose-admit-0M-cgroup",
+                                 "e2e-prose-admit-400-cgroup", "e2e-prose-admit-x-balloon",
+                                 "e2e-prose-admit-400M-cgroup-x"])
 def test_bad_engine_cell_names(bad):
     with pytest.raises(InputError):
         parse_cell(bad)
@@ -281,9 +296,11 @@ def test_shipped_end_to_end_matrix():
     assert exp.requests == [] and {s.host for s in exp.skipped} == {"gh200-b"}
     assert all(s.reason == engine_cells.LOCAL_ONLY_SKIP for s in exp.skipped)
     lab = load_matrix("end-to-end", scale="lab")
+    assert lab.engine.capacities == ((500_000_000, "cgroup"),)
     exp = expand(lab, [gh("gh200-b", "B"), local_host()])
-    assert len(exp.requests) == 18 and {r.candidates[0].host for r in exp.requests} == {"local"}
-    assert {r.unit for r in exp.requests} == {f"e2e-{p}@local" for p in ("prose", "code", "chat")}
+    assert len(exp.requests) == 36 and {r.candidates[0].host for r in exp.requests} == {"local"}
+    assert {r.unit for r in exp.requests} == {f"e2e-{p}{a}@local" for p in ("prose", "code", "chat")
+                                              for a in ("", "-500M-cgroup")}
     assert all(r.pair == (parse_cell(r.point).prompt, parse_cell(r.point).policy)
                and r.candidates[0].boot == BootConfig() for r in exp.requests)
 
@@ -293,6 +310,44 @@ BUILTIN = {"command": ["{bench}", "engine", "run", "{pool_dir}/m.gguf", "--promp
            "prepare": ["{bench}", "engine", "model", "make", "{pool_dir}/m.gguf", "--reuse"],
            "prompts": {"prose": "{bench_data}/prompts/prose.txt"}}
 HERE = {"bench": "/venv/bin/bench", "bench_data": "/venv/lib/bench/data"}
+
+
+def test_capacity_arms_make_cells_and_specs():
+    c = cfg(capacities=["400M-cgroup", "0.5Gi-balloon"])
+    assert c.arms == [(0, "none"), (400_000_000, "cgroup"), (1 << 29, "balloon")]
+    assert [x.name for x in c.cells()][:6] == [
+        "e2e-prose-admit", "e2e-prose-nocache", "e2e-prose-admit-400M-cgroup",
+        "e2e-prose-nocache-400M-cgroup", "e2e-prose-admit-512Mi-balloon",
+        "e2e-prose-nocache-512Mi-balloon"]
+    assert c.as_dict()["capacities"] == ["400M-cgroup", "512Mi-balloon"]
+    assert engine_cells.from_dict(c.as_dict()).digest == c.digest
+    assert "capacities" not in cfg().as_dict()        # older configurations keep their digest
+    h = SimpleNamespace(name="b", transport="ssh", pool_dir="/p", work_dir="/w")
+    s = engine_cells.build_spec("e2e-prose-admit-400M-cgroup", h, c, run_id="c-b-001",
+                                pair_index=0, first="admit", seed=0)
+    assert (s["capacity_bytes"], s["mechanism"], s["cgroup_headroom_bytes"]) == (
+        400_000_000, "cgroup", 0)           # the wall holds the whole engine
+    s = engine_cells.build_spec("e2e-prose-admit-512Mi-balloon", h, c, run_id="c-b-002",
+                                pair_index=0, first="admit", seed=0)
+    assert (s["capacity_bytes"], s["mechanism"]) == (1 << 29, "balloon")
+    assert "cgroup_headroom_bytes" not in s
+
+
+@pytest.mark.parametrize("arms, needle", [
+    (["400M"], "not a capacity and mechanism"), (["400M-memboot"], "not a capacity"),
+    (["400M-cgroup", "0.4G-cgroup"], "twice"), (["-cgroup"], "not a capacity")])
+def test_bad_capacity_arms(arms, needle):
+    with pytest.raises(InputError, match=needle):
+        cfg(capacities=arms)
+
+
+def test_a_balloon_arm_needs_a_cap_on_what_it_locks():
+    with pytest.raises(MatrixError) as ei:
+        parse_matrix(doc(engine=table(capacities=["512M-balloon"])), "m.toml")
+    assert "key 'engine.capacities'" in ei.value.message and "balloon_max" in ei.value.message
+    m = parse_matrix(doc(engine=table(capacities=["512M-balloon"]),
+                         protocol={"balloon_max": "2G"}), "m.toml")
+    assert len(m.points) == 3 * 2 * 2
 
 
 def test_controller_placeholders_make_the_engine_local_only():
@@ -345,7 +400,9 @@ def test_cli_matrix_show_end_to_end(capsys):
     assert main(["matrix", "show", "end-to-end"]) == 0
     out = capsys.readouterr().out
     assert "engine       '{bench}' engine run" in out and "pair 0 admit-first, pair 1" in out
-    assert "e2e-chat-nocache   {bench_data}/prompts/chat.txt" in out
+    assert "e2e-chat-nocache               {bench_data}/prompts/chat.txt" in out
+    assert "e2e-chat-nocache-500M-cgroup   {bench_data}/prompts/chat.txt" in out
+    assert "ample capacity (no mechanism), 500M-cgroup; reclaim" in out
     assert f"where        {engine_cells.LOCAL_ONLY}" in out and "prepare      '{bench}'" in out
 
 
@@ -435,7 +492,7 @@ def test_dry_run_golden_end_to_end(capsys, tmp_path):
                  facts]) == 0
     d = json.loads(capsys.readouterr().out)
     runs = [r for h in d["hosts"] for r in h["runs"]]
-    assert len(runs) == 18 and {r["host"] for r in runs} == {"local"}
+    assert len(runs) == 36 and {r["host"] for r in runs} == {"local"}
     assert runs[0]["pair"]["order"] == "admit-first" and runs[0]["pair"]["position"] == 0
 
 

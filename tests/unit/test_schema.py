@@ -295,8 +295,8 @@ def test_an_engine_table_reports_every_problem_at_once():
         "engine.policies.admit.argv": "unknown key (allowed keys: args, env)",
         "engine.prompts.Prose": "'Prose' is not a prompt label",
         "engine.speed": "unknown key (allowed keys: command, cwd, env, timeout_s, n_tokens, "
-                        "min_tokens, pairs, prepare, backend, tokens_regex, load_regex, policies, "
-                        "prompts)",
+                        "min_tokens, pairs, prepare, capacities, backend, tokens_regex, "
+                        "load_regex, policies, prompts)",
         "engine.min_tokens": "9 is above n_tokens 5"}
     assert_bench_wording(e.value)
     assert "placeholders: {prompt_file}" in e.value.hint

@@ -30,12 +30,14 @@ def spec_for(rec: dict, rid: str, cell: str, host: Host, *, created: str | None 
                          hint="re-create the campaign with `bench schedule`")
     cfg = engine.from_dict(rec["engine"], f"campaign {rec.get('campaign')} engine")
     local = controller_paths() if cfg.local_only and host.transport == "local" else None
+    cap = (rec.get("protocol") or {}).get("balloon_max")     # what a balloon arm may lock
     return engine.build_spec(cell, host, cfg, run_id=rid, pair_index=pair["index"],
                              first=pair["order"].removesuffix("-first"), seed=pair["seed"],
                              campaign=rec.get("campaign"), position=run.get("position") or 0,
                              created=created or time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                               time.gmtime()),
-                             controller=local)
+                             controller=local,
+                             extra={"balloon_max_bytes": int(cap)} if cap is not None else None)
 
 
 def check_builtin(cfg: engine.EngineConfig) -> None:

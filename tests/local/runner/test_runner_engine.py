@@ -190,6 +190,67 @@ def test_the_prepare_command_runs_before_the_drop_and_its_failure_fails_the_run(
 
 
 @pytest.mark.root
+def test_an_engine_under_a_cgroup_wall_and_under_a_balloon(pool_and_prompts, work_dir, agent,
+                                                            tmp_path):
+    """Engine cells at a capacity: the engine enters the wall between fork and exec (its
+    memory.current sampled), or runs beside a balloon that leaves C available; both pass
+    alive_throughout's engine check and every gate."""
+    from bench.store.db import open_store
+    from bench.store.ingest import ingest_bundle
+    from bench.store.queries import engine_results, list_runs
+    from bench.units import format_size
+    d = pool_and_prompts
+    (work_dir / "native").mkdir(parents=True)         # where deploy puts the agent
+    shutil.copy(agent, work_dir / "native" / "bench-agent")
+    avail = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
+                     if ln.startswith("MemAvailable:")).split()[1]) * 1024
+    bal = format_size((avail - (512 << 20)) // 10 ** 6 * 10 ** 6)   # locks about 512 MiB
+    cfg = engine_cells.parse_engine(table(d, capacities=["96M-cgroup", f"{bal}-balloon"]),
+                                    "test")
+    h = host_of(d, work_dir)
+    bundles = {}
+    for rid, cell in (("w-a", "e2e-prose-admit-96M-cgroup"),
+                      ("b-a", f"e2e-prose-admit-{bal}-balloon")):
+        spec = engine_cells.build_spec(cell, h, cfg, run_id=rid, pair_index=0, first="admit",
+                                       seed=0, campaign="e2e-test", timeline_interval_ms=50,
+                                       host_lock_timeout_s=120,
+                                       extra={"balloon_max_bytes": 1 << 30})
+        rc, res = start(spec, work_dir)
+        assert rc == 0 and res["ok"], res
+        st = wait(rid, work_dir, timeout=180)
+        assert st["phase"] == "done" and st["ok"] is True, st
+        bundles[rid] = work_dir / "runs" / rid
+    w = bundles["w-a"]
+    cap = read_json(w / "capacity.json")
+    assert cap["mechanism"] == "cgroup" and cap["limit_bytes"] == 96_000_000
+    e = read_json(w / "engine.json")
+    assert e["in_cgroup"] is True and e["exit_code"] == 0
+    rows = (w / "timeline.csv").read_text().splitlines()[1:]
+    assert rows and all(r.split(",")[2] for r in rows)      # memory.current in every sample
+    assert max(int(r.split(",")[2]) for r in rows) <= 96_000_000
+    b = bundles["b-a"]
+    bj = read_json(b / "balloon.json")
+    assert bj["alive_at_engine_start"] is True and bj["alive_at_end"] is True
+    assert read_json(b / "capacity.json")["vmlck_verified"] is True
+    store = open_store(f"sqlite:///{tmp_path}/cap.db")
+    ensure_campaigns(store, "e2e-test")
+    try:
+        for rid, bundle in bundles.items():
+            got = ingest_bundle(store, bundle)
+            assert got["retained"], (rid, got)
+        why = {r["cell"]: {v["rule"]: v["reason"] for v in r["verdicts"]}
+               for r in list_runs(store)}
+        assert why["e2e-prose-admit-96M-cgroup"]["alive_throughout"] == (
+            "scope alive at post and in every timeline sample")
+        assert why[f"e2e-prose-admit-{bal}-balloon"]["alive_throughout"] == (
+            "balloon alive at the engine's start and at the end")
+        arms = {p["arm"] for p in engine_results(store)["prompts"]}
+        assert arms == {"96M-cgroup", f"{bal}-balloon"}
+    finally:
+        store.close()
+
+
+@pytest.mark.root
 def test_degenerate_wrong_backend_and_hung_engines_are_rejected(pool_and_prompts, work_dir,
                                                                tmp_path):
     from bench.store.db import open_store
