@@ -131,7 +131,10 @@ MODES = ("pagecache", "pinned", "hybrid", "nocache", "random")
 DELIVERIES = ("advice", "block")
 ENGINE_PREFIX = "e2e"
 ENGINE_RECLAIM = "host"                     # reclaim left as the host runs it (recorded)
-POLICY_MODES = {"admit": "pagecache", "nocache": "nocache"}
+# an engine cell's policy and the page-cache mode it reads with: replay (the agent replaying the
+# engine's own trace over its model file, through the page cache) shares admit's mode, so the
+# policy is a field of its own
+POLICY_MODES = {"admit": "pagecache", "nocache": "nocache", "replay": "pagecache"}
 ENGINE_MECHANISMS = ("cgroup", "balloon")    # an engine cell's capacity, where it has one
 LABEL = re.compile(r"^[a-z0-9_]{1,32}$")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,96}")     # '.': a capacity's fraction (1.5G)
@@ -140,8 +143,10 @@ Fields = Dict[str, Any]
 
 def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "pagecache",
                hints: Optional[str] = None, delivery: Optional[str] = None,
-               prompt: Optional[str] = None) -> None:
+               prompt: Optional[str] = None, policy: Optional[str] = None) -> None:
     """Refuse fields that make no cell (a replay cell, or an engine cell when prompt is set)."""
+    if prompt is None and policy is not None:
+        raise GrammarError(f"policy {policy!r} without a prompt: only engine cells have one")
     if prompt is not None:
         if not LABEL.fullmatch(prompt):
             raise GrammarError(f"bad prompt label {prompt!r}", "a prompt label is 1-32 of "
@@ -149,10 +154,11 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
         ample = (capacity_bytes, mechanism) == (0, "none")
         if not (ample or capacity_bytes > 0 and mechanism in ENGINE_MECHANISMS) or (
                 reclaim, hints, delivery) != (ENGINE_RECLAIM, None, None) \
-                or mode not in POLICY_MODES.values():
+                or POLICY_MODES.get(str(policy)) != mode:
             raise GrammarError("an engine cell has capacity 0 and mechanism none (ample) or a "
                                f"capacity under {' or '.join(ENGINE_MECHANISMS)}, reclaim "
-                               f"{ENGINE_RECLAIM}, no prefetch and mode pagecache or nocache",
+                               f"{ENGINE_RECLAIM}, no prefetch, a policy of "
+                               f"{', '.join(POLICY_MODES)} and that policy's mode",
                                "build it with engine_cell(prompt, policy[, capacity, mechanism])")
         return
     if capacity_bytes <= 0:
@@ -175,24 +181,24 @@ def check_cell(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "p
 
 def engine_fields(prompt: str, policy: str, capacity_bytes: int = 0,
                   mechanism: str = "none") -> Fields:
-    """The fields of the engine cell of one prompt under one policy (admit or nocache), at
+    """The fields of the engine cell of one prompt under one policy (admit, nocache or replay), at
     ample capacity or at `capacity_bytes` under a cgroup wall or a balloon."""
     if policy not in POLICY_MODES:
         raise GrammarError(f"unknown engine policy {policy!r}",
                            f"valid: {', '.join(POLICY_MODES)}")
     fields: Fields = {"capacity_bytes": capacity_bytes, "mechanism": mechanism,
                       "reclaim": ENGINE_RECLAIM,
-              "mode": POLICY_MODES[policy], "hints": None, "delivery": None, "prompt": prompt}
+              "mode": POLICY_MODES[policy], "hints": None, "delivery": None, "prompt": prompt,
+              "policy": policy}
     check_cell(**fields)
     return fields
 
 
 def cell_name(capacity_bytes: int, mechanism: str, reclaim: str, mode: str = "pagecache",
               hints: Optional[str] = None, delivery: Optional[str] = None,
-              prompt: Optional[str] = None) -> str:
+              prompt: Optional[str] = None, policy: Optional[str] = None) -> str:
     """The canonical name of checked fields (the inverse of parse_cell)."""
     if prompt is not None:
-        policy = next(p for p, m in POLICY_MODES.items() if m == mode)
         arm = f"-{format_size(capacity_bytes)}-{mechanism}" if capacity_bytes else ""
         return f"{ENGINE_PREFIX}-{prompt}-{policy}{arm}"
     parts = [format_size(capacity_bytes), mechanism, reclaim]
@@ -220,7 +226,7 @@ def _engine_cell(name: str, parts: list) -> Fields:
             or parts[2] not in POLICY_MODES:
         raise _fail(name, f"an engine cell is {ENGINE_PREFIX}-{{prompt}}-{{policy}}[-{{C}}-"
                           f"{{mechanism}}] with a prompt label of a-z, 0-9, _, policy "
-                          f"{' or '.join(POLICY_MODES)} and mechanism "
+                          f"{', '.join(POLICY_MODES)} and mechanism "
                           f"{' or '.join(ENGINE_MECHANISMS)}")
     if len(parts) == 3:
         return engine_fields(parts[1], parts[2])
@@ -239,7 +245,7 @@ def _engine_cell(name: str, parts: list) -> Fields:
 
 def parse_cell(name: object) -> Fields:
     """The fields of a cell name (capacity_bytes, mechanism, reclaim, mode, hints, delivery,
-    prompt), read case-insensitively, its capacity in any spelling a size option takes
+    prompt, policy), read case-insensitively, its capacity in any spelling a size option takes
     (64G, 64GB, 64000M; 64Gi, 64gib); cell_name writes them back canonically."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise _fail(str(name), "only letters, digits, '_', '-' and a capacity's '.' are "
@@ -272,6 +278,7 @@ def parse_cell(name: object) -> Fields:
         if delivery not in DELIVERIES:
             raise _fail(name, f"unknown delivery {delivery!r}")
     fields: Fields = {"capacity_bytes": capacity, "mechanism": mech, "reclaim": reclaim,
-                      "mode": mode, "hints": hints, "delivery": delivery, "prompt": None}
+                      "mode": mode, "hints": hints, "delivery": delivery, "prompt": None,
+                      "policy": None}
     check_cell(**fields)
     return fields

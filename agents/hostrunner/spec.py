@@ -50,6 +50,7 @@ def parse_cell(name: object) -> dict[str, Any]:
     """Replay cell name -> fields (grammar.py): case-insensitive, the canonical spelling but
     for case; an engine cell name is refused."""
     cell = _cell_fields(name)
+    cell.pop("policy")
     if cell.pop("prompt") is not None:
         raise SpecError(f"cell {name!r} is an engine cell; this spec has no engine section")
     return cell
@@ -60,9 +61,9 @@ def parse_engine_cell(name: object) -> dict[str, Any]:
     is refused."""
     cell = _cell_fields(name)
     if cell["prompt"] is None:
-        raise SpecError(f"bad engine cell name {name!r}: want e2e-{{prompt}}-{{admit|nocache}}")
-    policy = next(p for p, m in grammar.POLICY_MODES.items() if m == cell["mode"])
-    return dict(cell, policy=policy)
+        raise SpecError(f"bad engine cell name {name!r}: want e2e-{{prompt}}-"
+                        f"{{{'|'.join(grammar.POLICY_MODES)}}}")
+    return cell
 
 
 def resolve(work_dir: str, path: object) -> str:

@@ -19,7 +19,8 @@ a name the old way, for bundles written before then.
 
 End-to-end engine cells (bench.matrix.engine_cells, docs/engine.md) are a second kind:
 `e2e-{prompt}-{policy}[-{C}-{mechanism}]` with policy `admit` (page-cache admission: mode
-pagecache) or `nocache` (mode nocache), e.g. e2e-prose-admit (lower case; read
+pagecache), `nocache` (mode nocache) or `replay` (the agent replaying the engine's own trace
+over the model file: mode pagecache), e.g. e2e-prose-admit (lower case; read
 case-insensitively too). Without a capacity they run at ample capacity (capacity_bytes 0,
 mechanism none); with one, under a cgroup wall or a balloon of C (e2e-prose-admit-400M-cgroup).
 They leave reclaim as the host runs it (reclaim `host`, ENGINE_RECLAIM); `prompt` holds the
@@ -59,24 +60,18 @@ class Cell:
     hints: str | None = None      # oracle, pilot, previous_token, or a label of a hint file
     delivery: str | None = None   # advice or block
     prompt: str | None = None     # engine cells only: the prompt label
+    policy: str | None = None     # engine cells only: admit, nocache or replay
 
     def __post_init__(self):
         as_input_error(grammar.check_cell, *self._fields())
 
     def _fields(self) -> tuple:
         return (self.capacity_bytes, self.mechanism, self.reclaim, self.mode, self.hints,
-                self.delivery, self.prompt)
+                self.delivery, self.prompt, self.policy)
 
     @property
     def is_engine(self) -> bool:
         return self.prompt is not None
-
-    @property
-    def policy(self) -> str | None:
-        """Engine cells: admit (mode pagecache) or nocache; None for replay cells."""
-        if self.prompt is None:
-            return None
-        return next(p for p, m in POLICY_MODES.items() if m == self.mode)
 
     @property
     def prefetch(self) -> str:
@@ -89,7 +84,7 @@ class Cell:
 
 def engine_cell(prompt: str, policy: str, capacity_bytes: int = 0,
                 mechanism: str = "none") -> Cell:
-    """The engine cell of one prompt under one policy (admit or nocache), ample or at a
+    """The engine cell of one prompt under one policy (admit, nocache, replay), ample or at a
     capacity under a cgroup wall or a balloon."""
     return Cell(**as_input_error(grammar.engine_fields, prompt, policy, capacity_bytes,
                                  mechanism))

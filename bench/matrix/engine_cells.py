@@ -36,7 +36,8 @@ from bench.matrix.matrix_schema import (AbsPath, PosInt, Problem, SchemaError, T
 from bench.units import format_size
 from bench.version import controller_version as current_controller_version
 
-POLICIES = tuple(POLICY_MODES)                    # admit, nocache
+POLICIES = ("admit", "nocache")                  # the two sides of a pair
+REPLAY = "replay"           # the agent replaying the engine's trace: no side of a pair
 ORDERS = ("admit-first", "nocache-first")
 # {bench} {bench_data}: this controller's own bench executable and its data directory (the
 # built-in engine, bench engine run, and its prompts): they exist on the local host only
@@ -64,9 +65,11 @@ class EngineConfigError(InputError):
 class Policy:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    backend: str | None = None           # this policy's own backend string (replay's)
 
     def as_dict(self) -> dict:
-        return {"args": list(self.args), "env": dict(self.env)}
+        return {"args": list(self.args), "env": dict(self.env)} | (
+            {"backend": self.backend} if self.backend else {})
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class EngineConfig:
     tokens_regex: str
     load_regex: str
     prompts: tuple[tuple[str, str], ...]           # (label, prompt file), in file order
-    policies: tuple[tuple[str, Policy], ...]       # admit, nocache
+    policies: tuple[tuple[str, Policy], ...]       # admit, nocache[, replay]
     cwd: str | None = None
     env: tuple[tuple[str, str], ...] = ()
     timeout_s: int = DEFAULT_TIMEOUT_S
@@ -105,11 +108,20 @@ class EngineConfig:
         """Ample (0, none), then each capacity in file order."""
         return [(0, "none"), *self.capacities]
 
+    @property
+    def replay(self) -> bool:
+        """Whether each pair is followed by the agent replaying the engine's trace."""
+        return REPLAY in dict(self.policies)
+
+    def backend_of(self, policy: str) -> str:
+        return self.policy(policy).backend or self.backend
+
     def cells(self) -> list[Cell]:
         """Per prompt (in file order) and arm (ample, then each capacity) its admit and its
-        nocache cell."""
+        nocache cell, and its replay cell where policies.replay is set."""
+        pols = POLICIES + ((REPLAY,) if self.replay else ())
         return [engine_cell(p, pol, c, m) for p in self.prompt_names for c, m in self.arms
-                for pol in POLICIES]
+                for pol in pols]
 
     @property
     def local_only(self) -> bool:
@@ -243,12 +255,22 @@ class PolicyTable(Table):
     args: list[Annotated[str, _template(False)]] = doc(
         "arguments spliced at {policy_args} (else appended); placeholders allowed", [])
     env: Env = doc("environment additions of this policy (they win over engine.env)", {})
+    backend: Annotated[str, AfterValidator(_backend)] | None = doc(
+        "this policy's backend string instead of engine.backend (a replay is no engine)",
+        None)
 
 
 class PoliciesTable(Table):
-    """The two policies a pair compares (bench.matrix.cells.POLICY_MODES)."""
+    """The two policies a pair compares, and the optional replay (bench.matrix.cells
+    POLICY_MODES)."""
     admit: PolicyTable = doc("page-cache admission (cell mode pagecache)")
     nocache: PolicyTable = doc("the engine's nocache reader (cell mode nocache)")
+    replay: PolicyTable | None = doc(
+        "the agent replaying the engine's own trace of the prompt over the model file, after "
+        "each pair, measured like the engine (the replay-vs-engine line of bench results); "
+        "prepare must have written the trace and plan", None,
+        examples=[{"args": ["--load", "replay", "--agent", "{work_dir}/native/bench-agent"],
+                   "backend": "backend: bench-agent replay"}])
 
 
 class EngineTable(Table):
@@ -318,8 +340,9 @@ def config_of(t: EngineTable) -> EngineConfig:
     return EngineConfig(
         command=tuple(t.command), backend=t.backend, tokens_regex=t.tokens_regex,
         load_regex=t.load_regex, prompts=tuple(t.prompts.items()),
-        policies=tuple((name, Policy(tuple(p.args), tuple(p.env.items())))
-                       for name, p in ((n, getattr(t.policies, n)) for n in POLICIES)),
+        policies=tuple((name, Policy(tuple(p.args), tuple(p.env.items()), p.backend))
+                       for name, p in ((n, getattr(t.policies, n)) for n in POLICY_MODES)
+                       if p is not None),
         cwd=t.cwd, env=tuple(t.env.items()), timeout_s=t.timeout_s, n_tokens=t.n_tokens,
         min_tokens=t.n_tokens if t.min_tokens is None else t.min_tokens, pairs=t.pairs,
         prepare=tuple(t.prepare or ()),
@@ -407,6 +430,11 @@ def pair_unit(cell: Cell) -> str:
     return f"{ENGINE_PREFIX}-{cell.prompt}" + ("" if arm == "ample" else f"-{arm}")
 
 
+def pair_position(policy: str, first: str) -> int:
+    """0 for the pair's first run, 1 for its second, 2 for the replay after it."""
+    return 2 if policy == REPLAY else 0 if policy == first else 1
+
+
 def order_label(first: str) -> str:
     return f"{first}-first"
 
@@ -426,7 +454,10 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
     prompt, policy = cell.prompt, cell.policy       # both set exactly when cell.is_engine
     if prompt is None or policy is None:
         raise InputError(f"cell {cell.name} is not an engine cell",
-                         hint="engine cells are e2e-{prompt}-{admit|nocache}")
+                         hint="engine cells are e2e-{prompt}-{admit|nocache|replay}")
+    if policy not in dict(cfg.policies):
+        raise InputError(f"cell {cell.name}: the engine config has no {policy} policy",
+                         hint=f"policies: {', '.join(p for p, _ in cfg.policies)}")
     check_run_id(run_id)
     if first not in POLICIES:
         raise InputError(f"pair order must start with admit or nocache, got {first!r}")
@@ -451,10 +482,10 @@ def build_spec(cell: Cell | str, host, cfg: EngineConfig, *, run_id: str, pair_i
             "timeout_s": cfg.timeout_s, "prompt": prompt, "prompt_file": values["prompt_file"],
             "policy": policy, "policy_args": [_subst(a, values) for a in cfg.policy(policy).args],
             "n_tokens": cfg.n_tokens, "min_tokens": cfg.min_tokens,
-            "backend": cfg.backend, "tokens_regex": cfg.tokens_regex,
+            "backend": cfg.backend_of(policy), "tokens_regex": cfg.tokens_regex,
             "load_regex": cfg.load_regex, "config_sha256": cfg.digest,
             "pair": {"index": pair_index, "order": order_label(first),
-                     "position": 0 if policy == first else 1, "seed": seed},
+                     "position": pair_position(policy, first), "seed": seed},
         },
         "expect_boot": {"boot_id": None, "mem": None, "lru_gen": None},
         "timeline_interval_ms": timeline_interval_ms,

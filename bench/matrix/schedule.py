@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from bench.errors import InputError, SafetyError
 from bench.matrix.estimate import Estimate, Estimates, sources
-from bench.matrix.engine_cells import order_label, pair_orders
+from bench.matrix.engine_cells import order_label, pair_orders, pair_position
 from bench.matrix.expand import (BootConfig, Candidate, RunRequest, booted_lru_gen,
                                   booted_mem)
 
@@ -379,7 +379,9 @@ def _paired(rcs: list, seed: int) -> list[list]:
     for i in at.values():
         r = blocks[i][0][0]                 # a request of an engine pair (r.pair is set)
         first = _first(r.rep, r.pair[0], seed)
-        blocks[i].sort(key=lambda rc: rc[0].pair[1] != first)
+        # the pair's two runs in their balanced order, then the replay run (the agent over the
+        # engine's trace: no side of the pair, after it so it sees the same warm host)
+        blocks[i].sort(key=lambda rc: (rc[0].pair[1] == "replay", rc[0].pair[1] != first))
     return blocks
 
 
@@ -388,4 +390,4 @@ def _pair_info(r: RunRequest, seed: int) -> dict | None:
         return None
     first = _first(r.rep, r.pair[0], seed)
     return {"prompt": r.pair[0], "index": r.rep, "order": order_label(first),
-            "position": 0 if r.pair[1] == first else 1, "seed": seed}
+            "position": pair_position(r.pair[1], first), "seed": seed}

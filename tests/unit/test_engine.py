@@ -333,6 +333,32 @@ def test_capacity_arms_make_cells_and_specs():
     assert "cgroup_headroom_bytes" not in s
 
 
+def test_a_replay_policy_adds_a_replay_cell_after_each_pair_with_its_own_backend():
+    pols = table()["policies"] | {"replay": {"args": ["--load", "replay"],
+                                             "backend": "backend: bench-agent replay"}}
+    c = cfg(policies=pols, capacities=["400M-cgroup"])
+    assert c.replay and not cfg().replay
+    assert [x.name for x in c.cells()][:6] == [
+        "e2e-prose-admit", "e2e-prose-nocache", "e2e-prose-replay",
+        "e2e-prose-admit-400M-cgroup", "e2e-prose-nocache-400M-cgroup",
+        "e2e-prose-replay-400M-cgroup"]
+    assert engine_cells.from_dict(c.as_dict()).digest == c.digest
+    assert "backend" not in cfg().as_dict()["policies"]["admit"]    # older digests hold
+    h = SimpleNamespace(name="b", transport="ssh", pool_dir="/p", work_dir="/w")
+    s = engine_cells.build_spec("e2e-prose-replay-400M-cgroup", h, c, run_id="c-b-001",
+                                pair_index=1, first="nocache", seed=0)
+    e = s["engine"]
+    assert (s["mode"], e["policy"], e["backend"], e["pair"]["position"]) == (
+        "pagecache", "replay", "backend: bench-agent replay", 2)
+    assert e["argv"][-3:] == ["--load", "replay", "--tag=prose-replay"]
+    assert engine_cells.build_spec("e2e-prose-admit", h, c, run_id="c-b-002", pair_index=0,
+                                   first="admit", seed=0)["engine"]["backend"] == \
+        "CUDA MoE backend"
+    with pytest.raises(InputError, match="has no replay policy"):
+        engine_cells.build_spec("e2e-prose-replay", h, cfg(), run_id="c-b-003", pair_index=0,
+                                first="admit", seed=0)
+
+
 @pytest.mark.parametrize("arms, needle", [
     (["400M"], "not a capacity and mechanism"), (["400M-memboot"], "not a capacity"),
     (["400M-cgroup", "0.4G-cgroup"], "twice"), (["-cgroup"], "not a capacity")])
@@ -419,7 +445,8 @@ def engine_fleets(draw):
         pairs = draw(st.integers(1, 5))
         hs = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
         one = draw(st.booleans())
-        for pol_i, pol in enumerate(("admit", "nocache")):
+        replay = ("replay",) if draw(st.booleans()) else ()
+        for pol_i, pol in enumerate(("admit", "nocache") + replay):
             cell = f"e2e-{prompt}-{pol}"
             if one:
                 cands = tuple(Candidate(h, cell, BootConfig()) for h in sorted(hs))
@@ -454,9 +481,15 @@ def test_pairs_stay_adjacent_in_the_balanced_order(fleet, seed, randomize, inter
             if r.pair:
                 pairs.setdefault((r.pair["prompt"], r.rep), []).append((i, r))
         for (prompt, rep), members in pairs.items():
-            # each pair on one host, adjacent, admit and nocache once each
-            assert len(members) == 2, members
-            (i, a), (j, b) = members
+            # each pair on one host, adjacent, admit and nocache once each, then its replay
+            # (where the prompt has one) right after, position 2
+            if len(members) == 3:
+                (i, a), (j, b), (k, c) = members
+                assert k == j + 1 and parse_cell(c.cell).policy == "replay"
+                assert (c.pair["position"], c.pair["order"]) == (2, a.pair["order"])
+            else:
+                assert len(members) == 2, members
+                (i, a), (j, b) = members
             assert j == i + 1
             assert {parse_cell(a.cell).policy, parse_cell(b.cell).policy} == {"admit", "nocache"}
             first = parse_cell(a.cell).policy

@@ -292,7 +292,7 @@ def test_an_engine_table_reports_every_problem_at_once():
         "engine.backend": "must be a non-empty single line",
         "engine.load_regex": "needs exactly one capturing group or a group named "
                              "(?P<seconds>...), has 2",
-        "engine.policies.admit.argv": "unknown key (allowed keys: args, env)",
+        "engine.policies.admit.argv": "unknown key (allowed keys: args, env, backend)",
         "engine.prompts.Prose": "'Prose' is not a prompt label",
         "engine.speed": "unknown key (allowed keys: command, cwd, env, timeout_s, n_tokens, "
                         "min_tokens, pairs, prepare, capacities, backend, tokens_regex, "
