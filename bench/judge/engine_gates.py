@@ -6,6 +6,8 @@ run's captured output and the statistics of balanced pairs. Pure.
 - `pair_stats(prompt, runs)`: per prompt the median of per-PAIR ratios nocache_s / admit_s (not
   the quotient of the medians), their range, the medians of each side and whether every pair's
   two output hashes match.
+- `replay_stats(runs)`: the replay-vs-engine line: device bytes per token of the engine's
+  admit runs beside the agent's replays of its trace, and the page-cache split of each.
 """
 
 from __future__ import annotations
@@ -64,6 +66,21 @@ def parse_load(stdout: str, stderr: str, regex: str) -> float | None:
     return None
 
 
+# an engine may say which of its model file's bytes the page cache holds after the run (bench
+# engine run does, from mincore): the replay-vs-engine line splits the engine's bytes with it
+PAGE_CACHE = re.compile(r"^page cache after decode: experts (\d{1,19}) B, the rest (\d{1,19}) B "
+                        r"\(model: experts (\d{1,19}) B, the rest (\d{1,19}) B\)", re.MULTILINE)
+
+
+def parse_page_cache(stdout: str) -> dict | None:
+    """The page-cache split line of an engine's stdout: experts and rest cached, and the
+    model's experts and rest (bytes), or None when it printed none."""
+    m = PAGE_CACHE.search(stdout)
+    if m is None:
+        return None
+    return dict(zip(("experts", "rest", "model_experts", "model_rest"), map(int, m.groups())))
+
+
 def output_sha256(tokens: list[int]) -> str:
     """SHA-256 of the output token ID sequence: decimal IDs joined by ',' (ASCII)."""
     return hashlib.sha256(",".join(str(t) for t in tokens).encode("ascii")).hexdigest()
@@ -116,6 +133,7 @@ def facts(spec_engine: dict, stdout: str, stderr: str, record: dict | None) -> d
         "degenerate": degenerate(tokens, int(spec_engine.get("min_tokens") or 1)),
         "exit_code": rec.get("exit_code"), "signal": rec.get("signal"),
         "timed_out": bool(rec.get("timed_out")),
+        "page_cache": parse_page_cache(stdout),
     }
 
 
@@ -183,6 +201,33 @@ def pair_stats(prompt: str, runs: list[dict]) -> PairStats:
     return st
 
 
+def replay_stats(runs: list[dict]) -> dict | None:
+    """The replay-vs-engine line of one prompt and arm over its retained runs (each {"policy",
+    "device_bytes", "tokens", "output_sha256", "page_cache"}): median device bytes per decoded
+    token of the engine's admit runs and of the agent's replays of its trace, each with its n,
+    their ratio, the median page-cache split of each side (bytes of experts and of the rest of
+    the model file cached after the run), and whether every replay's output (the traced
+    decode's) hashes like every admit run's. None without replay runs."""
+    def side(policy: str) -> dict:
+        rs = [r for r in runs if r["policy"] == policy and r.get("device_bytes") is not None
+              and r.get("tokens")]
+        split = [r["page_cache"] for r in rs if isinstance(r.get("page_cache"), dict)]
+        return {"n": len(rs), "bytes_per_token": median(
+                    [r["device_bytes"] / r["tokens"] for r in rs]) if rs else None,
+                "n_split": len(split)} | {k: median([p[k] for p in split]) if split else None
+                                          for k in ("experts", "rest", "model_experts",
+                                                    "model_rest")}
+    if not any(r["policy"] == "replay" for r in runs):
+        return None
+    engine, replay = side("admit"), side("replay")
+    hashes = {r.get("output_sha256") for r in runs if r["policy"] in ("admit", "replay")}
+    ratio = (engine["bytes_per_token"] / replay["bytes_per_token"]
+             if engine["bytes_per_token"] and replay["bytes_per_token"] else None)
+    return {"engine": engine, "replay": replay, "ratio": ratio,
+            "outputs_match": None if not (engine["n"] and replay["n"]) else (
+                len(hashes) == 1 and None not in hashes)}
+
+
 def by_arm(groups: list[dict]) -> list[dict]:
     """Result groups split by arm (ample, or a capacity and mechanism: the cell less its
     policy), each with its `arm` text; ordered by prompt, ample first, then the largest
@@ -205,6 +250,19 @@ def policy_args(data) -> list[str] | None:
     """The policy's arguments an engine run's data holds, if they are a list of strings."""
     got = data.get("policy_args") if isinstance(data, dict) else None
     return got if isinstance(got, list) and all(isinstance(a, str) for a in got) else None
+
+
+def page_cache_of(data) -> dict | None:
+    """The page-cache split an engine run's data holds, if it is one (four integers)."""
+    got = data.get("page_cache") if isinstance(data, dict) else None
+    keys = ("experts", "rest", "model_experts", "model_rest")
+    return got if isinstance(got, dict) and all(
+        isinstance(got.get(k), int) and not isinstance(got.get(k), bool) for k in keys) else None
+
+
+def from_data(data) -> dict:
+    """What results read from an engine run's stored data: policy_args and page_cache."""
+    return {"policy_args": policy_args(data), "page_cache": page_cache_of(data)}
 
 
 def arms(runs: list[dict]) -> dict[str, str]:

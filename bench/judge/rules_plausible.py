@@ -29,6 +29,7 @@ DAY_NS = 86_400 * NS
 # an iteration (one token's expert reads) that takes a day is no measurement: the slowest real
 # ones (qemu TCG guests, a cold HDD) take seconds
 MAX_ITERATION_NS = DAY_NS
+PAGE = 65536       # the largest base page (arm64 64K kernels): a cached part rounds up to it
 # a pass or an engine run: a week (agent_timeout_s and the engine's timeout_s stop real ones
 # far sooner)
 MAX_PASS_NS = 7 * DAY_NS
@@ -106,17 +107,34 @@ def _agent_numbers(b: Bundle) -> str | None:
     return None
 
 
-@rule("numbers_possible", 2)
+def _page_cache_impossible(pc: dict | None, device: int | None) -> str | None:
+    """Why an engine's page-cache split cannot be (None when it can, or when there is none)."""
+    if pc is None:
+        return None
+    for part in ("experts", "rest"):
+        if pc[part] > pc[f"model_{part}"]:
+            return (f"the engine says {pc[part]} bytes of the model's {part} are cached, more "
+                    f"than the model's {pc[f'model_{part}']}")
+    if device is not None and pc["experts"] + pc["rest"] > device + 2 * PAGE:
+        return (f"the engine says {pc['experts'] + pc['rest']} bytes of its model are cached "
+                f"after the run, more than the {device} bytes read from the device in it")
+    return None
+
+
+@rule("numbers_possible", 3)
 def numbers_possible(b, ctx):
     """Wall times and byte counts a run can have: every iteration's wall_ns positive and at most
     a day, its reads and bytes positive, its bytes at most 1 PB (and bytes = reads x
     expert_bytes when the summary gives the expert size, which must be positive), the
     summary's per-pass walls positive and at most a week, the device bytes of the measured
     interval not negative; an engine run's wall time finite, positive and at most a week, its
-    cold load finite and not negative, its device bytes not negative. The contract already
-    refuses what is not a number (NaN, Infinity, out of range). v2 adds the upper limits
-    (v1 took any positive wall, so 2^63-1 ns, 292 years, was retained) and the positive expert
-    size."""
+    cold load finite and not negative, its device bytes not negative, and the page-cache
+    split it printed (engine_gates.PAGE_CACHE), if any, possible: each part at most the
+    model's, and together at most the device bytes (the caches were dropped before the run, so
+    what is cached was read in it) plus a page per part. The contract already refuses what is
+    not a number (NaN, Infinity, out of range). v2 adds the upper limits (v1 took any positive
+    wall, so 2^63-1 ns, 292 years, was retained) and the positive expert size; v3 the
+    page-cache split."""
     if b.is_engine:
         f = engine_facts(b) or {}
         wall = f.get("wall_s")
@@ -129,6 +147,9 @@ def numbers_possible(b, ctx):
             return False, f"engine cold load {load} s is not finite and non-negative"
         if f.get("device_bytes") is not None and f["device_bytes"] < 0:
             return False, f"device bytes over the run are negative ({f['device_bytes']})"
+        why = _page_cache_impossible(f.get("page_cache"), f.get("device_bytes"))
+        if why:
+            return False, why
         return True, "engine times finite, positive and under a week; device bytes not negative"
     why = _agent_numbers(b)
     if why:

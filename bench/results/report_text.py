@@ -149,8 +149,37 @@ ENGINE_LEGEND = (
     "retained; hashes: every pair's two output hashes equal; kept/rej: retained/rejected runs.")
 
 
+def _mb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.3g}"
+
+
+def replay_line(r: dict) -> str | None:
+    """The replay-vs-engine line of one Table 3 row (engine_gates.replay_stats), or None:
+    device MB per decoded token of the engine (admit) and of the agent replaying its trace
+    over the same file, each with n, their ratio, what each left in the page cache (experts
+    and the rest of the model file) and whether the replayed trace decoded the engine's
+    output."""
+    x = r.get("replay")
+    if not x:
+        return None
+    e, p = x["engine"], x["replay"]
+    out = (f"{r['group']} {r['prompt']} {r.get('arm') or 'ample'}: replay vs engine, device "
+           f"MB/token: engine (admit) {_mb(e['bytes_per_token'])} (n={e['n']}), the agent "
+           f"replaying its trace {_mb(p['bytes_per_token'])} (n={p['n']}), ratio "
+           + ("-" if x["ratio"] is None else f"{x['ratio']:.2f}x"))
+    split = [f"{name} experts {_mb(s['experts'])} of {_mb(s['model_experts'])}, the rest "
+             f"{_mb(s['rest'])} of {_mb(s['model_rest'])}"
+             for name, s in (("engine", e), ("replay", p)) if s["n_split"]]
+    if split:
+        out += "; MB of the model file in the page cache after the run: " + "; ".join(split)
+    return out + {True: "; the replayed trace decoded the engine's output",
+                  False: "; NO: the replayed trace's output differs from the engine's",
+                  None: ""}[x["outputs_match"]]
+
+
 def engine_lines(e: dict) -> list[str]:
-    """Under a Table 3: each group's identity and arms, then the warnings."""
+    """Under a Table 3: each group's identity and arms, the replay-vs-engine lines, then the
+    warnings."""
     from bench.judge.identity import group_text
     res = e["results"]
     arms = {r["group"]: r.get("arms") or {} for r in res["prompts"]}
@@ -159,7 +188,8 @@ def engine_lines(e: dict) -> list[str]:
         a = arms.get(g["id"]) or {}
         out.append(f"{g['id']} ({e['campaign']}): {group_text(g)}"
                    + ("; arms " + ", ".join(f"{k} `{v}`" for k, v in a.items()) if a else ""))
-    return out + [f"warning: {w}" for w in res["warnings"]]
+    replay = [x for r in res["prompts"] if (x := replay_line(r))]
+    return out + replay + [f"warning: {w}" for w in res["warnings"]]
 
 
 def figure_table(f: dict) -> Table:

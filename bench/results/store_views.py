@@ -10,6 +10,7 @@ from rich.text import Text
 from bench.judge import identity
 from bench.judge.stats import N_LIMIT, SPREAD_LIMIT
 from bench.results import views
+from bench.results.report_text import replay_line
 from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct, size_text
 
 # What each table's columns mean, printed under the table and in `bench results --help` (one
@@ -453,6 +454,8 @@ def engine_table(res: dict) -> LiteralTable:
         notes += ["\n", f"{g['id']}: {identity.group_text(g)}"]
         if arms.get(g["id"]):
             notes += ["; arms " + ", ".join(f"{k} `{v}`" for k, v in arms[g["id"]].items())]
+    for line in filter(None, map(replay_line, res["prompts"])):
+        notes += ["\n", line]
     for w in res.get("warnings", []):
         notes += ["\n", ("warning:", "bold red"), f" {w}"]
     flags = flag_lines([(f"{r['group']} {r['prompt']} speedup", r) for r in res["prompts"]])

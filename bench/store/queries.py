@@ -412,7 +412,7 @@ def matrix(store: Store, kind: str, *, host=None, campaign=None, workload=None,
 
 def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
                 include_demo: bool = False) -> list[dict]:
-    """Stored engine runs: load_runs rows + their engine_runs row (and data's policy_args)."""
+    """Stored engine runs: load_runs rows + their engine_runs row (+ engine_gates.from_data)."""
     runs = {r["run_id"]: r for r in scope(store, host=host, campaign=campaign, workload=workload,
                    include_demo=include_demo)
             if cell_of(r["cell"]).is_engine}
@@ -424,16 +424,15 @@ def engine_rows(store: Store, *, host=None, campaign=None, workload=None,
          .join(EngineRun, EngineRun.run_id == Run.id).where(Run.run_id.in_(list(runs)))
          .order_by(Run.id))
     with store.session() as s:
-        return [runs[row[0]] | dict(zip(cols, row[2:]), policy_args=engine_gates.policy_args(
-            row[1])) for row in s.execute(q)]
+        return [runs[row[0]] | dict(zip(cols, row[2:])) | engine_gates.from_data(row[1])
+                for row in s.execute(q)]
 
 
 def engine_results(store: Store, *, host=None, campaign=None, workload=None,
                    include_demo: bool = False) -> dict:
-    """Table 3 per prompt and result group (host, engine config and prompt, fingerprint) over
-    retained engine runs: admit and nocache median steady-decode s, the median of per-pair
-    ratios nocache/admit with its range, the pairs counted, and whether every pair's two
-    output hashes match. A pair is (campaign, host, pair index)."""
+    """Table 3 per prompt, arm and result group (host, engine config and prompt, fingerprint)
+    over retained engine runs: engine_gates.pair_stats (a pair is campaign, host, pair index)
+    and replay_stats (the replay-vs-engine line), the runs kept and rejected."""
     rows = engine_rows(store, host=host, campaign=campaign, workload=workload,
                        include_demo=include_demo)
     groups = engine_gates.by_arm(identity.group_runs(rows, with_cell=False))
@@ -447,7 +446,8 @@ def engine_results(store: Store, *, host=None, campaign=None, workload=None,
         kept = [dict(r, pair=f"{r['campaign_id'] or '-'}/{r['host']}/{r['pair_index']}")
                 for r in g["runs"] if r["retained"]]
         st = engine_gates.pair_stats(g["runs"][0]["prompt"], kept).as_dict()
-        st.update(group=g["id"], arm=g["arm"], host=g["host"], workload=g["workload"]["digest"],
+        st.update(replay=engine_gates.replay_stats(kept), group=g["id"], arm=g["arm"],
+                  host=g["host"], workload=g["workload"]["digest"],
                   fingerprint=g["fingerprint"]["digest"], arms=engine_gates.arms(g["runs"]),
                   n_retained=len(kept), n_rejected=sum(r["retained"] is False for r in g["runs"]))
         sp = st["speedup"]      # flagged on its pairs and their ratios' spread

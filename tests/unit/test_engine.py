@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from bench.cli import main
 from bench.errors import InputError
 from bench.judge import engine_gates
+from bench.judge.rules_plausible import _page_cache_impossible
 from bench.matrix import engine_cells
 from bench.matrix.cells import engine_cell, parse_cell
 from bench.matrix.expand import BootConfig, Candidate, RunRequest, expand
 from bench.matrix.load import MatrixError, load_matrix, parse_matrix
 from bench.matrix.schedule import HostState, schedule
+from bench.results import report_text
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -214,6 +216,68 @@ def test_mismatched_hashes_and_incomplete_pairs_are_named():
     assert st_.pairs == 1 and st_.hashes_match is False and st_.mismatched == ["p0"]
     assert st_.incomplete == ["p1", "p2", "p3"]
     assert engine_gates.pair_stats("chat", []).speedup is None
+
+
+# the replay-vs-engine line ----------------------------------------------------------------------
+
+SPLIT = ("page cache after decode: experts {} B, the rest {} B (model: experts 2000000 B, the "
+         "rest 100000 B)")
+
+
+def rrun(policy, device, split=None, h="a", tokens=10):
+    stdout = "" if split is None else SPLIT.format(*split) + "\n"
+    return {"policy": policy, "device_bytes": device, "tokens": tokens, "output_sha256": h,
+            "page_cache": engine_gates.parse_page_cache(stdout)}
+
+
+def test_replay_stats_set_the_engine_beside_its_replay_with_each_n():
+    runs = [rrun("admit", 2_100_000, (2_000_000, 100_000)), rrun("admit", 2_300_000),
+            rrun("admit", 2_200_000, (1_900_000, 100_000)), rrun("nocache", 9_000_000),
+            rrun("replay", 1_500_000, (1_400_000, 0)), rrun("replay", 1_400_000, (1_300_000, 0))]
+    x = engine_gates.replay_stats(runs)
+    e, p = x["engine"], x["replay"]
+    assert (e["n"], e["n_split"], p["n"], p["n_split"]) == (3, 2, 2, 2)
+    assert (e["bytes_per_token"], p["bytes_per_token"]) == (220_000, 145_000)   # medians
+    assert x["ratio"] == pytest.approx(220_000 / 145_000) and x["outputs_match"] is True
+    assert (e["experts"], e["rest"], e["model_experts"], p["experts"]) == (
+        1_950_000, 100_000, 2_000_000, 1_350_000)
+    assert engine_gates.replay_stats(runs[:4]) is None          # no replay: no line
+    x = engine_gates.replay_stats(runs[:5] + [rrun("replay", 1_400_000, h="b")])
+    assert x["outputs_match"] is False
+    assert engine_gates.replay_stats([rrun("replay", 1)])["ratio"] is None
+    r = {"group": "g1", "prompt": "prose", "arm": "500M-cgroup",
+         "replay": engine_gates.replay_stats(runs)}
+    line = report_text.replay_line(r)
+    assert line.startswith("g1 prose 500M-cgroup: replay vs engine, device MB/token: engine "
+                           "(admit) 0.22 (n=3), the agent replaying its trace 0.145 (n=2), "
+                           "ratio 1.52x; MB of the model file in the page cache after the "
+                           "run: engine experts 1.95 of 2, the rest 0.1 of 0.1; replay experts "
+                           "1.35 of 2, the rest 0 of 0.1; the replayed trace decoded the "
+                           "engine's output"), line
+    assert report_text.replay_line({"replay": None}) is None
+
+
+@pytest.mark.parametrize("stdout, want", [
+    (SPLIT.format(5, 6), {"experts": 5, "rest": 6, "model_experts": 2_000_000,
+                          "model_rest": 100_000}),
+    ("x\n" + SPLIT.format(5, 6) + " more", {"experts": 5, "rest": 6, "model_experts": 2_000_000,
+                                           "model_rest": 100_000}),
+    ("page cache after decode: experts 5 B", None), ("", None),
+    (SPLIT.format("1" * 20, 6), None)])                  # not a byte count: no split
+def test_page_cache_lines(stdout, want):
+    assert engine_gates.parse_page_cache(stdout) == want
+
+
+@pytest.mark.parametrize("split, device, needle", [
+    ((2_000_001, 0), 10**9, "more than the model's 2000000"),
+    ((0, 100_001), 10**9, "of the model's rest are cached"),
+    ((2_000_000, 100_000), 2_100_000 - 2 * 65536 - 1, "more than the 1968927 bytes read"),
+    ((2_000_000, 100_000), 2_100_000 - 2 * 65536, None),     # a page each rounds up
+    ((2_000_000, 100_000), None, None), (None, 0, None)])
+def test_an_impossible_page_cache_split_is_refused(split, device, needle):
+    pc = None if split is None else engine_gates.parse_page_cache(SPLIT.format(*split))
+    why = _page_cache_impossible(pc, device)
+    assert (why is None) if needle is None else (needle in why), why
 
 
 # spec ------------------------------------------------------------------------------------------
