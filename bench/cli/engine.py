@@ -1,8 +1,10 @@
 """`bench engine ...`: a real engine end to end (issue 25): a tiny MoE model made here
 (`engine model make`) and decode traced through llama.cpp's evaluation callback (`engine
-trace`). Needs the engine extra (pip install 'bench[engine]'); without it each command says so
-in one line. The end-to-end matrix's engine cells (docs/engine.md) are a different thing: they
-run a configured engine command on a host."""
+trace`), run as an end-to-end cell runs it (`engine run`), and the agent's replay of that
+trace over the model file run the same way (`engine prepare`, `engine run --load replay`;
+bench.engine.replay_run). Needs the engine extra (pip install 'bench[engine]'); without it
+each command says so in one line. The end-to-end matrix's engine cells (docs/engine.md) are a
+different thing: they run a configured engine command on a host."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -19,13 +21,31 @@ from bench.cli.outpath import output_file
 from bench.errors import InputError
 from bench.results import views
 
+if TYPE_CHECKING:       # gguf_model imports numpy: kept out of `bench --help`
+    from bench.engine.gguf_model import Shape
+
 engine_app = typer.Typer(no_args_is_help=True, help="A real engine (llama.cpp) on a tiny MoE "
                                                     "model made here: make the model, trace "
-                                                    "decode. Needs pip install 'bench[engine]'.")
+                                                    "and run decode, prepare and run the "
+                                                    "agent's replay of its trace. Needs pip "
+                                                    "install 'bench[engine]'.")
 model_app = typer.Typer(no_args_is_help=True, help="The tiny MoE model (GGUF).")
 engine_app.add_typer(model_app, name="model")
 
 DEFAULT_PROMPT = "The page cache is the expert tier of a larger-than-DRAM MoE pool."
+
+
+def _make_model(out: Path, shape: Shape, reuse: bool, mkdir: bool) -> dict:
+    """`model make`'s work (OUT's directory made when asked, then the model written or kept):
+    shared by `engine prepare`, which makes the default model as `make --reuse --mkdir`."""
+    from bench.engine.gguf_model import make_model
+    if mkdir:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"OUT {out}: cannot create {out.parent}: "
+                             f"{exc.strerror or exc}") from None
+    return make_model(output_file(out, "OUT"), shape, reuse=reuse)
 
 
 @model_app.command("make")
@@ -49,16 +69,9 @@ def model_make(
     """Write a GGUF of llama.cpp's llama architecture with experts (Mixtral layout: softmax
     router, top-k, SiLU experts), deterministic random weights and a byte-fallback vocabulary
     of 354 tokens. Experts dominate the file (default 8 x 32 experts of 1 MiB: 277 MB)."""
-    from bench.engine.gguf_model import Shape, make_model
-    if mkdir:
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise InputError(f"OUT {out}: cannot create {out.parent}: "
-                             f"{exc.strerror or exc}") from None
-    info = make_model(output_file(out, "OUT"), Shape(layers=layers, experts=experts, k=k,
-                                                     expert_mib=expert_mib, seed=seed),
-                      reuse=reuse)
+    from bench.engine.gguf_model import Shape
+    info = _make_model(out, Shape(layers=layers, experts=experts, k=k, expert_mib=expert_mib,
+                                  seed=seed), reuse=reuse, mkdir=mkdir)
     if json_out:
         views.emit_json(info)
         return
@@ -119,7 +132,45 @@ def engine_trace(
               f"load {dec.load_s:.2f} s); output sha256 {dec.output_hash[:16]}")
 
 
-MAX_PROMPT_FILE = 64 << 10
+LOAD_HELP = ("llama.cpp's load mode (see bench engine trace --help), or replay: the agent "
+             "(--agent) replays llama.cpp's trace of this prompt over the model file, "
+             "without llama.cpp (bench engine prepare makes the trace, plan and pool first).")
+
+
+@engine_app.command("prepare")
+def engine_prepare(
+    model: Annotated[Path, typer.Argument(help="The model to make (kept when bench made it "
+                                          "with the default shape), as bench engine model make "
+                                          "MODEL --reuse --mkdir does.")],
+    prompt_file: Annotated[Path, typer.Option(help="The prompt, a UTF-8 text file (at most "
+                                              "64 KiB), read as bench engine run reads it.")],
+    tokens: Annotated[int, typer.Option(help="Tokens to decode greedily (1-4096).")] = 64,
+    threads: Annotated[int, typer.Option(help="llama.cpp threads for the traced decode (the "
+                                         "output does not depend on it).")] = 1,
+    json_out: JsonOpt = False,
+) -> None:
+    """What an end-to-end matrix's `prepare` runs before each run of the replay arm (before
+    the page cache is dropped): the default tiny model at MODEL, then, unless already there
+    and valid, into MODEL.replay/ this prompt's trace (bench engine trace), its replay plan
+    and a pool over the model itself (bench plan --from-gguf) and a record of the decode's
+    output, named by a key of the model's bytes, the prompt and the token count."""
+    from bench.engine.gguf_model import Shape
+    from bench.engine.replay_run import check_request, prepare_replay, read_prompt_file
+    prompt = read_prompt_file(prompt_file)
+    check_request(prompt, tokens)           # before a 277 MB model is written
+    made = _make_model(model, Shape(), reuse=True, mkdir=True)
+    info = prepare_replay(model, prompt, tokens, threads=threads)
+    info = {"model_state": "kept" if made["kept"] else "made", "model_bytes": made["bytes"],
+            **info}
+    if json_out:
+        views.emit_json(info)
+        return
+    print(f"{model}: {info['model_state']} ({made['bytes']} bytes)")
+    print(f"{info['trace']}: {info['trace_state']} ({info['tokens']} tokens, output sha256 "
+          f"{info['output_sha256'][:16]})")
+    print(f"{info['plan']}: {info['trace_state']} ({info['reads']} reads of "
+          f"{info['distinct_experts']} distinct experts, {info['logical_bytes']} bytes)")
+    print(f"{info['pool']}: {info['pool_state']} (a pool over {model})")
 
 
 @engine_app.command("run")
@@ -129,29 +180,41 @@ def engine_run(
                                               "64 KiB).")],
     tokens: Annotated[int, typer.Option(help="Tokens to decode greedily (1-4096).")] = 64,
     threads: Annotated[int, typer.Option(help="llama.cpp threads.")] = 1,
-    load: Annotated[str, typer.Option(metavar="auto|mmap|read|direct-io",
-                                      help="llama.cpp's load mode (see bench engine trace "
-                                           "--help).")] = "auto",
+    load: Annotated[str, typer.Option(metavar="auto|mmap|read|direct-io|replay",
+                                      help=LOAD_HELP)] = "auto",
+    agent: Annotated[Optional[Path], typer.Option(
+        help="With --load replay: the native agent (bench-agent) that replays the "
+             "trace.")] = None,
 ) -> None:
     """Decode greedily and print what an end-to-end engine cell reads (docs/engine.md): a
-    `backend:` line, `cold load: S s`, `output token ids: a,b,...` and the decode time. The
-    built-in engine of an [engine] table: command ["bench", "engine", "run", MODEL,
-    "--prompt-file", "{prompt_file}", "--tokens", "{n_tokens}", "{policy_args}"], the
-    policies' args `--load mmap` (admit) and `--load direct-io` (nocache)."""
-    from bench.engine.extra import need
-    from bench.engine.llama_run import decode, seconds_since_start
+    `backend:` line, `cold load: S s`, `output token ids: a,b,...` and the decode time, then
+    the model's bytes in the page cache (experts and the rest). The built-in engine of the
+    shipped end-to-end matrix: `bench engine run MODEL --prompt-file P --tokens N` with
+    `--load mmap` (admit) or `--load direct-io` (nocache); `--load replay --agent PATH` runs
+    the agent's replay of llama.cpp's trace instead (bench engine prepare first)."""
+    from bench.engine.llama_run import LOAD_MODES, seconds_since_start
     started = seconds_since_start()      # the interpreter's start and imports so far
     t0 = time.perf_counter()
+    if load not in (*LOAD_MODES, "replay"):
+        raise InputError(f"--load {load!r}: one of {', '.join(LOAD_MODES)}, replay")
+    if (load == "replay") != (agent is not None):
+        raise InputError("--agent goes with --load replay" if agent is not None else
+                         "--load replay needs --agent PATH (the native bench-agent)")
+    if load == "replay" and agent is not None:
+        _run_replay(model, prompt_file, tokens, agent, started, t0)
+    else:
+        _run_llama(model, prompt_file, tokens, threads, load, started, t0)
+    _print_split(model)
+
+
+def _run_llama(model: Path, prompt_file: Path, tokens: int, threads: int, load: str,
+               started: float | None, t0: float) -> None:
+    from bench.engine.extra import need
+    from bench.engine.llama_run import decode
+    from bench.engine.replay_run import read_prompt_file
     L = need("llama_cpp")
     import_s = time.perf_counter() - t0
-    try:
-        with prompt_file.open("rb") as f:
-            raw = f.read(MAX_PROMPT_FILE + 1)
-    except OSError as exc:
-        raise InputError(f"--prompt-file {prompt_file}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_PROMPT_FILE:
-        raise InputError(f"--prompt-file {prompt_file}: larger than {MAX_PROMPT_FILE} bytes")
-    prompt = raw.decode("utf-8", "replace").strip()
+    prompt = read_prompt_file(prompt_file)
     dec = decode(model, prompt, tokens, threads=threads, load=load)
     print(f"backend: llama.cpp CPU (llama-cpp-python {getattr(L, '__version__', '?')}, "
           f"load {load})")
@@ -164,6 +227,42 @@ def engine_run(
     print("output token ids: " + ",".join(str(t) for t in dec.output_tokens))
     print(f"decode: {len(dec.output_tokens)} tokens in {dec.decode_s:.6f} s "
           f"({dec.tokens_per_s:.1f} tokens/s); output sha256 {dec.output_hash}")
+
+
+def _run_replay(model: Path, prompt_file: Path, tokens: int, agent: Path,
+                started: float | None, t0: float) -> None:
+    """The replay arm: no llama.cpp (not even imported), the agent over the prepared plan."""
+    from bench.engine.replay_run import agent_failure, load_prepared, read_prompt_file
+    from bench.engine.replay_run import run_agent as replay
+    prompt = read_prompt_file(prompt_file)
+    prepared, rec = load_prepared(model, prompt, tokens, prompt_file)
+    run = replay(agent, prepared)
+    if run.rc != 0 or run.summary is None:
+        if run.stderr_tail.strip():
+            sys.stderr.write(run.stderr_tail.rstrip("\n") + "\n")
+        raise agent_failure(run)
+    s = run.summary
+    print(f"backend: bench-agent replay (pagecache) of llama.cpp's trace {prepared.key}")
+    # the cell's steady time (wall - load) is then the agent's replay and exit
+    before = "?" if started is None else f"{started:.2f}"
+    bench_s = run.spawned_at - t0
+    print(f"cold load: {(started or 0.0) + bench_s:.6f} s (no model load: the replay reads "
+          f"experts as the trace calls them; process start to bench {before} s, bench to the "
+          f"agent's start {bench_s:.3f} s)")
+    print("output token ids: " + ",".join(str(t) for t in rec["output_tokens"]))
+    wall = (s.get("pass_wall_ns") or [0])[0] / 1e9
+    print(f"replay: {s.get('plan_reads')} reads of {s.get('distinct_experts')} distinct "
+          f"experts, {s.get('plan_bytes')} bytes in {wall:.6f} s; output sha256 "
+          f"{rec['output_sha256']}")
+
+
+def _print_split(model: Path) -> None:
+    """The model file's bytes in the page cache after the work, experts and the rest."""
+    from bench.engine.gguf_read import model_facts
+    from bench.engine.replay_run import resident_pages, split_line, split_pages
+    # mincore before gguf's reader maps the header: the split is the run's, not this read's
+    resident = resident_pages(model)
+    print(split_line(split_pages(resident, model_facts(model))))
 
 
 def register(app: typer.Typer) -> None:

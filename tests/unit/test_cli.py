@@ -49,7 +49,8 @@ def test_command_tree_is_complete():
                                      # a real engine end to end (issue 25)
                                      "engine", "engine model", "engine model make",
                                      "engine trace",
-                                     "engine run"}  # the built-in engine of an [engine] table
+                                     "engine run",  # the built-in engine of an [engine] table
+                                     "engine prepare"}  # its model, trace and plan
     # options added since, each on purpose
     assert {name: sorted(got[name] - known[name]) for name in known if got[name] - known[name]} \
         == {"hosts probe": ["campaign", "db", "verbose"],

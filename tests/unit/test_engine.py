@@ -362,7 +362,7 @@ def test_shipped_end_to_end_matrix():
     lab = load_matrix("end-to-end", scale="lab")
     assert lab.engine.capacities == ((500_000_000, "cgroup"),)
     exp = expand(lab, [gh("gh200-b", "B"), local_host()])
-    assert len(exp.requests) == 36 and {r.candidates[0].host for r in exp.requests} == {"local"}
+    assert len(exp.requests) == 54 and {r.candidates[0].host for r in exp.requests} == {"local"}
     assert {r.unit for r in exp.requests} == {f"e2e-{p}{a}@local" for p in ("prose", "code", "chat")
                                               for a in ("", "-500M-cgroup")}
     assert all(r.pair == (parse_cell(r.point).prompt, parse_cell(r.point).policy)
@@ -589,7 +589,7 @@ def test_dry_run_golden_end_to_end(capsys, tmp_path):
                  facts]) == 0
     d = json.loads(capsys.readouterr().out)
     runs = [r for h in d["hosts"] for r in h["runs"]]
-    assert len(runs) == 36 and {r["host"] for r in runs} == {"local"}
+    assert len(runs) == 54 and {r["host"] for r in runs} == {"local"}
     assert runs[0]["pair"]["order"] == "admit-first" and runs[0]["pair"]["position"] == 0
 
 

@@ -91,3 +91,34 @@ def test_a_builtin_engine_campaign_is_refused_before_it_starts(hidden, tmp_path,
     err = capsys.readouterr().err
     assert f"({hidden} is not installed" in err and "pip install 'bench[engine]'" in err
     assert not (tmp_path / "work").exists()           # nothing ran
+
+
+def test_replay_needs_no_llama_cpp_and_names_prepare(tmp_path, capsys, monkeypatch):
+    """`engine run --load replay` reads the prepared files, not llama.cpp (hidden here): with
+    nothing prepared it says which prepare to run, in one line and its fix."""
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("hello\n")
+    agent = tmp_path / "agent"
+    agent.write_text("#!/bin/sh\nexit 0\n")
+    agent.chmod(0o755)
+    argv = ["engine", "run", str(model), "--prompt-file", str(prompt), "--tokens", "3"]
+    assert main([*argv, "--load", "replay", "--agent", str(agent)]) == 2
+    err = capsys.readouterr().err
+    assert "no replay prepared for its current bytes" in err and "Traceback" not in err
+    assert f"fix: run bench engine prepare {model} --prompt-file {prompt} --tokens 3" in err
+    assert main([*argv, "--load", "replay"]) == 2
+    assert "--load replay needs --agent PATH" in capsys.readouterr().err
+    assert main([*argv, "--agent", str(agent)]) == 2
+    assert "--agent goes with --load replay" in capsys.readouterr().err
+
+
+def test_replay_key_is_canonical_and_follows_every_input():
+    from bench.engine.replay_run import replay_key
+    ident = {"bytes": 10, "mtime_ns": 1, "head_sha256": "ab"}
+    key = replay_key(ident, "p", 4)
+    assert len(key) == 16 and key == replay_key(dict(reversed(ident.items())), "p", 4)
+    assert len({key, replay_key(ident, "q", 4), replay_key(ident, "p", 5),
+                replay_key({**ident, "bytes": 11}, "p", 4)}) == 4

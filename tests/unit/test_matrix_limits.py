@@ -91,7 +91,7 @@ def test_the_runs_of_a_matrix_are_bounded_with_the_key_that_sets_them():
     e2e = tomllib.loads(_shipped().joinpath("end-to-end.toml").read_text())
     e2e["engine"]["pairs"] = 10 ** 9
     e = refusal(e2e)
-    assert e.problems[0].key == "engine.pairs" and "12 cells x 1000000000 pairs" in str(e)
+    assert e.problems[0].key == "engine.pairs" and "18 cells x 1000000000 pairs" in str(e)
 
 
 AXIS_VALUES = {"capacity": ["1M", "2M", "3M"], "mechanism": ["cgroup", "balloon"],
