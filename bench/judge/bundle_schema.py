@@ -188,7 +188,8 @@ class ExpectBoot(Closed):
 class EnginePair(Closed):
     index: Count = doc("the pair's index")
     order: Literal["admit-first", "nocache-first"] = doc("which policy ran first")
-    position: Annotated[int, at.Ge(0), at.Le(1)] = doc("0: first of the pair, 1: second")
+    position: Annotated[int, at.Ge(0), at.Le(2)] = doc(
+        "0: first of the pair, 1: second, 2: the replay after it")
     seed: Annotated[int, at.Ge(-INT63), at.Le(INT63)] = doc("the shuffle's seed")
 
 
@@ -200,7 +201,8 @@ class EngineSpec(Closed):
     timeout_s: Annotated[int, at.Ge(1), at.Le(1 << 31)] = doc("seconds before it is stopped")
     prompt: Label = doc("the prompt label")
     prompt_file: Optional[T4K] = doc("the prompt's file", None)
-    policy: Literal["admit", "nocache"] = doc("page-cache admission or the nocache reader")
+    policy: Literal["admit", "nocache", "replay"] = doc(
+        "page-cache admission, the nocache reader, or the agent replaying the engine's trace")
     policy_args: Optional[Argv] = doc("the policy's arguments in argv (what tells the engine "
                                       "which reader: shown beside the results)", None)
     n_tokens: Annotated[int, at.Ge(1), at.Le(1 << 20)] = doc("tokens to decode")

