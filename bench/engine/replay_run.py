@@ -389,23 +389,38 @@ def resident_pages(path: Path) -> np.ndarray:
     return (vec & 1).astype(bool)
 
 
-def expert_pages(facts: dict, n_pages: int, page: int) -> np.ndarray:
-    """One bool per page of the file: holds bytes of an expert tensor. A page holding both
-    expert bytes and other bytes (a tensor not page-aligned) counts as an expert page: the
-    engine reads it for the expert; bench's models align every tensor to the page."""
-    out = np.zeros(n_pages, dtype=bool)
+def expert_bytes_per_page(facts: dict, n_pages: int, page: int) -> np.ndarray:
+    """Per page of the file, how many of its bytes belong to expert tensors (they do not
+    overlap). Counted in bytes, not pages: on a 64 KiB-page host (arm64, the GH200s) a page
+    may hold the end of one expert tensor and the start of a dense one, and a split in whole
+    pages would count more expert bytes than the model has."""
+    out = np.zeros(n_pages, dtype=np.int64)
     for t in facts["expert_tensors"].values():
-        first, end = t["offset"] // page, -(-(t["offset"] + t["bytes"]) // page)
-        out[first:min(end, n_pages)] = True
+        a, b = t["offset"], t["offset"] + t["bytes"]
+        first, last = a // page, (b - 1) // page
+        if t["bytes"] <= 0 or first >= n_pages:
+            continue
+        if first == last:
+            out[first] += b - a
+            continue
+        out[first] += (first + 1) * page - a
+        out[first + 1:min(last, n_pages)] += page
+        if last < n_pages:
+            out[last] += b - last * page
     return out
 
 
 def split_pages(resident: np.ndarray, facts: dict, page: int = mmap.PAGESIZE) -> dict:
-    """The resident bytes, whole pages as fincore counts them, in expert pages and the
-    rest; beside them the file's expert bytes and the rest."""
-    experts = expert_pages(facts, len(resident), page)
-    in_experts = int(np.count_nonzero(resident & experts)) * page
-    rest = int(np.count_nonzero(resident & ~experts)) * page
+    """The file's bytes in resident pages (the last page only up to the file's end), in
+    expert tensors and the rest; beside them the file's expert bytes and the rest. Each part
+    is at most the file's, which numbers_possible holds the engine's line to."""
+    n = len(resident)
+    in_page = np.full(n, page, dtype=np.int64)
+    if n:
+        in_page[-1] = facts["bytes"] - (n - 1) * page
+    experts = expert_bytes_per_page(facts, n, page)
+    in_experts = int(experts[resident].sum())
+    rest = int(in_page[resident].sum()) - in_experts
     expert_bytes = sum(t["bytes"] for t in facts["expert_tensors"].values())
     return {"page_size": page, "resident_bytes": in_experts + rest,
             "experts_resident_bytes": in_experts, "rest_resident_bytes": rest,

@@ -122,3 +122,29 @@ def test_replay_key_is_canonical_and_follows_every_input():
     assert len(key) == 16 and key == replay_key(dict(reversed(ident.items())), "p", 4)
     assert len({key, replay_key(ident, "q", 4), replay_key(ident, "p", 5),
                 replay_key({**ident, "bytes": 11}, "p", 4)}) == 4
+
+
+@pytest.mark.parametrize("page", [4096, 16384, 65536])
+def test_the_page_cache_split_is_in_bytes_whatever_the_page_size(page):
+    """A model laid out at 4 KiB alignment on a host of 16 or 64 KiB pages (arm64): pages hold
+    the end of one tensor and the start of the next, and every page resident splits exactly
+    into the model's expert bytes and the rest, never more than either."""
+    import numpy as np
+
+    from bench.engine.replay_run import split_pages
+    size = 40 * 4096 + 123
+    facts = {"bytes": size, "expert_tensors": {
+        "a": {"offset": 3 * 4096, "bytes": 5 * 4096}, "b": {"offset": 9 * 4096, "bytes": 17 * 4096},
+        "c": {"offset": 27 * 4096, "bytes": 4096}}}
+    n = -(-size // page)
+    s = split_pages(np.ones(n, dtype=bool), facts, page)
+    assert (s["experts_resident_bytes"], s["rest_resident_bytes"]) == (23 * 4096, size - 23 * 4096)
+    assert (s["experts_bytes"], s["rest_bytes"]) == (23 * 4096, size - 23 * 4096)
+    none = split_pages(np.zeros(n, dtype=bool), facts, page)
+    assert none["resident_bytes"] == 0
+    first = np.zeros(n, dtype=bool)
+    first[0] = True             # the first page: tensor a's start when it lies in it
+    s = split_pages(first, facts, page)
+    assert s["experts_resident_bytes"] == max(0, min(page, 8 * 4096) - 3 * 4096) + max(
+        0, min(page, 26 * 4096) - 9 * 4096) + max(0, min(page, 28 * 4096) - 27 * 4096)
+    assert s["resident_bytes"] == min(page, size)

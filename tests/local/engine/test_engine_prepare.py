@@ -211,9 +211,9 @@ def test_a_changed_model_is_not_prepared(agent, work, tmp_path, capsys):
 
 def test_page_cache_split_counts_what_fincore_counts(tmp_path):
     """mincore's split of a real file against fincore's total, after reading some pages of
-    it cold (readahead off for the descriptor: the pages read are those asked for). The last
-    page is partial and counts whole, as fincore counts it; a page holding the start of an
-    unaligned expert tensor counts as an expert page."""
+    it cold (readahead off for the descriptor: the pages read are those asked for). Bytes,
+    not pages: the last page counts up to the file's end (fincore counts it whole), and a
+    page holding the start of an unaligned expert tensor splits at the tensor's start."""
     f = tmp_path / "file.bin"
     f.write_bytes(os.urandom(64 * PAGE + 100))
     facts = {"bytes": 64 * PAGE + 100, "expert_tensors": {
@@ -229,9 +229,10 @@ def test_page_cache_split_counts_what_fincore_counts(tmp_path):
     finally:
         os.close(fd)
     s = page_cache_split(f, facts)
-    assert s["experts_resident_bytes"] + s["rest_resident_bytes"] == _fincore(f)
-    assert s["experts_resident_bytes"] == 3 * PAGE              # pages 8, 9 and 30
-    assert s["rest_resident_bytes"] == 7 * PAGE                 # 4-7, 40, 41 and the last
+    assert s["experts_resident_bytes"] + s["rest_resident_bytes"] == _fincore(f) - PAGE + 100
+    assert s["experts_resident_bytes"] == 3 * PAGE - 100        # pages 8, 9 and 30 from +100
+    assert s["rest_resident_bytes"] == 6 * PAGE + 200           # 4-7, 30's first 100 B, 40,
+    #                                                             41 and the last page's 100 B
     assert (s["experts_bytes"], s["rest_bytes"]) == (17 * PAGE, 47 * PAGE + 100)
 
 
