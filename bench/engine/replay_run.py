@@ -46,6 +46,8 @@ RECORD_FORMAT = 1
 KEY_HEX = 16
 AGENT_STDOUT_TAIL = 1 << 20     # the summary is the last line; per-iteration records precede it
 AGENT_STDERR_TAIL = 4096
+MAX_RECORD = 1 << 20            # 4096 output token ids and the facts: well under
+MAX_RANGES = 4 << 20            # the ranges file of the largest shape model make allows
 MINCORE_WINDOW = 1 << 30        # map at most this much at once: a mincore vector of 256 KiB
 
 
@@ -116,17 +118,26 @@ def prepared_for(model: Path, prompt: str, tokens: int) -> tuple[Prepared, dict]
 
 def _file_sha(path: Path) -> str | None:
     try:
-        return _sha256(path.read_bytes())
+        with path.open("rb") as f:         # in chunks: a trace of 4096 tokens is large
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
 
 
-def _read_record(p: Prepared) -> dict | None:
+def _read_json(path: Path) -> dict | None:
+    """A small JSON object of bench's (a record, pool.json), or None when it is missing,
+    larger than one can be, or not a JSON object."""
     try:
-        rec = json.loads(p.record.read_text(encoding="utf-8"))
+        with path.open("rb") as f:
+            raw = f.read(MAX_RECORD + 1)
+        got = json.loads(raw) if len(raw) <= MAX_RECORD else None
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) else None
+    return got if isinstance(got, dict) else None
+
+
+def _read_record(p: Prepared) -> dict | None:
+    return _read_json(p.record)
 
 
 def valid_record(p: Prepared, identity: dict, prompt: str, tokens: int) -> dict | None:
@@ -150,12 +161,14 @@ def valid_record(p: Prepared, identity: dict, prompt: str, tokens: int) -> dict 
 def pool_matches(pool: Path, model: Path, identity: dict, facts: dict | None = None) -> bool:
     """A whole pool over this model's current bytes: pool.json names the file and its
     identity, and (given the facts) its ranges are what the model's tensors give."""
+    m = _read_json(pool / "pool.json")
     try:
-        m = json.loads((pool / "pool.json").read_text(encoding="utf-8"))
-        ranges = (pool / RANGES_NAME).read_bytes()
-    except (OSError, ValueError):
+        with (pool / RANGES_NAME).open("rb") as f:
+            ranges = f.read(MAX_RANGES + 1)      # 64 x 256 experts x 3 x 16 B: 768 KiB
+    except OSError:
         return False
-    if not isinstance(m, dict) or m.get("complete") is not True or m.get("kind") != "gguf":
+    if m is None or len(ranges) > MAX_RANGES or m.get("complete") is not True \
+            or m.get("kind") != "gguf":
         return False
     if m.get("file") != str(model.resolve()) or m.get("model") != identity:
         return False
