@@ -187,12 +187,15 @@ def engine_matrix_text(m: dict) -> str:
         lines.append(f"  where        {m['engine_local_only']}")
     for pol, p in e["policies"].items():
         parts = (([shlex.join(p["args"])] if p["args"] else [])
-                 + ([f"env {env(p['env'])}"] if p["env"] else []))
+                 + ([f"env {env(p['env'])}"] if p["env"] else [])
+                 + ([f"(backend {p['backend']!r})"] if p.get("backend") else []))
         lines.append(f"  {pol:<12} " + (" ".join(parts) or "(the command's {policy} only)"))
     lines += [f"  gates        backend {e['backend']!r} in its output; exit 0; cold load "
               f"/{e['load_regex']}/; output token IDs /{e['tokens_regex']}/, not degenerate",
               f"  pairs        {e['pairs']} per prompt: pair 0 admit-first, pair 1 nocache-first"
               + (", then a shuffle seeded by the schedule's seed" if e["pairs"] > 2 else "")
+              + ("; after each pair the agent replays the engine's trace (the replay-vs-"
+                 "engine line)" if "replay" in e["policies"] else "")
               + "; pair blocks " + ("randomized" if o["randomize"] else "as written")
               + (", interleaved" if o["interleave_reps"] else ", back to back"),
               f"  hosts        {_tags_text(m['hosts']['tags'])}, placement "
