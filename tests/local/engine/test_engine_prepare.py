@@ -28,7 +28,6 @@ from bench.engine.replay_run import (Prepared, page_cache_split, prepare_replay,
                                      replay_dir, replay_key)
 from bench.judge.engine_gates import parse_load, parse_tokens  # noqa: E402
 from bench.matrix.load import load_matrix  # noqa: E402
-from tests.support import nativelib as nl  # noqa: E402
 
 SHAPE = Shape(layers=4, experts=16, k=4, expert_mib=0.25, seed=11)
 PROMPT = "Experts are read from the page cache."
@@ -36,14 +35,6 @@ TOKENS = 24
 PAGE = os.sysconf("SC_PAGE_SIZE")
 SPLIT = re.compile(r"^page cache after decode: experts (\d+) B, the rest (\d+) B \(model: "
                    r"experts (\d+) B, the rest (\d+) B\)$", re.MULTILINE)
-
-
-@pytest.fixture(scope="module")
-def agent() -> Path:
-    for tool in ("make", "cc"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (build-essential)")
-    return nl.build_agent()
 
 
 @pytest.fixture(scope="module")

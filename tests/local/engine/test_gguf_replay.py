@@ -33,14 +33,6 @@ METADATA_SLACK = 256 << 10
 
 
 @pytest.fixture(scope="module")
-def agent() -> Path:
-    for tool in ("make", "cc"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (build-essential)")
-    return nl.build_agent()
-
-
-@pytest.fixture(scope="module")
 def gguf_plan(tmp_path_factory):
     """(loop fs, model, plan, pool dir, plan --json info): the real producers, in order."""
     with nl.loopfs_or_skip(256 << 20, "bench-gguf-") as fs:
