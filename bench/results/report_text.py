@@ -116,6 +116,24 @@ def _value(key: str, v: object) -> str:
 ENGINE_TITLE = "Table 3: end-to-end decode, page-cache admission vs nocache"
 
 
+def _mb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.3g}"
+
+
+def engine_texts(r: dict) -> dict[str, str]:
+    """The texts of one Table 3 row both views print (the terminal marks them up): speedup
+    [range], MB/token of admit and nocache, pairs, hashes, kept/rejected."""
+    return {"speedup": "-" if r["speedup"] is None else (
+                f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]"),
+            "mb_admit": _mb(r.get("admit_bytes_per_token")),
+            "mb_nocache": _mb(r.get("nocache_bytes_per_token")),
+            "pairs": str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
+                                        if r["incomplete"] else ""),
+            "hashes": {True: "yes", None: "-"}.get(r["hashes_match"]) or (
+                "NO: " + ", ".join(r["mismatched"])),
+            "kept": f"{r['n_retained']}/{r['n_rejected']}"}
+
+
 def engine_table(e: dict) -> Table:
     """One campaign's Table 3 (bench.store.queries.engine_results): per prompt and result
     group the steady-decode medians, the median pair ratio, device bytes per token, n."""
@@ -126,18 +144,12 @@ def engine_table(e: dict) -> Table:
         "hashes", "kept/rej", "flagged"]
     rows = []
     for r in res["prompts"]:
-        sp = "-" if r["speedup"] is None else (
-            f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
-        hashes = {True: "yes", None: "-"}.get(r["hashes_match"]) or (
-            "NO: " + ", ".join(r["mismatched"]))
-        mb = ["-" if x is None else f"{x / 1e6:.3g}" for x in (
-            r.get("admit_bytes_per_token"), r.get("nocache_bytes_per_token"))]
+        x = engine_texts(r)
         rows.append([r["group"], r["prompt"], r.get("arm") or "ample"]
                     + ([r["host"]] if hosts else []) + [
-            sig(r["admit_median_s"]), sig(r["nocache_median_s"]), sp, *mb,
-            str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)" if r["incomplete"]
-                               else ""),
-            hashes, f"{r['n_retained']}/{r['n_rejected']}", "; ".join(r["flags"]) or "-"])
+            sig(r["admit_median_s"]), sig(r["nocache_median_s"]), x["speedup"],
+            x["mb_admit"], x["mb_nocache"], x["pairs"], x["hashes"], x["kept"],
+            "; ".join(r["flags"]) or "-"])
     return head, rows
 
 
@@ -147,10 +159,6 @@ ENGINE_LEGEND = (
     "[min-max], not the quotient of the medians; MB/tok: median device megabytes (10^6 bytes) "
     "per decoded token, the whole run with its load; pairs: balanced pairs with both runs "
     "retained; hashes: every pair's two output hashes equal; kept/rej: retained/rejected runs.")
-
-
-def _mb(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e6:.3g}"
 
 
 def replay_line(r: dict) -> str | None:

@@ -10,7 +10,7 @@ from rich.text import Text
 from bench.judge import identity
 from bench.judge.stats import N_LIMIT, SPREAD_LIMIT
 from bench.results import views
-from bench.results.report_text import replay_line
+from bench.results.report_text import engine_texts, replay_line
 from bench.results.views import LiteralTable, capacity_text, compose, gb, num, pct, size_text
 
 # What each table's columns mean, printed under the table and in `bench results --help` (one
@@ -411,11 +411,6 @@ def recheck_table(changes: Sequence[dict]) -> LiteralTable:
     return t
 
 
-def mb(x: float | None) -> str:
-    """Bytes as decimal megabytes, three significant digits ('-' for none)."""
-    return "-" if x is None else f"{x / 1e6:.3g}"
-
-
 def engine_table(res: dict) -> LiteralTable:
     """Table 3: per prompt and result group admit and nocache median steady-decode s, the
     median of per-pair ratios [range], pairs, and whether every pair's output hashes match
@@ -434,18 +429,14 @@ def engine_table(res: dict) -> LiteralTable:
         t.add_column(col, justify="left" if col in ("prompt", "capacity", "hashes") or
                      col.startswith("group") else "right")
     for r in res["prompts"]:
-        sp = "-" if r["speedup"] is None else (
-            f"{r['speedup']:.2f}x [{r['speedup_min']:.2f}-{r['speedup_max']:.2f}]")
-        match: str | Text = {True: "yes", None: "-"}.get(r["hashes_match"]) or compose(
+        x = engine_texts(r)
+        match: str | Text = x["hashes"] if r["hashes_match"] is not False else compose(
             ("NO", "bold red"), ": " + ", ".join(r["mismatched"]))
         t.add_row(r["group"] + (f" {r['host']}" if several else ""), r["prompt"],
                   *([r.get("arm", "ample")] if by_arm else []),
                   num(r["admit_median_s"], ".3g"), num(r["nocache_median_s"], ".3g"),
-                  mark(sp, r), f"{mb(r.get('admit_bytes_per_token'))}/"
-                               f"{mb(r.get('nocache_bytes_per_token'))}",
-                  str(r["pairs"]) + (f" (+{len(r['incomplete'])} incomplete)"
-                                     if r["incomplete"] else ""),
-                  match, f"{r['n_retained']}/{r['n_rejected']}")
+                  mark(x["speedup"], r), f"{x['mb_admit']}/{x['mb_nocache']}", x["pairs"],
+                  match, x["kept"])
     notes: list[str | tuple[str, str]] = [
         "speedup = median over pairs of nocache_s / admit_s (steady decode: wall time minus the "
         "engine's cold load); not the quotient of the two medians"]
