@@ -104,6 +104,10 @@ def test_the_shipped_end_to_end_matrix_at_lab_scale(tmp_path, capsys):
     assert "arms admit `--load mmap`, nocache `--load direct-io`, replay `--load replay" in flat
     assert flat.count("replay vs engine, device MB/token: engine (admit)") == len(table3)
     print("\n" + "\n".join(line for line in shown.splitlines() if "replay vs engine" in line))
+    assert main(["report", "e2e-lab", "--db", db, "-o", str(tmp_path / "r.md")]) == 0
+    capsys.readouterr()
+    report = (tmp_path / "r.md").read_text()          # the morning page has the lines too
+    assert report.count("replay vs engine, device MB/token: engine (admit)") == len(table3)
     print("\nlab end-to-end pairs: " + "; ".join(
         f"{r['prompt']} {r['policy']} steady {r['steady_s']:.3f}s device {r['device_bytes']}"
         for r in sorted(rows, key=lambda r: (r["prompt"], r["policy"]))))
