@@ -258,11 +258,8 @@ def _run_replay(model: Path, prompt_file: Path, tokens: int, agent: Path,
 
 def _print_split(model: Path) -> None:
     """The model file's bytes in the page cache after the work, experts and the rest."""
-    from bench.engine.gguf_read import model_facts
-    from bench.engine.replay_run import resident_pages, split_line, split_pages
-    # mincore before gguf's reader maps the header: the split is the run's, not this read's
-    resident = resident_pages(model)
-    print(split_line(split_pages(resident, model_facts(model))))
+    from bench.engine.replay_run import page_cache_split, split_line
+    print(split_line(page_cache_split(model)))
 
 
 def register(app: typer.Typer) -> None:

@@ -318,27 +318,11 @@ def demand(
 
 def _plan_for(files: list[Path], k: int | None, batch: bool, expert_bytes: int | None,
               refs: list[Path] | None = None):
-    from bench.plan.planfile import plan_from_trace
+    from bench.plan.planfile import plan_from_trace, trace_meta
     traces = _traces(files, k, batch, refs)
     if len(traces) != 1:
         raise InputError("one plan is made from one trace; pass --batch to merge several")
-    t = traces[0]
-    meta = {"source": t.source, "model": t.model.as_dict(), "accepted_tokens": t.accepted_tokens}
-    if t.dry_run:   # only then: a clean trace's plan keeps its bytes
-        meta["dry_run_iterations_excluded"] = len(t.dry_run)
-    return plan_from_trace(t, expert_bytes, meta)
-
-
-def _over_gguf(p, facts: dict, model: Path | None):
-    """The plan, checked to be of the model's shape (a trace of another model would read
-    other experts' bytes), its provenance naming the model."""
-    if (p.layers, p.experts_per_layer) != (facts["layers"], facts["experts"]):
-        raise InputError(f"the trace has {p.layers} layers x {p.experts_per_layer} experts, "
-                         f"the model {model} {facts['layers']} x {facts['experts']}: trace "
-                         "this model (bench engine trace) or name the model it came from")
-    from dataclasses import replace
-    return replace(p, meta={**p.meta, "pool": {"kind": "gguf", "model": str(model),
-                                               "model_bytes": facts["bytes"]}})
+    return plan_from_trace(traces[0], expert_bytes, trace_meta(traces[0]))
 
 
 def _hints_for(plan, hints: str):
@@ -397,8 +381,9 @@ def plan(
     if freq_out:
         output_file(freq_out, "--freq-out")
     p = _plan_for(files, k, batch, expert_bytes, dry_run_ref)
-    if facts is not None:
-        p = _over_gguf(p, facts, from_gguf)
+    if facts is not None and from_gguf is not None:
+        from bench.engine.gguf_pool import plan_over_gguf
+        p = plan_over_gguf(p, facts, from_gguf)
     info = {"plan": str(out), "bytes": write_plan(out, p), "iterations": len(p.iterations),
             "accepted_tokens": p.meta["accepted_tokens"],
             "dry_run_iterations_excluded": p.meta.get("dry_run_iterations_excluded", 0),

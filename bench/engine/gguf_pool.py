@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 from bench.engine.gguf_read import EXPERT_TENSORS, expert_ranges, model_facts
@@ -32,6 +33,17 @@ def model_identity(model: Path) -> dict:
     with model.open("rb") as f:
         head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "head_sha256": head}
+
+
+def plan_over_gguf(plan, facts: dict, model: Path):
+    """The plan (bench.plan.planfile.Plan), checked to be of the model's shape (a trace of
+    another model would read other experts' bytes), its provenance naming the model."""
+    if (plan.layers, plan.experts_per_layer) != (facts["layers"], facts["experts"]):
+        raise InputError(f"the trace has {plan.layers} layers x {plan.experts_per_layer} "
+                         f"experts, the model {model} {facts['layers']} x {facts['experts']}: "
+                         "trace this model (bench engine trace) or name the model it came from")
+    return replace(plan, meta={**plan.meta, "pool": {"kind": "gguf", "model": str(model),
+                                                     "model_bytes": facts["bytes"]}})
 
 
 def ranges_blob(facts: dict) -> bytes:

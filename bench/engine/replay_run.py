@@ -198,22 +198,13 @@ def _trace(model: Path, prompt: str, tokens: int, threads: int, out: Path) -> An
 
 
 def _plan(trace: Path, plan: Path, model: Path, facts: dict) -> Any:
-    """The plan `bench plan TRACE -o PLAN --from-gguf MODEL` writes (its _plan_for and
-    _over_gguf: the same meta, so the same bytes; a test compares them); the Plan."""
-    from dataclasses import replace
-
-    from bench.plan.planfile import plan_from_trace, write_plan
+    """The plan `bench plan TRACE -o PLAN --from-gguf MODEL` writes, from the same pieces (a
+    test compares the bytes); the Plan."""
+    from bench.engine.gguf_pool import plan_over_gguf
+    from bench.plan.planfile import plan_from_trace, trace_meta, write_plan
     from bench.trace.dryrun import parse_traces
     (t,) = parse_traces([trace])
-    meta = {"source": t.source, "model": t.model.as_dict(), "accepted_tokens": t.accepted_tokens}
-    if t.dry_run:
-        meta["dry_run_iterations_excluded"] = len(t.dry_run)
-    p = plan_from_trace(t, facts["expert_bytes"], meta)
-    if (p.layers, p.experts_per_layer) != (facts["layers"], facts["experts"]):
-        raise InputError(f"{trace}: {p.layers} layers x {p.experts_per_layer} experts, the "
-                         f"model {model} {facts['layers']} x {facts['experts']}")
-    p = replace(p, meta={**p.meta, "pool": {"kind": "gguf", "model": str(model),
-                                            "model_bytes": facts["bytes"]}})
+    p = plan_over_gguf(plan_from_trace(t, facts["expert_bytes"], trace_meta(t)), facts, model)
     write_plan(plan, p)
     return p
 
@@ -441,10 +432,14 @@ def split_pages(resident: np.ndarray, facts: dict, page: int = mmap.PAGESIZE) ->
             "rest_bytes": facts["bytes"] - expert_bytes}
 
 
-def page_cache_split(model: Path, facts: dict) -> dict:
+def page_cache_split(model: Path, facts: dict | None = None) -> dict:
     """The model file's bytes in the page cache now, split into expert tensors and the rest
-    (split_pages), from mincore (resident_pages)."""
-    return split_pages(resident_pages(model), facts)
+    (split_pages), from mincore (resident_pages); `facts` read from the model when not given,
+    after mincore: the split is then the run's, not this read's (gguf's reader maps and
+    touches more than the header)."""
+    from bench.engine.gguf_read import model_facts
+    resident = resident_pages(model)
+    return split_pages(resident, facts if facts is not None else model_facts(model))
 
 
 def split_line(split: dict) -> str:

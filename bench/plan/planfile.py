@@ -67,6 +67,17 @@ def _shape(source: str, layers: int, experts_per_layer: int, expert_bytes: int) 
         raise FormatError(exc.message.replace(": key ", ": header field ", 1)) from None
 
 
+def trace_meta(trace: Trace) -> dict:
+    """A plan's provenance of one parsed trace, as `bench plan` writes it: its source, model
+    and accepted tokens, and the dry-run iterations excluded where there were any (only then:
+    a clean trace's plan keeps its bytes)."""
+    meta = {"source": trace.source, "model": trace.model.as_dict(),
+            "accepted_tokens": trace.accepted_tokens}
+    if trace.dry_run:
+        meta["dry_run_iterations_excluded"] = len(trace.dry_run)
+    return meta
+
+
 def plan_from_trace(trace: Trace, expert_bytes: int | None = None,
                     meta: dict | None = None) -> Plan:
     size = expert_bytes if expert_bytes is not None else trace.model.expert_bytes
