@@ -40,6 +40,16 @@ def source_hash(native_dir: Path = NATIVE) -> str:
     return h.hexdigest()
 
 
+def agent_or_skip() -> Path:
+    """The agent built (make), or a skip naming the missing build tool (pytest imported
+    here only: the other helpers stay usable without it)."""
+    import pytest
+    for tool in ("make", "cc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (build-essential): cannot build the agent")
+    return build_agent()
+
+
 def build_agent() -> Path:
     r = subprocess.run(["make", "-C", str(NATIVE)], capture_output=True, text=True)
     if r.returncode != 0:

@@ -4,7 +4,6 @@ end between the Python writer and the C reader)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,7 @@ from tests.support.native_plans import EXPERT_BYTES, EXPERTS, LAYERS, LOOP_BYTES
 
 @pytest.fixture(scope="session")
 def agent() -> Path:
-    for tool in ("make", "cc"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not installed (build-essential)")
-    return nl.build_agent()
+    return nl.agent_or_skip()
 
 
 @pytest.fixture(scope="session")
